@@ -1,0 +1,564 @@
+//! Linux backend: `sendmmsg`/`recvmmsg`, `UDP_SEGMENT` (GSO), `UDP_GRO`, ECN and packet info
+//! through control messages, `IP_PMTUDISC_DO` for DF packets with a known identification.
+
+use std::io;
+use std::mem::{self, size_of};
+use std::net::{IpAddr, Ipv4Addr, Ipv6Addr, SocketAddr, SocketAddrV4, SocketAddrV6};
+use std::os::fd::{AsRawFd, RawFd};
+use std::ptr;
+use std::time::Duration;
+
+use socket2::{Domain, Protocol, Socket, Type};
+
+use crate::{Config, Ecn, OpenError, RecvArena, RecvMeta, Transmit, BATCH_MAX, MAX_GSO_SEGMENTS};
+
+/// Control-message space per datagram. Sending needs TOS + UDP_SEGMENT (2 x 16 bytes);
+/// receiving needs packet info (up to 40) + TOS/TCLASS (24) + UDP_GRO (24).
+const CMSG_BUF_LEN: usize = 128;
+
+/// An aligned control-message buffer (`cmsghdr` needs `size_t` alignment).
+#[derive(Clone, Copy)]
+#[repr(C, align(8))]
+struct CmsgBuf([u8; CMSG_BUF_LEN]);
+
+/// The sockets and what probing found.
+pub(crate) struct Opened {
+    pub(crate) socket: Socket,
+    pub(crate) gso_segments: usize,
+    pub(crate) gro_segments: usize,
+}
+
+/// Opens, configures and binds the main socket, and probes GSO and GRO.
+pub(crate) fn open(config: &Config) -> Result<Opened, OpenError> {
+    let addr = config.addr;
+    let socket = new_socket(config, addr, config.recv_buffer_bytes)?;
+    let fd = socket.as_raw_fd();
+    let set = |option, level, name, value| {
+        setsockopt_int(fd, level, name, value).map_err(|source| OpenError::SetOption {
+            option,
+            addr,
+            source,
+        })
+    };
+    if addr.is_ipv4() {
+        set("IP_RECVTOS", libc::IPPROTO_IP, libc::IP_RECVTOS, 1)?;
+        set("IP_PKTINFO", libc::IPPROTO_IP, libc::IP_PKTINFO, 1)?;
+    } else {
+        set("IPV6_RECVTCLASS", libc::IPPROTO_IPV6, libc::IPV6_RECVTCLASS, 1)?;
+        set("IPV6_RECVPKTINFO", libc::IPPROTO_IPV6, libc::IPV6_RECVPKTINFO, 1)?;
+    }
+    socket
+        .bind(&addr.into())
+        .map_err(|source| OpenError::Bind { addr, source })?;
+    // GSO: the option exists since Linux 4.18; setting the per-socket default segment size to 0
+    // (no segmentation unless a control message asks) is a harmless probe.
+    let gso_segments = if config.gso
+        && setsockopt_int(fd, libc::SOL_UDP, libc::UDP_SEGMENT, 0).is_ok()
+    {
+        MAX_GSO_SEGMENTS
+    } else {
+        1
+    };
+    // GRO: since Linux 5.0. Without it, a GSO super-packet arriving on loopback is split.
+    let gro_segments = if config.gro && setsockopt_int(fd, libc::SOL_UDP, libc::UDP_GRO, 1).is_ok()
+    {
+        MAX_GSO_SEGMENTS
+    } else {
+        1
+    };
+    Ok(Opened {
+        socket,
+        gso_segments,
+        gro_segments,
+    })
+}
+
+/// Opens a send-only socket bound to `addr` for the source-port pool. Its receive buffer is
+/// the smallest possible: peers answer to port 4791, and anything sent here is dropped.
+pub(crate) fn open_send_only(config: &Config, addr: SocketAddr) -> Result<Socket, OpenError> {
+    let socket = new_socket(config, addr, 0)?;
+    socket
+        .bind(&addr.into())
+        .map_err(|source| OpenError::Bind { addr, source })?;
+    Ok(socket)
+}
+
+/// A non-blocking, close-on-exec UDP socket with the send-side options every RoCEv2 packet
+/// depends on: DF (`IP_PMTUDISC_DO`), TTL, default TOS, buffer sizes. Not bound yet.
+fn new_socket(config: &Config, addr: SocketAddr, recv_buffer: usize) -> Result<Socket, OpenError> {
+    let domain = Domain::for_address(addr);
+    let socket = Socket::new(domain, Type::DGRAM.nonblocking().cloexec(), Some(Protocol::UDP))
+        .map_err(|source| OpenError::Socket { addr, source })?;
+    let fd = socket.as_raw_fd();
+    let set = |option, level, name, value| {
+        setsockopt_int(fd, level, name, value).map_err(|source| OpenError::SetOption {
+            option,
+            addr,
+            source,
+        })
+    };
+    let tos = i32::from(config.dscp << 2);
+    let ttl = i32::from(config.ttl);
+    if addr.is_ipv4() {
+        set(
+            "IP_MTU_DISCOVER",
+            libc::IPPROTO_IP,
+            libc::IP_MTU_DISCOVER,
+            libc::IP_PMTUDISC_DO,
+        )?;
+        set("IP_TTL", libc::IPPROTO_IP, libc::IP_TTL, ttl)?;
+        set("IP_TOS", libc::IPPROTO_IP, libc::IP_TOS, tos)?;
+    } else {
+        set("IPV6_V6ONLY", libc::IPPROTO_IPV6, libc::IPV6_V6ONLY, 1)?;
+        set(
+            "IPV6_MTU_DISCOVER",
+            libc::IPPROTO_IPV6,
+            libc::IPV6_MTU_DISCOVER,
+            libc::IPV6_PMTUDISC_DO,
+        )?;
+        set("IPV6_DONTFRAG", libc::IPPROTO_IPV6, libc::IPV6_DONTFRAG, 1)?;
+        set(
+            "IPV6_UNICAST_HOPS",
+            libc::IPPROTO_IPV6,
+            libc::IPV6_UNICAST_HOPS,
+            ttl,
+        )?;
+        set("IPV6_TCLASS", libc::IPPROTO_IPV6, libc::IPV6_TCLASS, tos)?;
+    }
+    set_buffer(fd, libc::SO_RCVBUFFORCE, libc::SO_RCVBUF, recv_buffer);
+    set_buffer(fd, libc::SO_SNDBUFFORCE, libc::SO_SNDBUF, config.send_buffer_bytes);
+    Ok(socket)
+}
+
+/// Asks for a buffer of `bytes`: the `*FORCE` option first (root may exceed
+/// `net.core.*mem_max`), then the plain one (capped by the sysctl). Failure only means a smaller
+/// buffer, so it is ignored.
+fn set_buffer(fd: RawFd, force: libc::c_int, plain: libc::c_int, bytes: usize) {
+    let value = libc::c_int::try_from(bytes).unwrap_or(libc::c_int::MAX);
+    if setsockopt_int(fd, libc::SOL_SOCKET, force, value).is_err() {
+        let _ = setsockopt_int(fd, libc::SOL_SOCKET, plain, value);
+    }
+}
+
+fn setsockopt_int(
+    fd: RawFd,
+    level: libc::c_int,
+    name: libc::c_int,
+    value: libc::c_int,
+) -> io::Result<()> {
+    // SAFETY: `value` is a live c_int and the length passed is exactly its size; `fd` is an
+    // open socket owned by the caller for the duration of the call.
+    let rc = unsafe {
+        libc::setsockopt(
+            fd,
+            level,
+            name,
+            ptr::addr_of!(value).cast(),
+            size_of::<libc::c_int>() as libc::socklen_t,
+        )
+    };
+    if rc == 0 {
+        Ok(())
+    } else {
+        Err(io::Error::last_os_error())
+    }
+}
+
+/// Per-socket scratch for `sendmmsg`: headers, vectors, addresses and control buffers for
+/// [`BATCH_MAX`] datagrams, allocated once.
+pub(crate) struct SendScratch {
+    hdrs: Box<[libc::mmsghdr]>,
+    iovs: Box<[libc::iovec]>,
+    names: Box<[libc::sockaddr_storage]>,
+    ctrl: Box<[CmsgBuf]>,
+}
+
+// SAFETY: the raw pointers inside `hdrs`/`iovs` are rewritten before every `sendmmsg` and only
+// dereferenced by the kernel during that call, which holds `&mut SendScratch`; between calls
+// they are stale values that nothing reads.
+unsafe impl Send for SendScratch {}
+// SAFETY: as above; `&SendScratch` gives no access to the pointers.
+unsafe impl Sync for SendScratch {}
+
+impl std::fmt::Debug for SendScratch {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("SendScratch").finish_non_exhaustive()
+    }
+}
+
+impl SendScratch {
+    pub(crate) fn new() -> Self {
+        // SAFETY: mmsghdr, iovec and sockaddr_storage are plain C structs for which all-zero
+        // bytes are a valid value (null pointers, zero lengths).
+        let (hdr, iov, name) = unsafe {
+            (
+                mem::zeroed::<libc::mmsghdr>(),
+                mem::zeroed::<libc::iovec>(),
+                mem::zeroed::<libc::sockaddr_storage>(),
+            )
+        };
+        Self {
+            hdrs: vec![hdr; BATCH_MAX].into_boxed_slice(),
+            iovs: vec![iov; BATCH_MAX].into_boxed_slice(),
+            names: vec![name; BATCH_MAX].into_boxed_slice(),
+            ctrl: vec![CmsgBuf([0; CMSG_BUF_LEN]); BATCH_MAX].into_boxed_slice(),
+        }
+    }
+}
+
+/// Sends `run` (at most [`BATCH_MAX`] transmits, validated by the caller) with one `sendmmsg`.
+/// Returns how many were sent; an error concerns `run[0]`.
+pub(crate) fn send(
+    socket: &Socket,
+    config: &Config,
+    run: &[Transmit<'_>],
+    gso: bool,
+    scratch: &mut SendScratch,
+) -> io::Result<usize> {
+    let n = run.len().min(BATCH_MAX);
+    let is_v4 = socket
+        .local_addr()
+        .ok()
+        .and_then(|a| a.as_socket())
+        .map_or(true, |a| a.is_ipv4());
+    for (i, t) in run[..n].iter().enumerate() {
+        let namelen = write_sockaddr(&t.dst, &mut scratch.names[i]);
+        scratch.iovs[i] = libc::iovec {
+            // The kernel only reads through this pointer (sendmsg).
+            iov_base: t.contents.as_ptr().cast_mut().cast(),
+            iov_len: t.contents.len(),
+        };
+        let tos = libc::c_int::from(config.dscp << 2 | t.ecn.bits());
+        let ctrl = &mut scratch.ctrl[i].0;
+        let mut ctrl_len = if is_v4 {
+            put_cmsg(ctrl, 0, libc::IPPROTO_IP, libc::IP_TOS, &tos.to_ne_bytes())
+        } else {
+            put_cmsg(ctrl, 0, libc::IPPROTO_IPV6, libc::IPV6_TCLASS, &tos.to_ne_bytes())
+        };
+        if let Some(size) = t.segment_size {
+            if gso && t.contents.len() > size {
+                // Validated by the caller: 0 < size < contents.len() <= 65535.
+                let size = u16::try_from(size).unwrap_or(u16::MAX);
+                ctrl_len = put_cmsg(
+                    ctrl,
+                    ctrl_len,
+                    libc::SOL_UDP,
+                    libc::UDP_SEGMENT,
+                    &size.to_ne_bytes(),
+                );
+            }
+        }
+        let hdr = &mut scratch.hdrs[i].msg_hdr;
+        hdr.msg_name = ptr::addr_of_mut!(scratch.names[i]).cast();
+        hdr.msg_namelen = namelen;
+        hdr.msg_iov = ptr::addr_of_mut!(scratch.iovs[i]);
+        hdr.msg_iovlen = 1;
+        hdr.msg_control = scratch.ctrl[i].0.as_mut_ptr().cast();
+        hdr.msg_controllen = ctrl_len as _;
+        hdr.msg_flags = 0;
+        scratch.hdrs[i].msg_len = 0;
+    }
+    loop {
+        // SAFETY: the first `n` headers point at live buffers: addresses, iovecs and control
+        // buffers in `scratch` (borrowed mutably for this call) and the transmits' contents
+        // (borrowed for this call); all lengths were written just above. `n <= BATCH_MAX`.
+        let rc = unsafe {
+            libc::sendmmsg(
+                socket.as_raw_fd(),
+                scratch.hdrs.as_mut_ptr(),
+                n as libc::c_uint,
+                0,
+            )
+        };
+        if rc >= 0 {
+            return Ok(usize::try_from(rc).unwrap_or(0));
+        }
+        let error = io::Error::last_os_error();
+        if error.kind() != io::ErrorKind::Interrupted {
+            return Err(error);
+        }
+    }
+}
+
+/// Appends one control message at byte `offset` of `buf` and returns the new used length.
+/// `buf` is large enough for every combination this module writes (checked in debug builds).
+fn put_cmsg(buf: &mut [u8], offset: usize, level: libc::c_int, ty: libc::c_int, data: &[u8]) -> usize {
+    // SAFETY: CMSG_SPACE and CMSG_LEN are pure arithmetic on their argument.
+    let (space, len, data_offset) = unsafe {
+        (
+            libc::CMSG_SPACE(data.len() as u32) as usize,
+            libc::CMSG_LEN(data.len() as u32) as usize,
+            libc::CMSG_LEN(0) as usize,
+        )
+    };
+    debug_assert!(offset + space <= buf.len());
+    if offset + space > buf.len() {
+        return offset;
+    }
+    buf[offset..offset + space].fill(0);
+    // SAFETY: a zeroed cmsghdr is valid.
+    let mut header: libc::cmsghdr = unsafe { mem::zeroed() };
+    header.cmsg_len = len as _;
+    header.cmsg_level = level;
+    header.cmsg_type = ty;
+    // SAFETY: `offset + size_of::<cmsghdr>() <= offset + space <= buf.len()`, so the write stays
+    // inside `buf`; write_unaligned needs no alignment.
+    unsafe { ptr::write_unaligned(buf.as_mut_ptr().add(offset).cast::<libc::cmsghdr>(), header) };
+    buf[offset + data_offset..offset + data_offset + data.len()].copy_from_slice(data);
+    offset + space
+}
+
+/// Writes `addr` as a C socket address into `storage` and returns its length.
+fn write_sockaddr(addr: &SocketAddr, storage: &mut libc::sockaddr_storage) -> libc::socklen_t {
+    match addr {
+        SocketAddr::V4(a) => {
+            let sin = libc::sockaddr_in {
+                sin_family: libc::AF_INET as libc::sa_family_t,
+                sin_port: a.port().to_be(),
+                sin_addr: libc::in_addr {
+                    s_addr: u32::from_ne_bytes(a.ip().octets()),
+                },
+                sin_zero: [0; 8],
+            };
+            // SAFETY: sockaddr_storage is larger than and suitably aligned for sockaddr_in.
+            unsafe { ptr::write(ptr::from_mut(storage).cast::<libc::sockaddr_in>(), sin) };
+            size_of::<libc::sockaddr_in>() as libc::socklen_t
+        }
+        SocketAddr::V6(a) => {
+            let sin6 = libc::sockaddr_in6 {
+                sin6_family: libc::AF_INET6 as libc::sa_family_t,
+                sin6_port: a.port().to_be(),
+                sin6_flowinfo: a.flowinfo().to_be(),
+                sin6_addr: libc::in6_addr {
+                    s6_addr: a.ip().octets(),
+                },
+                sin6_scope_id: a.scope_id(),
+            };
+            // SAFETY: sockaddr_storage is larger than and suitably aligned for sockaddr_in6.
+            unsafe { ptr::write(ptr::from_mut(storage).cast::<libc::sockaddr_in6>(), sin6) };
+            size_of::<libc::sockaddr_in6>() as libc::socklen_t
+        }
+    }
+}
+
+/// Reads a C socket address written by the kernel; `None` for families other than IP.
+fn read_sockaddr(storage: &libc::sockaddr_storage, len: libc::socklen_t) -> Option<SocketAddr> {
+    let len = len as usize;
+    match libc::c_int::from(storage.ss_family) {
+        libc::AF_INET if len >= size_of::<libc::sockaddr_in>() => {
+            // SAFETY: the family says the storage holds a sockaddr_in, and it is large and
+            // aligned enough for one.
+            let sin = unsafe { &*ptr::from_ref(storage).cast::<libc::sockaddr_in>() };
+            Some(SocketAddr::V4(SocketAddrV4::new(
+                Ipv4Addr::from(sin.sin_addr.s_addr.to_ne_bytes()),
+                u16::from_be(sin.sin_port),
+            )))
+        }
+        libc::AF_INET6 if len >= size_of::<libc::sockaddr_in6>() => {
+            // SAFETY: the family says the storage holds a sockaddr_in6, and it is large and
+            // aligned enough for one.
+            let sin6 = unsafe { &*ptr::from_ref(storage).cast::<libc::sockaddr_in6>() };
+            Some(SocketAddr::V6(SocketAddrV6::new(
+                Ipv6Addr::from(sin6.sin6_addr.s6_addr),
+                u16::from_be(sin6.sin6_port),
+                u32::from_be(sin6.sin6_flowinfo),
+                sin6.sin6_scope_id,
+            )))
+        }
+        _ => None,
+    }
+}
+
+/// Per-arena scratch for `recvmmsg`: headers whose vectors point at the arena's slots, built
+/// once (the arena's buffer is a boxed slice, so the pointers stay valid when the arena moves).
+pub(crate) struct RecvScratch {
+    hdrs: Box<[libc::mmsghdr]>,
+    iovs: Box<[libc::iovec]>,
+    names: Box<[libc::sockaddr_storage]>,
+    ctrl: Box<[CmsgBuf]>,
+}
+
+// SAFETY: the pointers point into heap allocations owned by the same `RecvArena` (its buffer)
+// or by this scratch; they are only used by `recvmmsg` while the arena is borrowed mutably.
+unsafe impl Send for RecvScratch {}
+// SAFETY: `&RecvScratch` gives no access to the pointers.
+unsafe impl Sync for RecvScratch {}
+
+impl RecvScratch {
+    pub(crate) fn new(buf: &mut [u8], slot_len: usize) -> Self {
+        let slots = buf.len() / slot_len.max(1);
+        // SAFETY: all-zero bytes are valid for these plain C structs.
+        let (hdr, iov, name) = unsafe {
+            (
+                mem::zeroed::<libc::mmsghdr>(),
+                mem::zeroed::<libc::iovec>(),
+                mem::zeroed::<libc::sockaddr_storage>(),
+            )
+        };
+        let mut scratch = Self {
+            hdrs: vec![hdr; slots].into_boxed_slice(),
+            iovs: vec![iov; slots].into_boxed_slice(),
+            names: vec![name; slots].into_boxed_slice(),
+            ctrl: vec![CmsgBuf([0; CMSG_BUF_LEN]); slots].into_boxed_slice(),
+        };
+        for (i, slot) in buf.chunks_exact_mut(slot_len).enumerate() {
+            scratch.iovs[i] = libc::iovec {
+                iov_base: slot.as_mut_ptr().cast(),
+                iov_len: slot_len,
+            };
+            let hdr = &mut scratch.hdrs[i].msg_hdr;
+            hdr.msg_name = ptr::addr_of_mut!(scratch.names[i]).cast();
+            hdr.msg_iov = ptr::addr_of_mut!(scratch.iovs[i]);
+            hdr.msg_iovlen = 1;
+            hdr.msg_control = scratch.ctrl[i].0.as_mut_ptr().cast();
+        }
+        scratch
+    }
+}
+
+/// Receives up to `arena.slots()` messages with one `recvmmsg` and fills their metadata.
+pub(crate) fn recv(socket: &Socket, local: SocketAddr, arena: &mut RecvArena) -> io::Result<usize> {
+    let slots = arena.meta.len().min(arena.scratch.hdrs.len());
+    for hdr in &mut arena.scratch.hdrs[..slots] {
+        hdr.msg_hdr.msg_namelen = size_of::<libc::sockaddr_storage>() as libc::socklen_t;
+        hdr.msg_hdr.msg_controllen = CMSG_BUF_LEN as _;
+        hdr.msg_hdr.msg_flags = 0;
+        hdr.msg_len = 0;
+    }
+    // SAFETY: every header points at a live slot of `arena.buf` (slot_len bytes), an address
+    // buffer and a control buffer of the lengths just set, all owned by `arena`, which is
+    // borrowed mutably for the call. `slots` does not exceed the number of headers.
+    let rc = unsafe {
+        libc::recvmmsg(
+            socket.as_raw_fd(),
+            arena.scratch.hdrs.as_mut_ptr(),
+            slots as libc::c_uint,
+            libc::MSG_DONTWAIT,
+            ptr::null_mut(),
+        )
+    };
+    if rc < 0 {
+        return Err(io::Error::last_os_error());
+    }
+    let n = usize::try_from(rc).unwrap_or(0).min(slots);
+    for i in 0..n {
+        let hdr = &arena.scratch.hdrs[i];
+        let len = (hdr.msg_len as usize).min(arena.slot_len);
+        let mut meta = RecvMeta {
+            src: read_sockaddr(&arena.scratch.names[i], hdr.msg_hdr.msg_namelen)
+                .unwrap_or_else(|| SocketAddr::new(unspecified(local.ip()), 0)),
+            dst_ip: local.ip(),
+            len,
+            stride: len,
+            ecn: Ecn::NotEct,
+            truncated: hdr.msg_hdr.msg_flags & libc::MSG_TRUNC != 0,
+        };
+        decode_cmsgs(&hdr.msg_hdr, &mut meta);
+        if meta.stride == 0 {
+            meta.stride = len;
+        }
+        arena.meta[i] = meta;
+    }
+    Ok(n)
+}
+
+fn unspecified(ip: IpAddr) -> IpAddr {
+    match ip {
+        IpAddr::V4(_) => IpAddr::V4(Ipv4Addr::UNSPECIFIED),
+        IpAddr::V6(_) => IpAddr::V6(Ipv6Addr::UNSPECIFIED),
+    }
+}
+
+/// Reads the control messages the kernel attached: TOS/TCLASS (ECN), packet info (destination
+/// address) and the GRO segment size.
+fn decode_cmsgs(hdr: &libc::msghdr, meta: &mut RecvMeta) {
+    // SAFETY: `hdr` was filled by recvmmsg: msg_control points at our control buffer and
+    // msg_controllen is the length the kernel wrote, so the CMSG_* walk stays inside it.
+    let mut cmsg = unsafe { libc::CMSG_FIRSTHDR(hdr) };
+    while !cmsg.is_null() {
+        // SAFETY: CMSG_FIRSTHDR/CMSG_NXTHDR return only headers that lie inside the buffer;
+        // read_unaligned needs no alignment.
+        let header = unsafe { ptr::read_unaligned(cmsg) };
+        // SAFETY: CMSG_DATA points just after a header inside the buffer.
+        let data = unsafe { libc::CMSG_DATA(cmsg) };
+        // SAFETY: CMSG_LEN(0) is pure arithmetic.
+        let data_len = (header.cmsg_len as usize).saturating_sub(unsafe { libc::CMSG_LEN(0) } as usize);
+        match (header.cmsg_level, header.cmsg_type) {
+            (libc::IPPROTO_IP, libc::IP_TOS) if data_len >= 1 => {
+                // SAFETY: at least one data byte is present.
+                meta.ecn = Ecn::from_tos(unsafe { *data });
+            }
+            (libc::IPPROTO_IPV6, libc::IPV6_TCLASS) if data_len >= size_of::<libc::c_int>() => {
+                // SAFETY: a c_int of data is present; read_unaligned needs no alignment.
+                let tclass = unsafe { ptr::read_unaligned(data.cast::<libc::c_int>()) };
+                meta.ecn = Ecn::from_tos((tclass & 0xff) as u8);
+            }
+            (libc::IPPROTO_IP, libc::IP_PKTINFO) if data_len >= size_of::<libc::in_pktinfo>() => {
+                // SAFETY: an in_pktinfo of data is present.
+                let info = unsafe { ptr::read_unaligned(data.cast::<libc::in_pktinfo>()) };
+                meta.dst_ip = IpAddr::V4(Ipv4Addr::from(info.ipi_addr.s_addr.to_ne_bytes()));
+            }
+            (libc::IPPROTO_IPV6, libc::IPV6_PKTINFO)
+                if data_len >= size_of::<libc::in6_pktinfo>() =>
+            {
+                // SAFETY: an in6_pktinfo of data is present.
+                let info = unsafe { ptr::read_unaligned(data.cast::<libc::in6_pktinfo>()) };
+                meta.dst_ip = IpAddr::V6(Ipv6Addr::from(info.ipi6_addr.s6_addr));
+            }
+            (libc::SOL_UDP, libc::UDP_GRO) if data_len >= size_of::<u16>() => {
+                // The kernel writes an int (older kernels documented u16); the low 16 bits of
+                // either hold the segment size on little- and big-endian alike only for int, so
+                // read the width it wrote.
+                let stride = if data_len >= size_of::<libc::c_int>() {
+                    // SAFETY: a c_int of data is present.
+                    let v = unsafe { ptr::read_unaligned(data.cast::<libc::c_int>()) };
+                    usize::try_from(v).unwrap_or(0)
+                } else {
+                    // SAFETY: a u16 of data is present.
+                    usize::from(unsafe { ptr::read_unaligned(data.cast::<u16>()) })
+                };
+                meta.stride = stride;
+            }
+            _ => {}
+        }
+        // SAFETY: as for CMSG_FIRSTHDR; returns null past the end.
+        cmsg = unsafe { libc::CMSG_NXTHDR(hdr, cmsg) };
+    }
+}
+
+/// Waits with `ppoll(2)` (nanosecond timeout) for readability or writability.
+pub(crate) fn wait(socket: &Socket, readable: bool, timeout: Option<Duration>) -> io::Result<bool> {
+    let mut pfd = libc::pollfd {
+        fd: socket.as_raw_fd(),
+        events: if readable { libc::POLLIN } else { libc::POLLOUT },
+        revents: 0,
+    };
+    let ts = timeout.map(|t| libc::timespec {
+        tv_sec: libc::time_t::try_from(t.as_secs()).unwrap_or(libc::time_t::MAX),
+        tv_nsec: libc::c_long::from(t.subsec_nanos() as i32),
+    });
+    let ts_ptr = ts.as_ref().map_or(ptr::null(), ptr::from_ref);
+    // SAFETY: one valid pollfd, a timespec that lives across the call (or null), no sigmask.
+    let rc = unsafe { libc::ppoll(&mut pfd, 1, ts_ptr, ptr::null()) };
+    if rc < 0 {
+        let error = io::Error::last_os_error();
+        return if error.kind() == io::ErrorKind::Interrupted {
+            Ok(false)
+        } else {
+            Err(error)
+        };
+    }
+    // POLLERR/POLLHUP also count as ready: the next call reports the condition.
+    Ok(rc > 0 && pfd.revents != 0)
+}
+
+/// `EIO` (no checksum offload on the route's device) or `EINVAL` (segment size refused): the
+/// kernel will not do GSO for this socket.
+pub(crate) fn is_gso_refusal(error: &io::Error) -> bool {
+    matches!(error.raw_os_error(), Some(libc::EIO | libc::EINVAL))
+}
+
+/// `EMSGSIZE`: larger than the path MTU with DF set.
+pub(crate) fn is_message_too_long(error: &io::Error) -> bool {
+    error.raw_os_error() == Some(libc::EMSGSIZE)
+}
