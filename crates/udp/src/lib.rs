@@ -21,6 +21,29 @@
 //!   `0xC000 + hash`) for ECMP entropy. [`RoceSocket::prepare_source_port`] binds a send-only
 //!   socket to `<ip>:<sport>` on first use and says which port will really be used.
 //!
+//! # Example
+//! ```
+//! use softrdma_udp::{Config, Ecn, RecvArena, RoceSocket, Transmit};
+//! use std::time::Duration;
+//!
+//! # fn main() -> Result<(), Box<dyn std::error::Error>> {
+//! // Port 0 for the example; real peers use 4791 (`RoceSocket::bind(ip)`).
+//! let mut a = RoceSocket::open(Config::new("127.0.0.1".parse()?).port(0))?;
+//! let b = RoceSocket::open(Config::new("127.0.0.2".parse()?).port(0))?;
+//! let sport = a.prepare_source_port(0); // or 0xC000 + hash(qpn); compute the ICRC with `sport`
+//! let packet = [0u8; 64]; // BTH .. ICRC, built for IPv4 identification 0
+//! let t = Transmit { dst: b.local_addr(), src_port: sport, ecn: Ecn::Ect0, segment_size: None, contents: &packet };
+//! assert_eq!(a.send(&[t])?, 1);
+//!
+//! let mut arena = RecvArena::for_socket(&b, 64);
+//! b.recv_timeout(&mut arena, Some(Duration::from_secs(1)))?;
+//! for (meta, datagram) in arena.datagrams() {
+//!     assert_eq!((meta.src, datagram.len()), (a.local_addr(), 64)); // meta.ecn: Ect0 on Linux
+//! }
+//! # Ok(())
+//! # }
+//! ```
+//!
 //! # What the kernel writes into the IPv4 header (measured)
 //! The ICRC covers the IPv4 total length, identification, flags and addresses (TOS, TTL and the
 //! header checksum are masked). A sender that lets the kernel build the header must know them.
@@ -180,7 +203,9 @@ impl Transmit<'_> {
     #[must_use]
     pub fn segments(&self) -> usize {
         match self.segment_size {
-            Some(size) if size > 0 && !self.contents.is_empty() => self.contents.len().div_ceil(size),
+            Some(size) if size > 0 && !self.contents.is_empty() => {
+                self.contents.len().div_ceil(size)
+            }
             _ => 1,
         }
     }
@@ -372,7 +397,11 @@ impl RecvArena {
     /// The datagrams of the last receive: GRO messages split at their stride.
     pub fn datagrams(&self) -> impl Iterator<Item = (&RecvMeta, &[u8])> + '_ {
         self.iter().flat_map(|(meta, bytes)| {
-            let stride = if meta.stride == 0 { bytes.len().max(1) } else { meta.stride };
+            let stride = if meta.stride == 0 {
+                bytes.len().max(1)
+            } else {
+                meta.stride
+            };
             bytes.chunks(stride).map(move |chunk| (meta, chunk))
         })
     }
@@ -554,7 +583,13 @@ impl RoceSocket {
                 None => &self.main,
                 Some(p) => match self.pool.get(&p) {
                     Some(PortSlot::Bound(socket)) => socket,
-                    _ => return if sent > 0 { Ok(sent) } else { Err(self.unavailable(p)) },
+                    _ => {
+                        return if sent > 0 {
+                            Ok(sent)
+                        } else {
+                            Err(self.unavailable(p))
+                        }
+                    }
                 },
             };
             match imp::send(socket, &self.config, run, gso, &mut self.send_scratch) {
@@ -613,7 +648,10 @@ impl RoceSocket {
                 arena.filled = n;
                 Ok(n)
             }
-            Err(e) if e.kind() == io::ErrorKind::WouldBlock || e.kind() == io::ErrorKind::Interrupted => {
+            Err(e)
+                if e.kind() == io::ErrorKind::WouldBlock
+                    || e.kind() == io::ErrorKind::Interrupted =>
+            {
                 Ok(0)
             }
             Err(source) => Err(RecvError::Io {

@@ -44,21 +44,30 @@ pub(crate) fn open(config: &Config) -> Result<Opened, OpenError> {
         set("IP_RECVTOS", libc::IPPROTO_IP, libc::IP_RECVTOS, 1)?;
         set("IP_PKTINFO", libc::IPPROTO_IP, libc::IP_PKTINFO, 1)?;
     } else {
-        set("IPV6_RECVTCLASS", libc::IPPROTO_IPV6, libc::IPV6_RECVTCLASS, 1)?;
-        set("IPV6_RECVPKTINFO", libc::IPPROTO_IPV6, libc::IPV6_RECVPKTINFO, 1)?;
+        set(
+            "IPV6_RECVTCLASS",
+            libc::IPPROTO_IPV6,
+            libc::IPV6_RECVTCLASS,
+            1,
+        )?;
+        set(
+            "IPV6_RECVPKTINFO",
+            libc::IPPROTO_IPV6,
+            libc::IPV6_RECVPKTINFO,
+            1,
+        )?;
     }
     socket
         .bind(&addr.into())
         .map_err(|source| OpenError::Bind { addr, source })?;
     // GSO: the option exists since Linux 4.18; setting the per-socket default segment size to 0
     // (no segmentation unless a control message asks) is a harmless probe.
-    let gso_segments = if config.gso
-        && setsockopt_int(fd, libc::SOL_UDP, libc::UDP_SEGMENT, 0).is_ok()
-    {
-        MAX_GSO_SEGMENTS
-    } else {
-        1
-    };
+    let gso_segments =
+        if config.gso && setsockopt_int(fd, libc::SOL_UDP, libc::UDP_SEGMENT, 0).is_ok() {
+            MAX_GSO_SEGMENTS
+        } else {
+            1
+        };
     // GRO: since Linux 5.0. Without it, a GSO super-packet arriving on loopback is split.
     let gro_segments = if config.gro && setsockopt_int(fd, libc::SOL_UDP, libc::UDP_GRO, 1).is_ok()
     {
@@ -87,8 +96,12 @@ pub(crate) fn open_send_only(config: &Config, addr: SocketAddr) -> Result<Socket
 /// depends on: DF (`IP_PMTUDISC_DO`), TTL, default TOS, buffer sizes. Not bound yet.
 fn new_socket(config: &Config, addr: SocketAddr, recv_buffer: usize) -> Result<Socket, OpenError> {
     let domain = Domain::for_address(addr);
-    let socket = Socket::new(domain, Type::DGRAM.nonblocking().cloexec(), Some(Protocol::UDP))
-        .map_err(|source| OpenError::Socket { addr, source })?;
+    let socket = Socket::new(
+        domain,
+        Type::DGRAM.nonblocking().cloexec(),
+        Some(Protocol::UDP),
+    )
+    .map_err(|source| OpenError::Socket { addr, source })?;
     let fd = socket.as_raw_fd();
     let set = |option, level, name, value| {
         setsockopt_int(fd, level, name, value).map_err(|source| OpenError::SetOption {
@@ -126,7 +139,12 @@ fn new_socket(config: &Config, addr: SocketAddr, recv_buffer: usize) -> Result<S
         set("IPV6_TCLASS", libc::IPPROTO_IPV6, libc::IPV6_TCLASS, tos)?;
     }
     set_buffer(fd, libc::SO_RCVBUFFORCE, libc::SO_RCVBUF, recv_buffer);
-    set_buffer(fd, libc::SO_SNDBUFFORCE, libc::SO_SNDBUF, config.send_buffer_bytes);
+    set_buffer(
+        fd,
+        libc::SO_SNDBUFFORCE,
+        libc::SO_SNDBUF,
+        config.send_buffer_bytes,
+    );
     Ok(socket)
 }
 
@@ -216,11 +234,6 @@ pub(crate) fn send(
     scratch: &mut SendScratch,
 ) -> io::Result<usize> {
     let n = run.len().min(BATCH_MAX);
-    let is_v4 = socket
-        .local_addr()
-        .ok()
-        .and_then(|a| a.as_socket())
-        .map_or(true, |a| a.is_ipv4());
     for (i, t) in run[..n].iter().enumerate() {
         let namelen = write_sockaddr(&t.dst, &mut scratch.names[i]);
         scratch.iovs[i] = libc::iovec {
@@ -230,10 +243,17 @@ pub(crate) fn send(
         };
         let tos = libc::c_int::from(config.dscp << 2 | t.ecn.bits());
         let ctrl = &mut scratch.ctrl[i].0;
-        let mut ctrl_len = if is_v4 {
+        // The caller checked that the destination's family is the socket's.
+        let mut ctrl_len = if t.dst.is_ipv4() {
             put_cmsg(ctrl, 0, libc::IPPROTO_IP, libc::IP_TOS, &tos.to_ne_bytes())
         } else {
-            put_cmsg(ctrl, 0, libc::IPPROTO_IPV6, libc::IPV6_TCLASS, &tos.to_ne_bytes())
+            put_cmsg(
+                ctrl,
+                0,
+                libc::IPPROTO_IPV6,
+                libc::IPV6_TCLASS,
+                &tos.to_ne_bytes(),
+            )
         };
         if let Some(size) = t.segment_size {
             if gso && t.contents.len() > size {
@@ -282,7 +302,13 @@ pub(crate) fn send(
 
 /// Appends one control message at byte `offset` of `buf` and returns the new used length.
 /// `buf` is large enough for every combination this module writes (checked in debug builds).
-fn put_cmsg(buf: &mut [u8], offset: usize, level: libc::c_int, ty: libc::c_int, data: &[u8]) -> usize {
+fn put_cmsg(
+    buf: &mut [u8],
+    offset: usize,
+    level: libc::c_int,
+    ty: libc::c_int,
+    data: &[u8],
+) -> usize {
     // SAFETY: CMSG_SPACE and CMSG_LEN are pure arithmetic on their argument.
     let (space, len, data_offset) = unsafe {
         (
@@ -482,7 +508,8 @@ fn decode_cmsgs(hdr: &libc::msghdr, meta: &mut RecvMeta) {
         // SAFETY: CMSG_DATA points just after a header inside the buffer.
         let data = unsafe { libc::CMSG_DATA(cmsg) };
         // SAFETY: CMSG_LEN(0) is pure arithmetic.
-        let data_len = (header.cmsg_len as usize).saturating_sub(unsafe { libc::CMSG_LEN(0) } as usize);
+        let data_len =
+            (header.cmsg_len as usize).saturating_sub(unsafe { libc::CMSG_LEN(0) } as usize);
         match (header.cmsg_level, header.cmsg_type) {
             (libc::IPPROTO_IP, libc::IP_TOS) if data_len >= 1 => {
                 // SAFETY: at least one data byte is present.
@@ -506,9 +533,8 @@ fn decode_cmsgs(hdr: &libc::msghdr, meta: &mut RecvMeta) {
                 meta.dst_ip = IpAddr::V6(Ipv6Addr::from(info.ipi6_addr.s6_addr));
             }
             (libc::SOL_UDP, libc::UDP_GRO) if data_len >= size_of::<u16>() => {
-                // The kernel writes an int (older kernels documented u16); the low 16 bits of
-                // either hold the segment size on little- and big-endian alike only for int, so
-                // read the width it wrote.
+                // The kernel writes an int (`udp_cmsg_recv`); accept a u16 too, reading the
+                // width it says it wrote.
                 let stride = if data_len >= size_of::<libc::c_int>() {
                     // SAFETY: a c_int of data is present.
                     let v = unsafe { ptr::read_unaligned(data.cast::<libc::c_int>()) };
@@ -530,7 +556,11 @@ fn decode_cmsgs(hdr: &libc::msghdr, meta: &mut RecvMeta) {
 pub(crate) fn wait(socket: &Socket, readable: bool, timeout: Option<Duration>) -> io::Result<bool> {
     let mut pfd = libc::pollfd {
         fd: socket.as_raw_fd(),
-        events: if readable { libc::POLLIN } else { libc::POLLOUT },
+        events: if readable {
+            libc::POLLIN
+        } else {
+            libc::POLLOUT
+        },
         revents: 0,
     };
     let ts = timeout.map(|t| libc::timespec {

@@ -55,6 +55,8 @@ pub use ieth::Ieth;
 pub use imm_dt::ImmDt;
 pub use ip::{IpHeader, IpPacket, Ipv4Header, Ipv6Header, UdpHeader, ROCEV2_UDP_PORT};
 pub use opcode::{Headers, OpKind, Opcode, OpcodeInfo, Payload, Position, Transport};
-pub use packet::{pad_for, ExtHeaders, PacketRepr, CNP_RESERVED_LEN, ICRC_LEN};
+pub use packet::{
+    emit_headers, packet_len, pad_for, ExtHeaders, PacketRepr, CNP_RESERVED_LEN, ICRC_LEN,
+};
 pub use psn::{Psn, PSN_MODULUS};
 pub use reth::Reth;

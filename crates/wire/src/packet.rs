@@ -130,52 +130,69 @@ impl<'a> PacketRepr<'a> {
     /// Writes the packet into `buf[..self.buffer_len()]`. The BTH pad count is derived from the
     /// payload length (whatever `self.bth.pad_count` says), pad bytes are zero, and the ICRC slot
     /// is zeroed: fill it with [`crate::icrc`] once the IP and UDP headers are known.
-    /// Extension headers the opcode requires but `self.ext` lacks are written as zeros (a bug
-    /// in the caller, caught by a debug assertion).
+    /// Returns the number of bytes written.
     ///
     /// # Panics
     /// If `buf` is shorter than [`PacketRepr::buffer_len`].
     pub fn emit(&self, buf: &mut [u8]) -> usize {
         let len = self.buffer_len();
-        let buf = &mut buf[..len];
-        let pad = pad_for(self.payload.len());
-        let mut bth = self.bth;
-        bth.pad_count = pad;
-        bth.emit(buf);
-        let headers = self.bth.opcode.info().map_or(Headers::NONE, |i| i.headers);
-        debug_assert_eq!(
-            headers.union(Headers::CNP_RESERVED),
-            self.ext.present().union(Headers::CNP_RESERVED),
-            "extension headers do not match opcode {:?}",
-            self.bth.opcode
-        );
-        for (which, hlen) in Headers::ORDER {
-            let Some(off) = headers.offset_of(which) else {
-                continue;
-            };
-            let slot = &mut buf[off..off + hlen];
-            slot.fill(0);
-            match which {
-                Headers::DETH => self.ext.deth.unwrap_or_default().emit(slot),
-                Headers::FETH => self.ext.feth.unwrap_or_default().emit(slot),
-                Headers::RETH => self.ext.reth.unwrap_or_default().emit(slot),
-                Headers::ATOMIC_ETH => self.ext.atomic_eth.unwrap_or_default().emit(slot),
-                Headers::AETH => {
-                    if let Some(aeth) = self.ext.aeth {
-                        aeth.emit(slot)
-                    }
-                }
-                Headers::ATOMIC_ACK_ETH => self.ext.atomic_ack_eth.unwrap_or_default().emit(slot),
-                Headers::IMM_DT => self.ext.imm_dt.unwrap_or_default().emit(slot),
-                Headers::IETH => self.ext.ieth.unwrap_or_default().emit(slot),
-                _ => {} // CNP reserved bytes: zero
-            }
-        }
-        let hlen = self.header_len();
+        let hlen = emit_headers(&self.bth, &self.ext, self.payload.len(), buf);
         buf[hlen..hlen + self.payload.len()].copy_from_slice(self.payload);
-        buf[hlen + self.payload.len()..].fill(0);
+        buf[hlen + self.payload.len()..len].fill(0);
         len
     }
+}
+
+/// Total bytes of a packet with this opcode and payload length: headers, payload, pad, ICRC.
+pub fn packet_len(opcode: Opcode, payload_len: usize) -> usize {
+    opcode.info().map_or(Bth::LEN, |i| i.header_len())
+        + payload_len
+        + usize::from(pad_for(payload_len))
+        + ICRC_LEN
+}
+
+/// Writes the BTH (with the pad count for `payload_len`) and the extension headers the opcode
+/// requires, and returns the header length; the caller places the payload after it and zeroes
+/// pad and ICRC (see [`PacketRepr::emit`]). This lets an engine copy payload straight from
+/// registered memory into the transmit buffer. Extension headers the opcode requires but `ext`
+/// lacks are written as zeros (a bug in the caller, caught by a debug assertion).
+///
+/// # Panics
+/// If `buf` is shorter than the header length.
+pub fn emit_headers(bth: &Bth, ext: &ExtHeaders, payload_len: usize, buf: &mut [u8]) -> usize {
+    let mut bth = *bth;
+    bth.pad_count = pad_for(payload_len);
+    bth.emit(buf);
+    let headers = bth.opcode.info().map_or(Headers::NONE, |i| i.headers);
+    debug_assert_eq!(
+        headers.union(Headers::CNP_RESERVED),
+        ext.present().union(Headers::CNP_RESERVED),
+        "extension headers do not match opcode {:?}",
+        bth.opcode
+    );
+    for (which, hlen) in Headers::ORDER {
+        let Some(off) = headers.offset_of(which) else {
+            continue;
+        };
+        let slot = &mut buf[off..off + hlen];
+        slot.fill(0);
+        match which {
+            Headers::DETH => ext.deth.unwrap_or_default().emit(slot),
+            Headers::FETH => ext.feth.unwrap_or_default().emit(slot),
+            Headers::RETH => ext.reth.unwrap_or_default().emit(slot),
+            Headers::ATOMIC_ETH => ext.atomic_eth.unwrap_or_default().emit(slot),
+            Headers::AETH => {
+                if let Some(aeth) = ext.aeth {
+                    aeth.emit(slot)
+                }
+            }
+            Headers::ATOMIC_ACK_ETH => ext.atomic_ack_eth.unwrap_or_default().emit(slot),
+            Headers::IMM_DT => ext.imm_dt.unwrap_or_default().emit(slot),
+            Headers::IETH => ext.ieth.unwrap_or_default().emit(slot),
+            _ => {} // CNP reserved bytes: zero
+        }
+    }
+    headers.header_len()
 }
 
 /// The opcode of a packet without parsing the rest, if there is a byte to read.

@@ -1,0 +1,613 @@
+//! The engine: one software RNIC's transport state, driven from outside.
+//!
+//! # Contract (sans-IO)
+//! The engine does no I/O, starts no threads and reads no clock. The caller:
+//! - feeds every received UDP datagram to [`Engine::handle_datagram`];
+//! - calls [`Engine::poll_transmit`] until it returns `None` after anything that may have
+//!   produced output (a datagram, a post, a timeout), and sends what it returns;
+//! - calls [`Engine::handle_timeout`] once [`Engine::poll_timeout`]'s instant has passed;
+//! - drains completions with [`Engine::poll_cq`].
+//!
+//! `now` must never go backwards. Given the same sequence of calls with the same arguments,
+//! the engine produces the same packets and completions: that is what lets the simulator
+//! replay a failing run from its seed.
+
+use std::collections::{BTreeMap, BTreeSet, VecDeque};
+use std::net::{IpAddr, Ipv4Addr, SocketAddr};
+use std::sync::Arc;
+
+use softrdma_wire::{IcrcContext, OpKind, PacketRepr, Transport, ROCEV2_UDP_PORT};
+
+use crate::cq::{CompletionQueue, CqHandle};
+use crate::mr::{AccessFlags, MrTable, PdHandle, RegionMemory};
+use crate::qp::{Ctx, ModifyQpError, QpAttr, QpCaps, QpState, QpType, QueuePair};
+use crate::stats::{DropReason, Stats};
+use crate::time::Instant;
+use crate::wr::{RecvWr, SendFlags, SendWr, WcOpcode, WcStatus, WorkCompletion};
+
+/// Largest message the engine accepts (rxe's max_msg_sz is 8 MiB; IBTA allows 2^31).
+pub const MAX_MESSAGE_BYTES: u64 = 1 << 31;
+
+/// Static configuration of one engine (one software RNIC port).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct EngineConfig {
+    /// The local IP address packets are sent from (covered by the ICRC).
+    pub local_ip: IpAddr,
+    /// The local UDP port requests arrive on (4791).
+    pub local_udp_port: u16,
+    /// The UDP port peers listen on (4791).
+    pub remote_udp_port: u16,
+    /// Maximum request packets in flight per QP before the requester waits for ACKs.
+    pub max_inflight_packets: u32,
+    /// The requester sets AckReq at least every this many packets of a long message.
+    pub ack_req_every: u32,
+    /// Check the ICRC of received packets (off only for fuzzing).
+    pub verify_icrc: bool,
+    /// The first QP number handed out (rxe starts at 0x11).
+    pub first_qpn: u32,
+}
+
+impl EngineConfig {
+    /// Defaults for a device bound to `local_ip`.
+    pub fn new(local_ip: IpAddr) -> EngineConfig {
+        EngineConfig {
+            local_ip,
+            local_udp_port: ROCEV2_UDP_PORT,
+            remote_udp_port: ROCEV2_UDP_PORT,
+            max_inflight_packets: 1024,
+            ack_req_every: 64,
+            verify_icrc: true,
+            first_qpn: 0x11,
+        }
+    }
+}
+
+impl Default for EngineConfig {
+    fn default() -> EngineConfig {
+        EngineConfig::new(IpAddr::V4(Ipv4Addr::LOCALHOST))
+    }
+}
+
+/// A datagram the engine wants sent; its bytes are in the buffer passed to `poll_transmit`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[must_use]
+pub struct Transmit {
+    /// Destination address and port.
+    pub dst: SocketAddr,
+    /// UDP source port the ICRC was computed with (send from it, or recompute the ICRC).
+    pub src_port: u16,
+    /// ECN codepoint for the IP header (0 = Not-ECT).
+    pub ecn: u8,
+    /// Datagram length.
+    pub len: usize,
+}
+
+/// What the caller knows about a received datagram.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct DatagramMeta {
+    /// Sender's address and UDP source port.
+    pub src: SocketAddr,
+    /// ECN bits of the IP header.
+    pub ecn: u8,
+}
+
+/// Why an object could not be created, modified or destroyed, or a WR posted. Like ibverbs'
+/// errno returns: nothing happened.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
+pub enum EngineError {
+    /// No such protection domain.
+    #[error("no such protection domain")]
+    NoSuchPd,
+    /// No such completion queue.
+    #[error("no such completion queue")]
+    NoSuchCq,
+    /// No such queue pair.
+    #[error("no such queue pair")]
+    NoSuchQp,
+    /// No such memory region.
+    #[error("no such memory region")]
+    NoSuchMr,
+    /// The object is still used by others (QPs on a CQ, MRs or QPs in a PD).
+    #[error("object still in use")]
+    Busy,
+    /// An argument is invalid; the string says which.
+    #[error("invalid argument: {0}")]
+    InvalidArgument(&'static str),
+    /// The QP's state does not allow the call.
+    #[error("operation not allowed in QP state {0:?}")]
+    InvalidState(QpState),
+    /// The work queue is full.
+    #[error("work queue full")]
+    QueueFull,
+    /// The QP transition was refused.
+    #[error(transparent)]
+    Modify(#[from] ModifyQpError),
+}
+
+/// The transport engine of one software RNIC.
+pub struct Engine {
+    config: EngineConfig,
+    pds: BTreeSet<u32>,
+    next_pd: u32,
+    mrs: MrTable,
+    cqs: BTreeMap<CqHandle, CompletionQueue>,
+    next_cq: u32,
+    qps: BTreeMap<u32, QueuePair>,
+    next_qpn: u32,
+    stats: Stats,
+    /// QPs that may have output, in the order they became ready.
+    ready: VecDeque<u32>,
+}
+
+impl Engine {
+    /// A new engine with no objects.
+    pub fn new(config: EngineConfig) -> Engine {
+        Engine {
+            config,
+            pds: BTreeSet::new(),
+            next_pd: 1,
+            mrs: MrTable::default(),
+            cqs: BTreeMap::new(),
+            next_cq: 1,
+            qps: BTreeMap::new(),
+            next_qpn: config.first_qpn,
+            stats: Stats::default(),
+            ready: VecDeque::new(),
+        }
+    }
+
+    /// The configuration.
+    pub fn config(&self) -> &EngineConfig {
+        &self.config
+    }
+
+    /// Counters.
+    pub fn stats(&self) -> &Stats {
+        &self.stats
+    }
+
+    /// The memory region table.
+    pub fn mrs(&self) -> &MrTable {
+        &self.mrs
+    }
+
+    // --- objects -------------------------------------------------------------------------
+
+    /// Allocates a protection domain.
+    pub fn alloc_pd(&mut self) -> PdHandle {
+        let pd = self.next_pd;
+        self.next_pd += 1;
+        self.pds.insert(pd);
+        PdHandle(pd)
+    }
+
+    /// Frees a protection domain that no MR or QP uses.
+    pub fn dealloc_pd(&mut self, pd: PdHandle) -> Result<(), EngineError> {
+        if !self.pds.contains(&pd.0) {
+            return Err(EngineError::NoSuchPd);
+        }
+        if self.mrs.pd_in_use(pd) || self.qps.values().any(|q| q.pd == pd) {
+            return Err(EngineError::Busy);
+        }
+        self.pds.remove(&pd.0);
+        Ok(())
+    }
+
+    /// Registers `length` bytes of `memory` at virtual address `iova`; returns the key
+    /// (lkey = rkey). As in ibverbs, remote write or atomic access requires local write.
+    pub fn reg_mr(
+        &mut self,
+        pd: PdHandle,
+        iova: u64,
+        length: u64,
+        access: AccessFlags,
+        memory: Arc<dyn RegionMemory>,
+    ) -> Result<u32, EngineError> {
+        if !self.pds.contains(&pd.0) {
+            return Err(EngineError::NoSuchPd);
+        }
+        let needs_local_write = access.contains(AccessFlags::REMOTE_WRITE)
+            || access.contains(AccessFlags::REMOTE_ATOMIC);
+        if needs_local_write && !access.contains(AccessFlags::LOCAL_WRITE) {
+            return Err(EngineError::InvalidArgument(
+                "remote write/atomic access requires local write",
+            ));
+        }
+        if (memory.len() as u64) < length {
+            return Err(EngineError::InvalidArgument(
+                "memory shorter than the region",
+            ));
+        }
+        if iova.checked_add(length).is_none() {
+            return Err(EngineError::InvalidArgument(
+                "region wraps the address space",
+            ));
+        }
+        Ok(self.mrs.register(pd, iova, length, access, memory))
+    }
+
+    /// Deregisters a memory region. Requests already in flight that name it fail their
+    /// access checks from now on.
+    pub fn dereg_mr(&mut self, key: u32) -> Result<(), EngineError> {
+        if self.mrs.deregister(key) {
+            Ok(())
+        } else {
+            Err(EngineError::NoSuchMr)
+        }
+    }
+
+    /// Creates a completion queue of `capacity` entries.
+    pub fn create_cq(&mut self, capacity: usize) -> CqHandle {
+        let cq = CqHandle(self.next_cq);
+        self.next_cq += 1;
+        self.cqs.insert(cq, CompletionQueue::new(capacity));
+        cq
+    }
+
+    /// Destroys a completion queue no QP uses.
+    pub fn destroy_cq(&mut self, cq: CqHandle) -> Result<(), EngineError> {
+        if !self.cqs.contains_key(&cq) {
+            return Err(EngineError::NoSuchCq);
+        }
+        if self
+            .qps
+            .values()
+            .any(|q| q.send_cq == cq || q.recv_cq == cq)
+        {
+            return Err(EngineError::Busy);
+        }
+        self.cqs.remove(&cq);
+        Ok(())
+    }
+
+    /// Moves up to `max` completions of `cq` to `out`.
+    pub fn poll_cq(
+        &mut self,
+        cq: CqHandle,
+        max: usize,
+        out: &mut Vec<WorkCompletion>,
+    ) -> Result<usize, EngineError> {
+        Ok(self
+            .cqs
+            .get_mut(&cq)
+            .ok_or(EngineError::NoSuchCq)?
+            .poll(max, out))
+    }
+
+    /// A completion queue, to inspect.
+    pub fn cq(&self, cq: CqHandle) -> Option<&CompletionQueue> {
+        self.cqs.get(&cq)
+    }
+
+    /// Creates a QP in the RESET state; returns its number.
+    pub fn create_qp(
+        &mut self,
+        pd: PdHandle,
+        send_cq: CqHandle,
+        recv_cq: CqHandle,
+        qp_type: QpType,
+        caps: QpCaps,
+    ) -> Result<u32, EngineError> {
+        if !self.pds.contains(&pd.0) {
+            return Err(EngineError::NoSuchPd);
+        }
+        if !self.cqs.contains_key(&send_cq) || !self.cqs.contains_key(&recv_cq) {
+            return Err(EngineError::NoSuchCq);
+        }
+        if qp_type != QpType::Rc {
+            return Err(EngineError::InvalidArgument(
+                "only RC queue pairs are implemented",
+            ));
+        }
+        if caps.max_send_wr == 0 && caps.max_recv_wr == 0 {
+            return Err(EngineError::InvalidArgument(
+                "a QP needs a send or a receive queue",
+            ));
+        }
+        let mut qpn = self.next_qpn;
+        while self.qps.contains_key(&qpn) || qpn < 2 {
+            qpn = (qpn + 1) & softrdma_wire::QPN_MASK;
+        }
+        self.next_qpn = (qpn + 1) & softrdma_wire::QPN_MASK;
+        self.qps.insert(
+            qpn,
+            QueuePair::new(qpn, qp_type, pd, send_cq, recv_cq, caps),
+        );
+        Ok(qpn)
+    }
+
+    /// Changes QP state and attributes (ibverbs `ibv_modify_qp`). Refused changes change
+    /// nothing.
+    pub fn modify_qp(&mut self, qpn: u32, attr: &QpAttr) -> Result<(), EngineError> {
+        let qp = self.qps.get_mut(&qpn).ok_or(EngineError::NoSuchQp)?;
+        let to = crate::qp::attr::validate(qp.qp_type, qp.state, attr)?;
+        let mut ctx = Ctx {
+            now: Instant::ZERO,
+            config: &self.config,
+            mrs: &self.mrs,
+            cqs: &mut self.cqs,
+            stats: &mut self.stats,
+        };
+        qp.apply_modify(&mut ctx, to, attr);
+        self.ready.push_back(qpn);
+        Ok(())
+    }
+
+    /// A QP, to inspect.
+    pub fn qp(&self, qpn: u32) -> Option<&QueuePair> {
+        self.qps.get(&qpn)
+    }
+
+    /// Numbers of all QPs.
+    pub fn qpns(&self) -> impl Iterator<Item = u32> + '_ {
+        self.qps.keys().copied()
+    }
+
+    /// Destroys a QP. Outstanding WRs are discarded without completions (ibverbs semantics:
+    /// move the QP to ERR and drain the CQ first if they matter).
+    pub fn destroy_qp(&mut self, qpn: u32) -> Result<(), EngineError> {
+        self.qps
+            .remove(&qpn)
+            .map(|_| ())
+            .ok_or(EngineError::NoSuchQp)
+    }
+
+    // --- work requests -------------------------------------------------------------------
+
+    /// Posts a send WR (ibverbs `ibv_post_send` for one WR). Structural problems are an `Err`
+    /// and nothing is queued; protection problems found later complete the WR with an error
+    /// status, as on hardware.
+    pub fn post_send(&mut self, now: Instant, qpn: u32, wr: SendWr) -> Result<(), EngineError> {
+        let qp = self.qps.get_mut(&qpn).ok_or(EngineError::NoSuchQp)?;
+        match qp.state {
+            QpState::Rts | QpState::Sqd | QpState::Err => {}
+            s => return Err(EngineError::InvalidState(s)),
+        }
+        if qp.req.sq.len() >= qp.caps.max_send_wr as usize {
+            return Err(EngineError::QueueFull);
+        }
+        validate_send_wr(qp, &wr)?;
+        let mut ctx = Ctx {
+            now,
+            config: &self.config,
+            mrs: &self.mrs,
+            cqs: &mut self.cqs,
+            stats: &mut self.stats,
+        };
+        if qp.state == QpState::Err {
+            // IBTA: WRs posted to a QP in the error state complete with flush errors.
+            let wc = crate::qp::requester::SendWqe::new(wr, qp.cfg.path_mtu)
+                .completion(qpn, WcStatus::WrFlushErr);
+            ctx.complete(qp.send_cq, wc);
+            return Ok(());
+        }
+        qp.req.push(wr, qp.cfg.path_mtu);
+        self.ready.push_back(qpn);
+        Ok(())
+    }
+
+    /// Posts a receive WR (ibverbs `ibv_post_recv` for one WR).
+    pub fn post_recv(&mut self, qpn: u32, wr: RecvWr) -> Result<(), EngineError> {
+        let qp = self.qps.get_mut(&qpn).ok_or(EngineError::NoSuchQp)?;
+        if qp.state == QpState::Reset {
+            return Err(EngineError::InvalidState(QpState::Reset));
+        }
+        if qp.rq.len() >= qp.caps.max_recv_wr as usize {
+            return Err(EngineError::QueueFull);
+        }
+        if wr.sg_list.len() > qp.caps.max_recv_sge as usize {
+            return Err(EngineError::InvalidArgument(
+                "too many scatter/gather elements",
+            ));
+        }
+        if qp.state == QpState::Err {
+            let wc = WorkCompletion {
+                wr_id: wr.wr_id,
+                status: WcStatus::WrFlushErr,
+                opcode: WcOpcode::Recv,
+                byte_len: 0,
+                imm_data: None,
+                invalidated_rkey: None,
+                qp_num: qpn,
+                src_qp: qp.cfg.dest_qpn,
+            };
+            let mut ctx = Ctx {
+                now: Instant::ZERO,
+                config: &self.config,
+                mrs: &self.mrs,
+                cqs: &mut self.cqs,
+                stats: &mut self.stats,
+            };
+            ctx.complete(qp.recv_cq, wc);
+            return Ok(());
+        }
+        qp.rq.push_back(wr);
+        // A waiting RNR'd sender will retry on its own; nothing to transmit here.
+        Ok(())
+    }
+
+    // --- I/O -----------------------------------------------------------------------------
+
+    /// Processes one received UDP datagram (its payload: BTH through ICRC). Anything wrong
+    /// with it is counted and the datagram dropped; nothing a peer sends can make this panic.
+    pub fn handle_datagram(&mut self, now: Instant, meta: &DatagramMeta, data: &[u8]) {
+        self.stats.rx_packets += 1;
+        if self.config.verify_icrc && !cfg!(fuzzing) {
+            let ctx = IcrcContext::new(
+                meta.src.ip(),
+                self.config.local_ip,
+                meta.src.port(),
+                self.config.local_udp_port,
+            );
+            if ctx.verify_unknown_id(data).is_err() {
+                self.stats.drop(DropReason::BadIcrc);
+                return;
+            }
+        }
+        let pkt = match PacketRepr::parse(data) {
+            Ok(p) => p,
+            Err(e) => {
+                self.stats.drop(e.into());
+                return;
+            }
+        };
+        if pkt.bth.pkey & 0x7fff != 0x7fff {
+            self.stats.drop(DropReason::BadPkey);
+            return;
+        }
+        let Some(qp) = self.qps.get_mut(&pkt.bth.dest_qpn) else {
+            self.stats.drop(DropReason::UnknownQp);
+            return;
+        };
+        let Some(info) = pkt.bth.opcode.info() else {
+            self.stats.drop(DropReason::Malformed);
+            return;
+        };
+        let transport_ok = matches!(
+            (info.transport, qp.qp_type),
+            (Transport::Rc, QpType::Rc) | (Transport::Uc, QpType::Uc) | (Transport::Ud, QpType::Ud)
+        );
+        if !transport_ok {
+            self.stats.drop(DropReason::WrongTransport);
+            return;
+        }
+        if qp.qp_type != QpType::Ud && !qp.accepts_source(meta.src.ip()) {
+            self.stats.drop(DropReason::WrongSource);
+            return;
+        }
+        self.stats.rx_bytes += data.len() as u64;
+        Stats::count_opcode(&mut self.stats.rx_by_opcode, pkt.bth.opcode.0);
+        let mut ctx = Ctx {
+            now,
+            config: &self.config,
+            mrs: &self.mrs,
+            cqs: &mut self.cqs,
+            stats: &mut self.stats,
+        };
+        if info.is_request() {
+            if matches!(qp.state, QpState::Reset | QpState::Init | QpState::Err) {
+                ctx.stats.drop(DropReason::BadState);
+                return;
+            }
+            qp.handle_request(&mut ctx, &pkt);
+        } else {
+            if !matches!(qp.state, QpState::Rts | QpState::Sqd) || info.kind == OpKind::Cnp {
+                ctx.stats.drop(DropReason::BadState);
+                return;
+            }
+            qp.handle_response(&mut ctx, &pkt);
+        }
+        if qp.wants_transmit() {
+            self.ready.push_back(qp.qpn);
+        }
+    }
+
+    /// Writes the next datagram to send into `out` and describes it, or returns `None` when
+    /// nothing is ready. Call until `None`.
+    pub fn poll_transmit(&mut self, now: Instant, out: &mut Vec<u8>) -> Option<Transmit> {
+        while let Some(&qpn) = self.ready.front() {
+            let Some(qp) = self.qps.get_mut(&qpn) else {
+                self.ready.pop_front();
+                continue;
+            };
+            let mut ctx = Ctx {
+                now,
+                config: &self.config,
+                mrs: &self.mrs,
+                cqs: &mut self.cqs,
+                stats: &mut self.stats,
+            };
+            match qp.poll_transmit(&mut ctx, out) {
+                Some(t) => {
+                    // Round robin: a QP with more to send goes to the back of the line.
+                    self.ready.pop_front();
+                    if qp.wants_transmit() {
+                        self.ready.push_back(qpn);
+                    }
+                    return Some(t);
+                }
+                None => {
+                    self.ready.pop_front();
+                }
+            }
+        }
+        None
+    }
+
+    /// The earliest instant at which [`Engine::handle_timeout`] has work.
+    pub fn poll_timeout(&self) -> Option<Instant> {
+        self.qps.values().filter_map(|q| q.next_deadline()).min()
+    }
+
+    /// Runs every timer that has expired at `now`.
+    pub fn handle_timeout(&mut self, now: Instant) {
+        for (qpn, qp) in self.qps.iter_mut() {
+            if qp.next_deadline().is_some_and(|d| d <= now) {
+                let mut ctx = Ctx {
+                    now,
+                    config: &self.config,
+                    mrs: &self.mrs,
+                    cqs: &mut self.cqs,
+                    stats: &mut self.stats,
+                };
+                qp.handle_timeout(&mut ctx);
+                if qp.wants_transmit() {
+                    self.ready.push_back(*qpn);
+                }
+            }
+        }
+    }
+}
+
+fn validate_send_wr(qp: &QueuePair, wr: &SendWr) -> Result<(), EngineError> {
+    if wr.sg_list.len() > qp.caps.max_send_sge as usize {
+        return Err(EngineError::InvalidArgument(
+            "too many scatter/gather elements",
+        ));
+    }
+    if wr.flags.contains(SendFlags::INLINE) {
+        let Some(data) = &wr.inline_data else {
+            return Err(EngineError::InvalidArgument(
+                "INLINE flag without inline data",
+            ));
+        };
+        if data.len() > qp.caps.max_inline_data as usize {
+            return Err(EngineError::InvalidArgument(
+                "inline data longer than max_inline_data",
+            ));
+        }
+        if wr.op.is_read_or_atomic() {
+            return Err(EngineError::InvalidArgument(
+                "READ and atomics cannot be inline",
+            ));
+        }
+    } else if wr.inline_data.is_some() {
+        return Err(EngineError::InvalidArgument(
+            "inline data without the INLINE flag",
+        ));
+    }
+    if wr.op.is_atomic() {
+        let len: u64 = wr.sg_list.iter().map(|s| u64::from(s.length)).sum();
+        if len != 8 {
+            return Err(EngineError::InvalidArgument(
+                "atomic operations need an 8-byte SGL",
+            ));
+        }
+        let addr = match wr.op {
+            crate::wr::SendOp::AtomicCmpSwap { remote_addr, .. }
+            | crate::wr::SendOp::AtomicFetchAdd { remote_addr, .. } => remote_addr,
+            _ => 0,
+        };
+        if addr % 8 != 0 {
+            return Err(EngineError::InvalidArgument(
+                "atomic remote address not 8-byte aligned",
+            ));
+        }
+    }
+    if wr.length() > MAX_MESSAGE_BYTES {
+        return Err(EngineError::InvalidArgument(
+            "message longer than 2^31 bytes",
+        ));
+    }
+    Ok(())
+}

@@ -1,0 +1,36 @@
+//! The softrdma transport engine: RDMA reliable-connected transport (IBTA Vol. 1 ch. 9) as a
+//! deterministic state machine with no I/O.
+//!
+//! Packets, work requests and the current time go in; packets to transmit, work completions
+//! and the next deadline come out (see [`Engine`] for the exact contract). The same engine runs
+//! under the verbs layer on real UDP sockets and under the simulator on a virtual fabric.
+//!
+//! Layout, one concern per file:
+//! - [`engine`]: QPN demux, object tables, the `handle_*`/`poll_*` surface;
+//! - [`qp`]: a queue pair — `attr` (state machine), `requester`, `completer`,
+//!   `responder/{send,write,read,atomic}` (one file per operation), `timers`;
+//! - [`mr`]: protection domains, memory regions, every access check;
+//! - [`wr`]: work requests and completions; [`cq`]: completion queues;
+//! - [`stats`]: counters for every drop, NAK and retry; [`time`]: the engine's clock type.
+
+pub mod cq;
+pub mod engine;
+pub mod mr;
+pub mod qp;
+pub mod stats;
+pub mod time;
+pub mod wr;
+
+pub use cq::{CompletionQueue, CqHandle};
+pub use engine::{DatagramMeta, Engine, EngineConfig, EngineError, Transmit, MAX_MESSAGE_BYTES};
+pub use mr::{AccessError, AccessFlags, MemoryRegion, MrTable, PdHandle, RegionMemory, VecMemory};
+pub use qp::{
+    rxe_source_port, AddressVector, ModifyQpError, Mtu, QpAttr, QpCaps, QpConfig, QpState, QpType,
+    QueuePair,
+};
+pub use stats::{DropReason, NakKind, Stats};
+pub use time::{Duration, Instant};
+pub use wr::{RecvWr, SendFlags, SendOp, SendWr, Sge, WcOpcode, WcStatus, WorkCompletion};
+
+/// The most READ/atomic requests a QP may have outstanding in either direction (rxe: 128).
+pub const MAX_RD_ATOMIC: u8 = 128;

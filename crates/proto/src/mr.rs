@@ -1,0 +1,471 @@
+//! Protection domains and memory regions as the engine sees them.
+//!
+//! The engine never touches memory through pointers. A registered region is a key, a virtual
+//! address range, access rights, a protection domain, and a [`RegionMemory`] handle through
+//! which bytes move. Every access — local SGEs and remote RETH/AtomicETH targets alike — is
+//! checked here for key, PD, bounds and rights first, and only then handed to the region with
+//! an in-bounds offset. How bytes are stored (a `Vec` in the simulator, application memory in
+//! the verbs layer) is the region's business; so is making concurrent access sound.
+
+use std::collections::HashMap;
+use std::fmt;
+use std::sync::Arc;
+
+use crate::wr::Sge;
+
+/// Memory access rights (ibverbs `IBV_ACCESS_*` bit values).
+#[derive(Clone, Copy, PartialEq, Eq, Hash, Default)]
+pub struct AccessFlags(u32);
+
+impl AccessFlags {
+    /// The local HCA may write (needed for receives, READ results, atomic results).
+    pub const LOCAL_WRITE: AccessFlags = AccessFlags(1);
+    /// Remote peers may RDMA WRITE.
+    pub const REMOTE_WRITE: AccessFlags = AccessFlags(2);
+    /// Remote peers may RDMA READ.
+    pub const REMOTE_READ: AccessFlags = AccessFlags(4);
+    /// Remote peers may perform atomics.
+    pub const REMOTE_ATOMIC: AccessFlags = AccessFlags(8);
+
+    /// No rights.
+    pub const fn empty() -> AccessFlags {
+        AccessFlags(0)
+    }
+    /// All four rights.
+    pub const fn all() -> AccessFlags {
+        AccessFlags(0xf)
+    }
+    /// From ibverbs bits; unknown bits are dropped.
+    pub const fn from_bits_truncate(bits: u32) -> AccessFlags {
+        AccessFlags(bits & 0xf)
+    }
+    /// The ibverbs bits.
+    pub const fn bits(self) -> u32 {
+        self.0
+    }
+    /// Whether every right in `other` is granted.
+    pub const fn contains(self, other: AccessFlags) -> bool {
+        self.0 & other.0 == other.0
+    }
+}
+
+impl core::ops::BitOr for AccessFlags {
+    type Output = AccessFlags;
+    fn bitor(self, rhs: AccessFlags) -> AccessFlags {
+        AccessFlags(self.0 | rhs.0)
+    }
+}
+
+impl fmt::Debug for AccessFlags {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let names = [
+            (Self::LOCAL_WRITE, "LOCAL_WRITE"),
+            (Self::REMOTE_WRITE, "REMOTE_WRITE"),
+            (Self::REMOTE_READ, "REMOTE_READ"),
+            (Self::REMOTE_ATOMIC, "REMOTE_ATOMIC"),
+        ];
+        let mut set = f.debug_set();
+        for (flag, name) in names {
+            if self.contains(flag) {
+                set.entry(&format_args!("{name}"));
+            }
+        }
+        set.finish()
+    }
+}
+
+/// The bytes behind a memory region.
+///
+/// Offsets handed to these methods are always in bounds (`offset + len <= self.len()`); the
+/// engine checks before it calls. Methods take `&self` because the application may use the
+/// memory concurrently with the engine: implementations choose how to make that sound.
+pub trait RegionMemory: Send + Sync {
+    /// Length of the region in bytes.
+    fn len(&self) -> usize;
+    /// Whether the region is empty.
+    fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+    /// Copies `dst.len()` bytes starting at `offset` into `dst`.
+    fn read(&self, offset: usize, dst: &mut [u8]);
+    /// Copies `src` into the region starting at `offset`.
+    fn write(&self, offset: usize, src: &[u8]);
+    /// Atomically compares the 8-byte word (host byte order, as RDMA NICs and rxe operate) at `offset` with `compare` and,
+    /// if equal, replaces it with `swap`; returns the original value. `offset` is 8-aligned
+    /// relative to the region's virtual address.
+    fn compare_swap(&self, offset: usize, compare: u64, swap: u64) -> u64;
+    /// Atomically adds `add` to the 8-byte word at `offset`; returns the original value.
+    fn fetch_add(&self, offset: usize, add: u64) -> u64;
+}
+
+/// A protection domain handle.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct PdHandle(pub u32);
+
+/// The engine's record of one registered memory region.
+#[derive(Clone)]
+pub struct MemoryRegion {
+    /// Local key (equal to the remote key, as in rxe).
+    pub lkey: u32,
+    /// Remote key.
+    pub rkey: u32,
+    /// Owning protection domain.
+    pub pd: PdHandle,
+    /// Virtual address of the first byte.
+    pub iova: u64,
+    /// Length in bytes.
+    pub length: u64,
+    /// Granted rights.
+    pub access: AccessFlags,
+    /// The bytes.
+    pub memory: Arc<dyn RegionMemory>,
+}
+
+impl fmt::Debug for MemoryRegion {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("MemoryRegion")
+            .field("lkey", &format_args!("{:#x}", self.lkey))
+            .field("pd", &self.pd)
+            .field("iova", &format_args!("{:#x}", self.iova))
+            .field("length", &self.length)
+            .field("access", &self.access)
+            .finish()
+    }
+}
+
+impl MemoryRegion {
+    /// Offset of `[addr, addr + len)` inside the region, if it lies entirely inside.
+    pub fn offset_of(&self, addr: u64, len: u64) -> Option<usize> {
+        let off = addr.checked_sub(self.iova)?;
+        let end = off.checked_add(len)?;
+        if end > self.length {
+            return None;
+        }
+        usize::try_from(off).ok()
+    }
+}
+
+/// Why an access to registered memory was refused.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, thiserror::Error)]
+pub enum AccessError {
+    /// No region has this key.
+    #[error("no memory region with key {0:#x}")]
+    BadKey(u32),
+    /// The region belongs to another protection domain.
+    #[error("memory region belongs to another protection domain")]
+    WrongPd,
+    /// The range is not inside the region.
+    #[error("range outside the memory region")]
+    OutOfBounds,
+    /// The region does not grant the needed right.
+    #[error("memory region does not grant the access")]
+    NoPermission,
+    /// An atomic target is not 8-byte aligned.
+    #[error("atomic target not 8-byte aligned")]
+    Misaligned,
+}
+
+/// All memory regions of one engine, by key.
+#[derive(Default)]
+pub struct MrTable {
+    regions: HashMap<u32, MemoryRegion>,
+    next_index: u32,
+}
+
+impl MrTable {
+    /// Registers a region and returns its key (lkey = rkey). Keys are `index << 8 | 0x??`
+    /// like rxe's, never reused for the engine's lifetime, so a stale key cannot alias.
+    pub fn register(
+        &mut self,
+        pd: PdHandle,
+        iova: u64,
+        length: u64,
+        access: AccessFlags,
+        memory: Arc<dyn RegionMemory>,
+    ) -> u32 {
+        self.next_index += 1;
+        // The low byte is the "key" part of an ibverbs key; 0x02 like rxe's first MRs (0x2xx).
+        let key = (self.next_index << 8) | 0x02;
+        self.regions.insert(
+            key,
+            MemoryRegion {
+                lkey: key,
+                rkey: key,
+                pd,
+                iova,
+                length,
+                access,
+                memory,
+            },
+        );
+        key
+    }
+
+    /// Removes a region; `false` if the key was unknown.
+    pub fn deregister(&mut self, key: u32) -> bool {
+        self.regions.remove(&key).is_some()
+    }
+
+    /// The region with this key.
+    pub fn get(&self, key: u32) -> Option<&MemoryRegion> {
+        self.regions.get(&key)
+    }
+
+    /// Whether any region still belongs to `pd`.
+    pub fn pd_in_use(&self, pd: PdHandle) -> bool {
+        self.regions.values().any(|r| r.pd == pd)
+    }
+
+    /// Checks an access of `len` bytes at `addr` through `key` from protection domain `pd`
+    /// needing `need`; returns the region and the offset into it.
+    pub fn check(
+        &self,
+        pd: PdHandle,
+        key: u32,
+        addr: u64,
+        len: u64,
+        need: AccessFlags,
+    ) -> Result<(&MemoryRegion, usize), AccessError> {
+        let mr = self.regions.get(&key).ok_or(AccessError::BadKey(key))?;
+        if mr.pd != pd {
+            return Err(AccessError::WrongPd);
+        }
+        if !mr.access.contains(need) {
+            return Err(AccessError::NoPermission);
+        }
+        let off = mr.offset_of(addr, len).ok_or(AccessError::OutOfBounds)?;
+        Ok((mr, off))
+    }
+}
+
+impl MrTable {
+    /// Checks every SGE of `sgl` for protection domain `pd` and access `need`.
+    pub fn check_sgl(
+        &self,
+        pd: PdHandle,
+        sgl: &[Sge],
+        need: AccessFlags,
+    ) -> Result<(), AccessError> {
+        for sge in sgl {
+            self.check(pd, sge.lkey, sge.addr, u64::from(sge.length), need)?;
+        }
+        Ok(())
+    }
+
+    /// Copies bytes out of the scatter/gather list `sgl`, starting `offset` bytes into it, to
+    /// fill `dst`. Fails if an SGE is not accessible or the SGL is too short.
+    pub fn gather(
+        &self,
+        pd: PdHandle,
+        sgl: &[Sge],
+        offset: u64,
+        dst: &mut [u8],
+    ) -> Result<(), AccessError> {
+        self.walk(
+            pd,
+            sgl,
+            offset,
+            dst.len(),
+            AccessFlags::empty(),
+            |mr, mr_off, at, n| {
+                mr.memory.read(mr_off, &mut dst[at..at + n]);
+            },
+        )
+    }
+
+    /// Copies `src` into the scatter/gather list `sgl`, starting `offset` bytes into it. The
+    /// SGEs need local write access.
+    pub fn scatter(
+        &self,
+        pd: PdHandle,
+        sgl: &[Sge],
+        offset: u64,
+        src: &[u8],
+    ) -> Result<(), AccessError> {
+        self.walk(
+            pd,
+            sgl,
+            offset,
+            src.len(),
+            AccessFlags::LOCAL_WRITE,
+            |mr, mr_off, at, n| {
+                mr.memory.write(mr_off, &src[at..at + n]);
+            },
+        )
+    }
+
+    /// Visits the pieces of `[offset, offset + len)` of an SGL: (region, offset in region,
+    /// offset in the caller's buffer, length).
+    fn walk(
+        &self,
+        pd: PdHandle,
+        sgl: &[Sge],
+        mut offset: u64,
+        len: usize,
+        need: AccessFlags,
+        mut f: impl FnMut(&MemoryRegion, usize, usize, usize),
+    ) -> Result<(), AccessError> {
+        let mut done = 0usize;
+        for sge in sgl {
+            if done == len {
+                break;
+            }
+            let sge_len = u64::from(sge.length);
+            if offset >= sge_len {
+                offset -= sge_len;
+                continue;
+            }
+            let n = (sge_len - offset).min((len - done) as u64);
+            let (mr, mr_off) = self.check(pd, sge.lkey, sge.addr + offset, n, need)?;
+            let n = n as usize;
+            f(mr, mr_off, done, n);
+            done += n;
+            offset = 0;
+        }
+        if done == len {
+            Ok(())
+        } else {
+            Err(AccessError::OutOfBounds)
+        }
+    }
+}
+
+/// A simple region backed by a heap buffer behind a mutex: what the simulator and tests use.
+pub struct VecMemory {
+    bytes: std::sync::Mutex<Vec<u8>>,
+    len: usize,
+}
+
+impl VecMemory {
+    /// A zeroed region of `len` bytes.
+    pub fn new(len: usize) -> VecMemory {
+        VecMemory {
+            bytes: std::sync::Mutex::new(vec![0; len]),
+            len,
+        }
+    }
+
+    /// A region holding `data`.
+    pub fn from_vec(data: Vec<u8>) -> VecMemory {
+        let len = data.len();
+        VecMemory {
+            bytes: std::sync::Mutex::new(data),
+            len,
+        }
+    }
+
+    /// A copy of the current contents.
+    pub fn snapshot(&self) -> Vec<u8> {
+        self.lock().clone()
+    }
+
+    fn lock(&self) -> std::sync::MutexGuard<'_, Vec<u8>> {
+        // A panic while holding the lock cannot leave bytes half-updated in a way that matters
+        // more than the panic itself; keep going with the data.
+        self.bytes.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    fn word(bytes: &[u8], offset: usize) -> u64 {
+        let mut w = [0u8; 8];
+        w.copy_from_slice(&bytes[offset..offset + 8]);
+        u64::from_ne_bytes(w)
+    }
+}
+
+impl RegionMemory for VecMemory {
+    fn len(&self) -> usize {
+        self.len
+    }
+    fn read(&self, offset: usize, dst: &mut [u8]) {
+        dst.copy_from_slice(&self.lock()[offset..offset + dst.len()]);
+    }
+    fn write(&self, offset: usize, src: &[u8]) {
+        self.lock()[offset..offset + src.len()].copy_from_slice(src);
+    }
+    fn compare_swap(&self, offset: usize, compare: u64, swap: u64) -> u64 {
+        let mut b = self.lock();
+        let orig = Self::word(&b, offset);
+        if orig == compare {
+            b[offset..offset + 8].copy_from_slice(&swap.to_ne_bytes());
+        }
+        orig
+    }
+    fn fetch_add(&self, offset: usize, add: u64) -> u64 {
+        let mut b = self.lock();
+        let orig = Self::word(&b, offset);
+        b[offset..offset + 8].copy_from_slice(&orig.wrapping_add(add).to_ne_bytes());
+        orig
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn test_check() {
+        let mut t = MrTable::default();
+        let pd = PdHandle(1);
+        let key = t.register(
+            pd,
+            0x1000,
+            64,
+            AccessFlags::REMOTE_READ,
+            Arc::new(VecMemory::new(64)),
+        );
+        assert_eq!(
+            t.check(pd, key, 0x1000, 64, AccessFlags::REMOTE_READ)
+                .unwrap()
+                .1,
+            0
+        );
+        assert_eq!(
+            t.check(pd, key, 0x1008, 8, AccessFlags::REMOTE_READ)
+                .unwrap()
+                .1,
+            8
+        );
+        assert_eq!(
+            t.check(pd, key, 0x1001, 64, AccessFlags::REMOTE_READ).err(),
+            Some(AccessError::OutOfBounds)
+        );
+        assert_eq!(
+            t.check(pd, key, 0xfff, 1, AccessFlags::REMOTE_READ).err(),
+            Some(AccessError::OutOfBounds)
+        );
+        assert_eq!(
+            t.check(pd, key, u64::MAX, 2, AccessFlags::REMOTE_READ)
+                .err(),
+            Some(AccessError::OutOfBounds)
+        );
+        assert_eq!(
+            t.check(pd, key, 0x1000, 8, AccessFlags::REMOTE_WRITE).err(),
+            Some(AccessError::NoPermission)
+        );
+        assert_eq!(
+            t.check(PdHandle(2), key, 0x1000, 8, AccessFlags::REMOTE_READ)
+                .err(),
+            Some(AccessError::WrongPd)
+        );
+        assert_eq!(
+            t.check(pd, key + 256, 0x1000, 8, AccessFlags::REMOTE_READ)
+                .err(),
+            Some(AccessError::BadKey(key + 256))
+        );
+        // Zero-length accesses at the end are in bounds.
+        assert!(t
+            .check(pd, key, 0x1040, 0, AccessFlags::REMOTE_READ)
+            .is_ok());
+    }
+
+    #[test]
+    fn test_vec_memory_atomics() {
+        let m = VecMemory::new(16);
+        assert_eq!(m.fetch_add(8, 5), 0);
+        assert_eq!(m.compare_swap(8, 5, 9), 5);
+        assert_eq!(m.compare_swap(8, 5, 1), 9);
+        let mut w = [0u8; 8];
+        m.read(8, &mut w);
+        assert_eq!(u64::from_ne_bytes(w), 9);
+    }
+}

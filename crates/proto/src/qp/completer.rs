@@ -1,0 +1,344 @@
+//! The completer: consumes ACKs, NAKs, READ responses and atomic ACKs, retires send WQEs in
+//! posting order, and runs the retransmit and RNR timers (IBTA 9.7.5 requester side).
+//!
+//! The PSN bookkeeping is one number, `unacked_psn`: every PSN before it is acknowledged,
+//! explicitly (ACK) or implicitly (a READ response or atomic ACK for a later PSN, or a NAK's
+//! PSN). Responses come back in PSN order, so an ACK or response beyond an unfinished READ or
+//! atomic means that operation's responses were lost — an implicit NAK that restarts it.
+
+use softrdma_wire::{rnr_timer_us, NakCode, OpKind, PacketRepr, Position, Psn, Syndrome};
+
+use super::timers::Timer;
+use super::{Ctx, QueuePair};
+use crate::stats::{DropReason, NakKind};
+use crate::time::Duration;
+use crate::wr::{SendFlags, SendOp, WcStatus};
+
+impl QueuePair {
+    /// Handles a response packet (ACK, ATOMIC ACK, READ response) addressed to this QP.
+    pub(crate) fn handle_response(&mut self, ctx: &mut Ctx<'_>, pkt: &PacketRepr<'_>) {
+        let Some(info) = pkt.bth.opcode.info() else {
+            return;
+        };
+        let psn = pkt.bth.psn;
+        // A response must acknowledge something sent: within [unacked - 1, sent_high).
+        let oldest = self.req.unacked_psn.sub(1);
+        if psn.is_before(oldest) || !psn.is_before(self.req.sent_high) {
+            ctx.stats.drop(if psn.is_before(oldest) {
+                DropReason::Duplicate
+            } else {
+                DropReason::UnexpectedResponse
+            });
+            return;
+        }
+        match info.kind {
+            OpKind::Acknowledge => {
+                let Some(aeth) = pkt.ext.aeth else { return };
+                self.handle_ack(ctx, psn, aeth.syndrome);
+            }
+            OpKind::ReadResponse => self.handle_read_response(ctx, pkt, info.position),
+            OpKind::AtomicAcknowledge => {
+                let Some(ack) = pkt.ext.atomic_ack_eth else {
+                    return;
+                };
+                self.handle_atomic_ack(ctx, psn, ack.orig);
+            }
+            _ => ctx.stats.drop(DropReason::UnexpectedResponse),
+        }
+        self.retire_completed(ctx);
+        self.rearm_retransmit(ctx);
+    }
+
+    fn handle_ack(&mut self, ctx: &mut Ctx<'_>, psn: Psn, syndrome: Syndrome) {
+        match syndrome {
+            Syndrome::Ack { .. } => {
+                self.ack_through(ctx, psn);
+            }
+            Syndrome::RnrNak { timer } => {
+                ctx.stats.nak_received(NakKind::Rnr);
+                self.ack_through(ctx, psn.sub(1));
+                if self.state == super::QpState::Err {
+                    return;
+                }
+                if self.req.rnr_left == 0 {
+                    let idx = self.wqe_index(psn).unwrap_or(0);
+                    self.fail_wqe(ctx, idx, WcStatus::RnrRetryExcErr);
+                    return;
+                }
+                if self.req.rnr_left != 7 {
+                    self.req.rnr_left -= 1;
+                }
+                self.req.go_back(psn);
+                self.req.rnr_wait = true;
+                self.timers.stop(Timer::Retransmit);
+                let wait = Duration::from_micros(u64::from(rnr_timer_us(timer)));
+                self.timers.set(Timer::RnrWait, ctx.now + wait);
+            }
+            Syndrome::Nak(code) => {
+                let (kind, status) = match code {
+                    NakCode::PsnSequenceError => (NakKind::PsnSequence, None),
+                    NakCode::InvalidRequest => {
+                        (NakKind::InvalidRequest, Some(WcStatus::RemInvReqErr))
+                    }
+                    NakCode::RemoteAccessError => {
+                        (NakKind::RemoteAccess, Some(WcStatus::RemAccessErr))
+                    }
+                    NakCode::RemoteOperationalError => {
+                        (NakKind::RemoteOperational, Some(WcStatus::RemOpErr))
+                    }
+                    NakCode::InvalidRdRequest | NakCode::Reserved(_) => {
+                        (NakKind::RemoteOperational, Some(WcStatus::RemOpErr))
+                    }
+                };
+                ctx.stats.nak_received(kind);
+                self.ack_through(ctx, psn.sub(1));
+                if self.state == super::QpState::Err {
+                    return;
+                }
+                match status {
+                    None => {
+                        // PSN sequence error: resend from the PSN the responder expects.
+                        if self.req.retry_left == 0 {
+                            let idx = self.wqe_index(psn).unwrap_or(0);
+                            self.fail_wqe(ctx, idx, WcStatus::RetryExcErr);
+                            return;
+                        }
+                        self.req.retry_left -= 1;
+                        self.req.go_back(psn);
+                    }
+                    Some(status) => {
+                        // Class B/C/D errors complete the WQE in error and stop the QP.
+                        let idx = self.wqe_index(psn).unwrap_or(0);
+                        self.fail_wqe(ctx, idx, status);
+                    }
+                }
+            }
+            Syndrome::Reserved(_) => ctx.stats.drop(DropReason::Malformed),
+        }
+    }
+
+    fn handle_read_response(
+        &mut self,
+        ctx: &mut Ctx<'_>,
+        pkt: &PacketRepr<'_>,
+        position: Position,
+    ) {
+        let psn = pkt.bth.psn;
+        let Some(idx) = self.wqe_index(psn) else {
+            ctx.stats.drop(DropReason::UnexpectedResponse);
+            return;
+        };
+        if !matches!(self.req.sq[idx].wr.op, SendOp::RdmaRead { .. }) {
+            ctx.stats.drop(DropReason::UnexpectedResponse);
+            return;
+        }
+        // Everything before this READ is implicitly acknowledged.
+        let first = self.req.sq[idx].first_psn;
+        self.ack_through(ctx, first.sub(1));
+        if self.state == super::QpState::Err {
+            return;
+        }
+        let expected = self.req.unacked_psn;
+        if psn != expected {
+            if psn.is_after(expected) && self.wqe_index(expected).is_some() {
+                // A response packet was lost: ask again from the first missing one, once.
+                if self.req.gap_retry_at != Some(expected) {
+                    self.req.gap_retry_at = Some(expected);
+                    self.req.go_back(expected);
+                    ctx.stats.drop(DropReason::OutOfSequence);
+                    return;
+                }
+            }
+            ctx.stats.drop(DropReason::Duplicate);
+            return;
+        }
+        let pd = self.pd;
+        let wqe = &mut self.req.sq[idx];
+        let k = psn.distance(wqe.first_psn) as u32;
+        let offset = u64::from(k) * u64::from(wqe.mtu);
+        let expect_len =
+            (u64::from(wqe.len).saturating_sub(offset)).min(u64::from(wqe.mtu)) as usize;
+        let ends = k + 1 == wqe.npkts;
+        let position_ok = match position {
+            Position::Only => k == 0 && ends,
+            Position::First => k == 0 && !ends,
+            Position::Middle => k != 0 && !ends,
+            Position::Last => k != 0 && ends,
+        };
+        // A restarted READ begins with FIRST/ONLY at any k.
+        let position_ok = position_ok || (position.starts() && (ends == position.ends()));
+        if pkt.payload.len() != expect_len || !position_ok {
+            self.fail_wqe(ctx, idx, WcStatus::BadRespErr);
+            return;
+        }
+        if ctx
+            .mrs
+            .scatter(pd, &wqe.wr.sg_list, offset, pkt.payload)
+            .is_err()
+        {
+            self.fail_wqe(ctx, idx, WcStatus::LocProtErr);
+            return;
+        }
+        wqe.read_done = (offset as u32) + expect_len as u32;
+        self.req.unacked_psn = psn.next();
+        self.req.gap_retry_at = None;
+        self.progress(ctx);
+        if ends {
+            self.req.sq[idx].status = Some(WcStatus::Success);
+        }
+    }
+
+    fn handle_atomic_ack(&mut self, ctx: &mut Ctx<'_>, psn: Psn, orig: u64) {
+        let Some(idx) = self.wqe_index(psn) else {
+            ctx.stats.drop(DropReason::UnexpectedResponse);
+            return;
+        };
+        if !self.req.sq[idx].wr.op.is_atomic() {
+            ctx.stats.drop(DropReason::UnexpectedResponse);
+            return;
+        }
+        self.ack_through(ctx, psn.sub(1));
+        if self.state == super::QpState::Err {
+            return;
+        }
+        if psn != self.req.unacked_psn {
+            ctx.stats.drop(DropReason::Duplicate);
+            return;
+        }
+        let wqe = &self.req.sq[idx];
+        if ctx
+            .mrs
+            .scatter(self.pd, &wqe.wr.sg_list, 0, &orig.to_ne_bytes())
+            .is_err()
+        {
+            self.fail_wqe(ctx, idx, WcStatus::LocProtErr);
+            return;
+        }
+        self.req.sq[idx].status = Some(WcStatus::Success);
+        self.req.unacked_psn = psn.next();
+        self.progress(ctx);
+    }
+
+    /// Acknowledges every PSN up to and including `psn`: SEND and WRITE WQEs entirely at or
+    /// before it are done. A READ or atomic still waiting for its response at or before `psn`
+    /// lost that response: resend it (the responder answers from its resources).
+    pub(crate) fn ack_through(&mut self, ctx: &mut Ctx<'_>, psn: Psn) {
+        if !psn.is_after(self.req.unacked_psn.sub(1)) {
+            return;
+        }
+        let mut new_unacked = self.req.unacked_psn;
+        for wqe in self.req.sq.iter_mut() {
+            if !wqe.started || wqe.first_psn.is_after(psn) {
+                break;
+            }
+            if wqe.status.is_some() {
+                continue;
+            }
+            if wqe.wr.op.is_read_or_atomic() {
+                // Implicit NAK: the response for this WQE never arrived.
+                let resume = wqe.first_psn.add(wqe.read_done / wqe.mtu.max(1));
+                if self.req.gap_retry_at != Some(resume) {
+                    self.req.gap_retry_at = Some(resume);
+                    self.req.go_back(resume);
+                }
+                break;
+            }
+            let last = wqe.last_psn();
+            if last.is_after(psn) {
+                // Partially acknowledged multi-packet message.
+                new_unacked = psn.next();
+                break;
+            }
+            wqe.status = Some(WcStatus::Success);
+            new_unacked = last.next();
+        }
+        if new_unacked != self.req.unacked_psn && new_unacked.is_after(self.req.unacked_psn) {
+            self.req.unacked_psn = new_unacked;
+            self.progress(ctx);
+        }
+    }
+
+    /// Forward progress: the retry counters start over and the cursor skips acknowledged
+    /// packets it might have been about to resend.
+    fn progress(&mut self, _ctx: &mut Ctx<'_>) {
+        let cfg = self.cfg;
+        self.req.reset_retry_counters(&cfg);
+        if let Some(wqe) = self.req.sq.get(self.req.cursor) {
+            if wqe.started && !wqe.wr.op.is_read_or_atomic() {
+                let cursor_psn = wqe.first_psn.add(self.req.cursor_pkt);
+                if cursor_psn.is_before(self.req.unacked_psn)
+                    && self.req.unacked_psn.in_window(wqe.first_psn, wqe.npkts)
+                {
+                    self.req.cursor_pkt = self.req.unacked_psn.distance(wqe.first_psn) as u32;
+                }
+            }
+        }
+        self.timers.stop(Timer::Retransmit);
+    }
+
+    /// Pops finished WQEs off the front of the send queue and reports them, in order.
+    pub(crate) fn retire_completed(&mut self, ctx: &mut Ctx<'_>) {
+        while let Some(wqe) = self.req.sq.front() {
+            let Some(status) = wqe.status else { break };
+            if status != WcStatus::Success {
+                break; // errors retire through enter_error's flush
+            }
+            let wqe = self.req.sq.pop_front().expect("front exists");
+            if wqe.wr.op.is_read_or_atomic() {
+                self.req.rd_atomic_inflight = self.req.rd_atomic_inflight.saturating_sub(1);
+            }
+            if wqe.wr.flags.contains(SendFlags::SIGNALED) {
+                ctx.complete(self.send_cq, wqe.completion(self.qpn, WcStatus::Success));
+            }
+            if self.req.cursor == 0 {
+                self.req.cursor_pkt = 0;
+            } else {
+                self.req.cursor -= 1;
+            }
+        }
+    }
+
+    /// Keeps the retransmit timer armed exactly while requests are outstanding.
+    fn rearm_retransmit(&mut self, ctx: &mut Ctx<'_>) {
+        let outstanding = self.req.sq.front().is_some_and(|w| w.started);
+        if !outstanding || self.req.rnr_wait {
+            self.timers.stop(Timer::Retransmit);
+        } else if !self.timers.is_armed(Timer::Retransmit) {
+            if let Some(timeout) = self.cfg.ack_timeout() {
+                self.timers.set(Timer::Retransmit, ctx.now + timeout);
+            }
+        }
+    }
+
+    /// Index in the send queue of the started WQE that owns `psn`.
+    fn wqe_index(&self, psn: Psn) -> Option<usize> {
+        self.req.sq.iter().position(|w| w.contains(psn))
+    }
+
+    /// Runs expired timers.
+    pub(crate) fn handle_timeout(&mut self, ctx: &mut Ctx<'_>) {
+        if self.timers.take_expired(Timer::RnrWait, ctx.now) {
+            self.req.rnr_wait = false;
+        }
+        if self.timers.take_expired(Timer::Retransmit, ctx.now) {
+            let outstanding = self.req.sq.front().is_some_and(|w| w.started);
+            if !outstanding || self.state == super::QpState::Err {
+                return;
+            }
+            ctx.stats.retransmit_timeouts += 1;
+            if self.req.retry_left == 0 {
+                self.fail_wqe(ctx, 0, WcStatus::RetryExcErr);
+                return;
+            }
+            self.req.retry_left -= 1;
+            let resume = match self.req.sq.front() {
+                Some(w) if w.wr.op.is_read_or_atomic() => {
+                    w.first_psn.add(w.read_done / w.mtu.max(1))
+                }
+                _ => self.req.unacked_psn,
+            };
+            self.req.gap_retry_at = None;
+            self.req.go_back(resume);
+        }
+    }
+}

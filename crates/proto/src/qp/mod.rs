@@ -1,0 +1,312 @@
+//! One queue pair: the send queue with its requester and completer, the receive queue with
+//! its responder, the QP's attributes and state, and its timers.
+//!
+//! The stages live in their own files, as in rxe: [`requester`] turns send WQEs into request
+//! packets, [`completer`] consumes ACKs, NAKs, READ responses and atomic ACKs and retires WQEs
+//! in order, [`responder`] executes incoming requests (one file per operation). They share the
+//! [`QueuePair`] and talk through its fields, all on one thread, driven by the engine.
+
+pub mod attr;
+pub(crate) mod completer;
+pub(crate) mod requester;
+pub(crate) mod responder;
+pub mod timers;
+
+use std::collections::{BTreeMap, VecDeque};
+use std::net::{IpAddr, SocketAddr};
+
+use softrdma_wire::{emit_headers, packet_len, Bth, ExtHeaders, IcrcContext, ICRC_LEN};
+
+use crate::cq::{CompletionQueue, CqHandle};
+use crate::engine::{EngineConfig, Transmit};
+use crate::mr::{MrTable, PdHandle};
+use crate::stats::Stats;
+use crate::time::Instant;
+use crate::wr::{RecvWr, WcOpcode, WcStatus, WorkCompletion};
+
+pub use attr::{AddressVector, ModifyQpError, Mtu, QpAttr, QpCaps, QpConfig, QpState, QpType};
+use requester::Requester;
+use responder::Responder;
+use timers::TimerTable;
+
+/// Everything outside the QP that its stages use: time, memory, CQs, counters.
+pub(crate) struct Ctx<'a> {
+    pub now: Instant,
+    pub config: &'a EngineConfig,
+    pub mrs: &'a MrTable,
+    pub cqs: &'a mut BTreeMap<CqHandle, CompletionQueue>,
+    pub stats: &'a mut Stats,
+}
+
+impl Ctx<'_> {
+    /// Delivers a completion to `cq`.
+    pub(crate) fn complete(&mut self, cq: CqHandle, wc: WorkCompletion) {
+        self.stats.completions += 1;
+        match self.cqs.get_mut(&cq) {
+            Some(q) => {
+                if !q.push(wc) {
+                    self.stats.cq_overruns += 1;
+                }
+            }
+            None => self.stats.cq_overruns += 1,
+        }
+    }
+}
+
+/// A queue pair.
+pub struct QueuePair {
+    pub(crate) qpn: u32,
+    pub(crate) qp_type: QpType,
+    pub(crate) pd: PdHandle,
+    pub(crate) send_cq: CqHandle,
+    pub(crate) recv_cq: CqHandle,
+    pub(crate) caps: QpCaps,
+    pub(crate) state: QpState,
+    pub(crate) cfg: QpConfig,
+    /// UDP source port of this QP's packets (rxe's flow-label hash of the two QPNs).
+    pub(crate) src_port: u16,
+    /// Posted receive WQEs, oldest first.
+    pub(crate) rq: VecDeque<RecvWr>,
+    pub(crate) req: Requester,
+    pub(crate) resp: Responder,
+    pub(crate) timers: TimerTable,
+}
+
+/// rxe's UDP source port for a connected QP: `0xC000 | fold(flow_label(lqpn, rqpn))`, where
+/// the flow label mixes the product of the QPNs (rdma-core `rdma_calc_flow_label`) and the fold
+/// xors the top 6 of its 20 bits into the low 14 (`rdma_flow_label_to_udp_sport`).
+pub fn rxe_source_port(local_qpn: u32, remote_qpn: u32) -> u16 {
+    let mut v = u64::from(local_qpn) * u64::from(remote_qpn);
+    v ^= v >> 20;
+    v ^= v >> 40;
+    let fl = (v & 0xf_ffff) as u32;
+    let folded = (fl & 0x3fff) ^ ((fl & 0xf_c000) >> 14);
+    0xc000 | folded as u16
+}
+
+impl QueuePair {
+    pub(crate) fn new(
+        qpn: u32,
+        qp_type: QpType,
+        pd: PdHandle,
+        send_cq: CqHandle,
+        recv_cq: CqHandle,
+        caps: QpCaps,
+    ) -> QueuePair {
+        QueuePair {
+            qpn,
+            qp_type,
+            pd,
+            send_cq,
+            recv_cq,
+            caps,
+            state: QpState::Reset,
+            cfg: QpConfig::default(),
+            src_port: 0xc000,
+            rq: VecDeque::new(),
+            req: Requester::default(),
+            resp: Responder::default(),
+            timers: TimerTable::default(),
+        }
+    }
+
+    /// The QP number.
+    pub fn qpn(&self) -> u32 {
+        self.qpn
+    }
+
+    /// Current state.
+    pub fn state(&self) -> QpState {
+        self.state
+    }
+
+    /// Current attributes.
+    pub fn config(&self) -> &QpConfig {
+        &self.cfg
+    }
+
+    /// Transport type.
+    pub fn qp_type(&self) -> QpType {
+        self.qp_type
+    }
+
+    /// Capacities.
+    pub fn caps(&self) -> &QpCaps {
+        &self.caps
+    }
+
+    /// Send WQEs not yet completed.
+    pub fn send_queue_len(&self) -> usize {
+        self.req.sq.len()
+    }
+
+    /// Receive WQEs posted and not yet consumed.
+    pub fn recv_queue_len(&self) -> usize {
+        self.rq.len()
+    }
+
+    /// Applies a validated transition.
+    pub(crate) fn apply_modify(&mut self, ctx: &mut Ctx<'_>, to: QpState, attr: &QpAttr) {
+        let from = self.state;
+        self.cfg.apply(attr);
+        if attr.dest_qp_num.is_some() {
+            self.src_port = rxe_source_port(self.qpn, self.cfg.dest_qpn);
+        }
+        match to {
+            QpState::Reset => {
+                // Reset discards everything without completions (ibverbs semantics).
+                self.rq.clear();
+                self.req = Requester::default();
+                self.resp = Responder::default();
+                self.timers.clear();
+                self.cfg = QpConfig::default();
+            }
+            QpState::Err if from != QpState::Err => self.enter_error(ctx),
+            _ => {}
+        }
+        if from == QpState::Init && to == QpState::Rtr {
+            self.resp.reset(self.cfg.rq_psn);
+        }
+        if from == QpState::Rtr && to == QpState::Rts {
+            self.req.reset(&self.cfg);
+        }
+        if attr.retry_cnt.is_some() || attr.rnr_retry.is_some() {
+            self.req.reset_retry_counters(&self.cfg);
+        }
+        if to != QpState::Err {
+            self.state = to;
+        }
+    }
+
+    /// Moves the QP to the error state: every outstanding and later WR completes with
+    /// WR_FLUSH_ERR (the WR that caused the error has already been completed by the caller).
+    pub(crate) fn enter_error(&mut self, ctx: &mut Ctx<'_>) {
+        self.state = QpState::Err;
+        self.timers.clear();
+        self.flush_send_queue(ctx);
+        self.flush_recv_queue(ctx);
+        self.resp.clear_output();
+    }
+
+    /// Completes every remaining send WQE with its recorded error, or WR_FLUSH_ERR.
+    pub(crate) fn flush_send_queue(&mut self, ctx: &mut Ctx<'_>) {
+        while let Some(wqe) = self.req.sq.pop_front() {
+            let status = match wqe.status {
+                Some(s) if s != WcStatus::Success => s,
+                _ => WcStatus::WrFlushErr,
+            };
+            let wc = wqe.completion(self.qpn, status);
+            ctx.complete(self.send_cq, wc);
+        }
+        self.req.cursor = 0;
+        self.req.cursor_pkt = 0;
+    }
+
+    /// Completes every posted receive WQE with WR_FLUSH_ERR.
+    pub(crate) fn flush_recv_queue(&mut self, ctx: &mut Ctx<'_>) {
+        while let Some(wr) = self.rq.pop_front() {
+            ctx.complete(
+                self.recv_cq,
+                WorkCompletion {
+                    wr_id: wr.wr_id,
+                    status: WcStatus::WrFlushErr,
+                    opcode: WcOpcode::Recv,
+                    byte_len: 0,
+                    imm_data: None,
+                    invalidated_rkey: None,
+                    qp_num: self.qpn,
+                    src_qp: self.cfg.dest_qpn,
+                },
+            );
+        }
+    }
+
+    /// Where this QP's packets go: the peer's IP at the RoCEv2 port.
+    pub(crate) fn peer(&self, ctx: &Ctx<'_>) -> Option<SocketAddr> {
+        self.cfg
+            .av
+            .map(|av| SocketAddr::new(av.dest_ip, ctx.config.remote_udp_port))
+    }
+
+    /// Builds one packet into `out`: headers from `bth` and `ext`, then `payload_len` bytes
+    /// written by `fill` straight into the buffer, then pad and ICRC. `fill` returns `false`
+    /// if the payload could not be produced (memory became inaccessible), which abandons the
+    /// packet.
+    pub(crate) fn build_packet(
+        &self,
+        ctx: &mut Ctx<'_>,
+        out: &mut Vec<u8>,
+        bth: Bth,
+        ext: &ExtHeaders,
+        payload_len: usize,
+        fill: impl FnOnce(&mut [u8]) -> bool,
+    ) -> Option<Transmit> {
+        let dst = self.peer(ctx)?;
+        let len = packet_len(bth.opcode, payload_len);
+        out.clear();
+        out.resize(len, 0);
+        let hlen = emit_headers(&bth, ext, payload_len, out);
+        if !fill(&mut out[hlen..hlen + payload_len]) {
+            return None;
+        }
+        // pad and ICRC slot are already zero from resize
+        let icrc = IcrcContext::new(ctx.config.local_ip, dst.ip(), self.src_port, dst.port());
+        icrc.fill(out).ok()?;
+        debug_assert!(out.len() >= bth_len_min());
+        ctx.stats.tx_packets += 1;
+        ctx.stats.tx_bytes += len as u64;
+        Stats::count_opcode(&mut ctx.stats.tx_by_opcode, bth.opcode.0);
+        Some(Transmit {
+            dst,
+            src_port: self.src_port,
+            ecn: 0,
+            len,
+        })
+    }
+
+    /// The next packet this QP wants to send: responder output (ACKs, READ responses) first,
+    /// since it unblocks the peer, then new or retransmitted requests.
+    pub(crate) fn poll_transmit(
+        &mut self,
+        ctx: &mut Ctx<'_>,
+        out: &mut Vec<u8>,
+    ) -> Option<Transmit> {
+        if matches!(self.state, QpState::Reset | QpState::Init | QpState::Err) {
+            return None;
+        }
+        if let Some(t) = self.poll_responder_transmit(ctx, out) {
+            return Some(t);
+        }
+        self.poll_requester_transmit(ctx, out)
+    }
+
+    /// Whether the QP may have something to send.
+    pub(crate) fn wants_transmit(&self) -> bool {
+        !matches!(self.state, QpState::Reset | QpState::Init | QpState::Err)
+            && (self.resp.has_output() || self.req.has_output())
+    }
+
+    /// Earliest timer deadline.
+    pub(crate) fn next_deadline(&self) -> Option<Instant> {
+        self.timers.next()
+    }
+
+    /// Peer address check: a connected QP accepts packets only from its peer's IP.
+    pub(crate) fn accepts_source(&self, src: IpAddr) -> bool {
+        match self.cfg.av {
+            Some(av) => av.dest_ip == src || canonical(av.dest_ip) == canonical(src),
+            None => false,
+        }
+    }
+}
+
+fn canonical(ip: IpAddr) -> IpAddr {
+    match ip {
+        IpAddr::V6(v6) => v6.to_ipv4_mapped().map_or(IpAddr::V6(v6), IpAddr::V4),
+        v4 => v4,
+    }
+}
+
+const fn bth_len_min() -> usize {
+    Bth::LEN + ICRC_LEN
+}

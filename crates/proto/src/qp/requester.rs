@@ -1,0 +1,451 @@
+//! The requester: turns send WQEs into request packets.
+//!
+//! Each WQE, when first started, is given a PSN range: one PSN per packet for SEND and WRITE,
+//! one per expected response packet for READ (the request itself is a single packet), one for
+//! an atomic. A cursor (`cursor`, `cursor_pkt`) says which packet goes out next; going back N
+//! for a retransmission is just moving the cursor back (see `go_back`). Packets are built from
+//! registered memory at transmit time, so a retransmission re-reads the buffer exactly as a
+//! NIC does; the application must not touch it before the completion.
+
+use std::collections::VecDeque;
+
+use softrdma_wire::{AtomicEth, Bth, ExtHeaders, Ieth, ImmDt, Opcode, Psn, Reth};
+
+use super::attr::{Mtu, QpConfig, QpState};
+use super::timers::Timer;
+use super::{Ctx, QueuePair};
+use crate::engine::Transmit;
+use crate::wr::{SendFlags, SendOp, SendWr, WcStatus, WorkCompletion};
+
+/// A send WQE and its progress.
+#[derive(Debug, Clone)]
+pub(crate) struct SendWqe {
+    pub wr: SendWr,
+    /// Message length in bytes.
+    pub len: u32,
+    /// Payload bytes per packet when the WQE was posted.
+    pub mtu: u32,
+    /// PSNs the WQE consumes.
+    pub npkts: u32,
+    /// First PSN, once started.
+    pub first_psn: Psn,
+    pub started: bool,
+    /// The outcome, once known; the completion is generated when all older WQEs are done.
+    pub status: Option<WcStatus>,
+    /// READ: response bytes placed so far.
+    pub read_done: u32,
+}
+
+impl SendWqe {
+    pub(crate) fn new(wr: SendWr, mtu: Mtu) -> SendWqe {
+        let len = u32::try_from(wr.length()).unwrap_or(u32::MAX);
+        let mtu = mtu.bytes();
+        let npkts = if wr.op.is_atomic() {
+            1
+        } else {
+            len.div_ceil(mtu).max(1)
+        };
+        SendWqe {
+            wr,
+            len,
+            mtu,
+            npkts,
+            first_psn: Psn::ZERO,
+            started: false,
+            status: None,
+            read_done: 0,
+        }
+    }
+
+    /// Last PSN of the WQE.
+    pub(crate) fn last_psn(&self) -> Psn {
+        self.first_psn.add(self.npkts - 1)
+    }
+
+    /// Whether `psn` is one of the WQE's PSNs.
+    pub(crate) fn contains(&self, psn: Psn) -> bool {
+        self.started && psn.in_window(self.first_psn, self.npkts)
+    }
+
+    /// The completion reporting `status` for this WQE.
+    pub(crate) fn completion(&self, qpn: u32, status: WcStatus) -> WorkCompletion {
+        WorkCompletion {
+            wr_id: self.wr.wr_id,
+            status,
+            opcode: self.wr.op.wc_opcode(),
+            byte_len: self.len,
+            imm_data: None,
+            invalidated_rkey: None,
+            qp_num: qpn,
+            src_qp: 0,
+        }
+    }
+}
+
+/// Requester and completer state of a QP.
+#[derive(Debug, Default)]
+pub(crate) struct Requester {
+    /// WQEs not yet completed, oldest first.
+    pub sq: VecDeque<SendWqe>,
+    /// Index in `sq` of the WQE whose packet goes out next.
+    pub cursor: usize,
+    /// Packet index within that WQE.
+    pub cursor_pkt: u32,
+    /// PSN of the next new WQE's first packet.
+    pub next_psn: Psn,
+    /// Every PSN before this one has been acknowledged (explicitly or by a response).
+    pub unacked_psn: Psn,
+    /// One past the highest PSN ever sent: packets below it are retransmissions.
+    pub sent_high: Psn,
+    /// READ/atomic WQEs started and not completed.
+    pub rd_atomic_inflight: u32,
+    /// Transport retries left before RETRY_EXC_ERR.
+    pub retry_left: u8,
+    /// RNR retries left (7 = infinite).
+    pub rnr_left: u8,
+    /// Waiting out an RNR NAK's timer: send nothing.
+    pub rnr_wait: bool,
+    /// Packets since the last AckReq.
+    pub pkts_since_ackreq: u32,
+    /// The READ-response gap already acted on (one retry per gap, not one per packet).
+    pub gap_retry_at: Option<Psn>,
+}
+
+impl Requester {
+    /// State for a QP entering RTS.
+    pub(crate) fn reset(&mut self, cfg: &QpConfig) {
+        self.next_psn = cfg.sq_psn;
+        self.unacked_psn = cfg.sq_psn;
+        self.sent_high = cfg.sq_psn;
+        self.cursor = 0;
+        self.cursor_pkt = 0;
+        self.reset_retry_counters(cfg);
+    }
+
+    pub(crate) fn reset_retry_counters(&mut self, cfg: &QpConfig) {
+        self.retry_left = cfg.retry_cnt;
+        self.rnr_left = cfg.rnr_retry;
+    }
+
+    pub(crate) fn push(&mut self, wr: SendWr, mtu: Mtu) {
+        self.sq.push_back(SendWqe::new(wr, mtu));
+    }
+
+    pub(crate) fn has_output(&self) -> bool {
+        !self.rnr_wait && self.cursor < self.sq.len()
+    }
+
+    /// Packets sent and not yet acknowledged.
+    pub(crate) fn inflight(&self) -> u32 {
+        self.next_psn.distance(self.unacked_psn).max(0) as u32
+    }
+
+    /// Moves the cursor back so that transmission resumes at `psn`.
+    pub(crate) fn go_back(&mut self, psn: Psn) {
+        for (i, wqe) in self.sq.iter().enumerate() {
+            if wqe.contains(psn) {
+                self.cursor = i;
+                self.cursor_pkt = psn.distance(wqe.first_psn) as u32;
+                return;
+            }
+            if !wqe.started {
+                self.cursor = i;
+                self.cursor_pkt = 0;
+                return;
+            }
+        }
+        self.cursor = self.sq.len();
+        self.cursor_pkt = 0;
+    }
+}
+
+impl QueuePair {
+    /// Produces the next request packet, new or retransmitted.
+    pub(crate) fn poll_requester_transmit(
+        &mut self,
+        ctx: &mut Ctx<'_>,
+        out: &mut Vec<u8>,
+    ) -> Option<Transmit> {
+        loop {
+            if !matches!(self.state, QpState::Rts | QpState::Sqd) || self.req.rnr_wait {
+                return None;
+            }
+            let cursor = self.req.cursor;
+            let wqe = self.req.sq.get(cursor)?;
+            if !wqe.started && !self.may_start(ctx.config.max_inflight_packets, wqe) {
+                return None;
+            }
+            if !wqe.started {
+                // Local protection is checked when the WQE starts (rxe does it as it copies).
+                let need = wqe.wr.op.local_access();
+                let sgl_ok = wqe.wr.inline_data.is_some()
+                    || ctx.mrs.check_sgl(self.pd, &wqe.wr.sg_list, need).is_ok();
+                if !sgl_ok {
+                    self.fail_wqe(ctx, cursor, WcStatus::LocProtErr);
+                    return None;
+                }
+                let wqe = &mut self.req.sq[cursor];
+                wqe.first_psn = self.req.next_psn;
+                wqe.started = true;
+                self.req.next_psn = self.req.next_psn.add(wqe.npkts);
+                if wqe.wr.op.is_read_or_atomic() {
+                    self.req.rd_atomic_inflight += 1;
+                }
+            }
+            match self.build_request(ctx, out) {
+                Ok(t) => return Some(t),
+                Err(RequestBuild::Skip) => continue,
+                Err(RequestBuild::Failed) => {
+                    self.fail_wqe(ctx, cursor, WcStatus::LocProtErr);
+                    return None;
+                }
+            }
+        }
+    }
+
+    /// Whether a not-yet-started WQE may start now: fences, the READ/atomic credit limit,
+    /// the in-flight window and SQ drain.
+    fn may_start(&self, window: u32, wqe: &SendWqe) -> bool {
+        if self.state == QpState::Sqd {
+            return false;
+        }
+        let rd = self.req.rd_atomic_inflight;
+        if wqe.wr.flags.contains(SendFlags::FENCE) && rd > 0 {
+            return false;
+        }
+        if wqe.wr.op.is_read_or_atomic() && rd >= u32::from(self.cfg.max_rd_atomic.max(1)) {
+            return false;
+        }
+        let inflight = self.req.inflight();
+        inflight == 0 || inflight.saturating_add(wqe.npkts) <= window
+    }
+
+    /// Builds the packet at the cursor and advances it.
+    fn build_request(
+        &mut self,
+        ctx: &mut Ctx<'_>,
+        out: &mut Vec<u8>,
+    ) -> Result<Transmit, RequestBuild> {
+        let idx = self.req.cursor;
+        let k = self.req.cursor_pkt;
+        let wqe = &self.req.sq[idx];
+        if k >= wqe.npkts {
+            self.req.cursor += 1;
+            self.req.cursor_pkt = 0;
+            return Err(RequestBuild::Skip);
+        }
+        let psn = wqe.first_psn.add(k);
+        let mtu = wqe.mtu;
+        let last = k + 1 == wqe.npkts;
+        let mut bth = Bth::new(Opcode(0), self.cfg.dest_qpn, psn);
+        let mut ext = ExtHeaders::default();
+        let mut payload = 0usize;
+        let mut advance_to_end = false;
+        match wqe.wr.op {
+            SendOp::Send | SendOp::SendWithImm { .. } | SendOp::SendWithInv { .. } => {
+                let (opcode, imm, inv) = send_opcode(&wqe.wr.op, k, wqe.npkts);
+                bth.opcode = opcode;
+                ext.imm_dt = imm.map(|imm| ImmDt { imm });
+                ext.ieth = inv.map(|rkey| Ieth { rkey });
+                payload = packet_payload(wqe.len, mtu, k);
+            }
+            SendOp::RdmaWrite { remote_addr, rkey }
+            | SendOp::RdmaWriteWithImm {
+                remote_addr, rkey, ..
+            } => {
+                let imm = match wqe.wr.op {
+                    SendOp::RdmaWriteWithImm { imm, .. } => Some(imm),
+                    _ => None,
+                };
+                bth.opcode = write_opcode(imm.is_some(), k, wqe.npkts);
+                if k == 0 {
+                    ext.reth = Some(Reth {
+                        va: remote_addr,
+                        rkey,
+                        dma_len: wqe.len,
+                    });
+                }
+                if last {
+                    ext.imm_dt = imm.map(|imm| ImmDt { imm });
+                }
+                payload = packet_payload(wqe.len, mtu, k);
+            }
+            SendOp::RdmaRead { remote_addr, rkey } => {
+                // One request for everything not yet received: a restart mid-response asks
+                // only for the rest, from the first missing response PSN.
+                let done = u64::from(k) * u64::from(mtu);
+                bth.opcode = Opcode::RC_RDMA_READ_REQUEST;
+                ext.reth = Some(Reth {
+                    va: remote_addr.wrapping_add(done),
+                    rkey,
+                    dma_len: wqe.len.saturating_sub(done as u32),
+                });
+                advance_to_end = true;
+            }
+            SendOp::AtomicCmpSwap {
+                remote_addr,
+                rkey,
+                compare,
+                swap,
+            } => {
+                bth.opcode = Opcode::RC_COMPARE_SWAP;
+                ext.atomic_eth = Some(AtomicEth {
+                    va: remote_addr,
+                    rkey,
+                    swap_add: swap,
+                    compare,
+                });
+            }
+            SendOp::AtomicFetchAdd {
+                remote_addr,
+                rkey,
+                add,
+            } => {
+                bth.opcode = Opcode::RC_FETCH_ADD;
+                ext.atomic_eth = Some(AtomicEth {
+                    va: remote_addr,
+                    rkey,
+                    swap_add: add,
+                    compare: 0,
+                });
+            }
+        }
+        let ends_message = last || advance_to_end;
+        self.req.pkts_since_ackreq += 1;
+        bth.ack_req = ends_message
+            || wqe.wr.op.is_read_or_atomic()
+            || self.req.pkts_since_ackreq >= ctx.config.ack_req_every;
+        if bth.ack_req {
+            self.req.pkts_since_ackreq = 0;
+        }
+        bth.solicited = ends_message && wqe.wr.flags.contains(SendFlags::SOLICITED);
+
+        let offset = u64::from(k) * u64::from(mtu);
+        let (pd, inline, sgl) = (self.pd, wqe.wr.inline_data.clone(), wqe.wr.sg_list.clone());
+        let mrs = ctx.mrs;
+        let fill = |buf: &mut [u8]| match &inline {
+            Some(data) => {
+                let start = offset as usize;
+                buf.copy_from_slice(&data[start..start + buf.len()]);
+                true
+            }
+            None => buf.is_empty() || mrs.gather(pd, &sgl, offset, buf).is_ok(),
+        };
+        let t = self
+            .build_packet(ctx, out, bth, &ext, payload, fill)
+            .ok_or(RequestBuild::Failed)?;
+
+        if advance_to_end || last {
+            self.req.cursor += 1;
+            self.req.cursor_pkt = 0;
+        } else {
+            self.req.cursor_pkt += 1;
+        }
+        if psn.is_before(self.req.sent_high) {
+            ctx.stats.retransmitted_packets += 1;
+        } else {
+            let end = if advance_to_end {
+                self.req.sq[idx].last_psn()
+            } else {
+                psn
+            };
+            self.req.sent_high = end.next();
+        }
+        if !self.timers.is_armed(Timer::Retransmit) {
+            if let Some(timeout) = self.cfg.ack_timeout() {
+                self.timers.set(Timer::Retransmit, ctx.now + timeout);
+            }
+        }
+        Ok(t)
+    }
+
+    /// Records `status` for WQE `idx` and moves the QP to the error state.
+    pub(crate) fn fail_wqe(&mut self, ctx: &mut Ctx<'_>, idx: usize, status: WcStatus) {
+        self.retire_completed(ctx);
+        let idx = idx.min(self.req.sq.len().saturating_sub(1));
+        if let Some(wqe) = self.req.sq.get_mut(idx) {
+            wqe.status = Some(status);
+        }
+        // WQEs before it that were not yet known to be complete are flushed too.
+        for wqe in self.req.sq.iter_mut().take(idx) {
+            if wqe.status.is_none() {
+                wqe.status = Some(WcStatus::WrFlushErr);
+            }
+        }
+        self.enter_error(ctx);
+    }
+}
+
+enum RequestBuild {
+    /// The cursor was past the WQE's last packet; try the next one.
+    Skip,
+    /// The payload could not be read from memory.
+    Failed,
+}
+
+/// Payload bytes of packet `k` of a `len`-byte message at `mtu` bytes per packet.
+fn packet_payload(len: u32, mtu: u32, k: u32) -> usize {
+    let start = u64::from(k) * u64::from(mtu);
+    (u64::from(len).saturating_sub(start)).min(u64::from(mtu)) as usize
+}
+
+fn send_opcode(op: &SendOp, k: u32, npkts: u32) -> (Opcode, Option<u32>, Option<u32>) {
+    let (imm, inv) = match *op {
+        SendOp::SendWithImm { imm } => (Some(imm), None),
+        SendOp::SendWithInv { rkey } => (None, Some(rkey)),
+        _ => (None, None),
+    };
+    let only = npkts == 1;
+    let last = k + 1 == npkts;
+    let opcode = match (only, k == 0, last, imm.is_some(), inv.is_some()) {
+        (true, _, _, true, _) => Opcode::RC_SEND_ONLY_WITH_IMMEDIATE,
+        (true, _, _, _, true) => Opcode::RC_SEND_ONLY_WITH_INVALIDATE,
+        (true, _, _, _, _) => Opcode::RC_SEND_ONLY,
+        (false, true, _, _, _) => Opcode::RC_SEND_FIRST,
+        (false, false, false, _, _) => Opcode::RC_SEND_MIDDLE,
+        (false, false, true, true, _) => Opcode::RC_SEND_LAST_WITH_IMMEDIATE,
+        (false, false, true, _, true) => Opcode::RC_SEND_LAST_WITH_INVALIDATE,
+        (false, false, true, _, _) => Opcode::RC_SEND_LAST,
+    };
+    let ends = only || last;
+    (opcode, imm.filter(|_| ends), inv.filter(|_| ends))
+}
+
+fn write_opcode(imm: bool, k: u32, npkts: u32) -> Opcode {
+    let only = npkts == 1;
+    let last = k + 1 == npkts;
+    match (only, k == 0, last, imm) {
+        (true, _, _, true) => Opcode::RC_RDMA_WRITE_ONLY_WITH_IMMEDIATE,
+        (true, _, _, false) => Opcode::RC_RDMA_WRITE_ONLY,
+        (false, true, _, _) => Opcode::RC_RDMA_WRITE_FIRST,
+        (false, false, false, _) => Opcode::RC_RDMA_WRITE_MIDDLE,
+        (false, false, true, true) => Opcode::RC_RDMA_WRITE_LAST_WITH_IMMEDIATE,
+        (false, false, true, false) => Opcode::RC_RDMA_WRITE_LAST,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn test_segmentation() {
+        assert_eq!(packet_payload(4096, 1024, 3), 1024);
+        assert_eq!(packet_payload(4097, 1024, 4), 1);
+        assert_eq!(packet_payload(0, 1024, 0), 0);
+        assert_eq!(send_opcode(&SendOp::Send, 0, 1).0, Opcode::RC_SEND_ONLY);
+        assert_eq!(
+            send_opcode(&SendOp::SendWithImm { imm: 1 }, 2, 3),
+            (Opcode::RC_SEND_LAST_WITH_IMMEDIATE, Some(1), None)
+        );
+        assert_eq!(
+            send_opcode(&SendOp::SendWithImm { imm: 1 }, 0, 3),
+            (Opcode::RC_SEND_FIRST, None, None)
+        );
+        assert_eq!(write_opcode(true, 1, 3), Opcode::RC_RDMA_WRITE_MIDDLE);
+        assert_eq!(
+            write_opcode(true, 0, 1),
+            Opcode::RC_RDMA_WRITE_ONLY_WITH_IMMEDIATE
+        );
+    }
+}

@@ -1,0 +1,284 @@
+//! Work requests in, work completions out: the engine's side of the ibverbs queue model.
+
+use crate::mr::AccessFlags;
+
+/// One scatter/gather element: `length` bytes at virtual address `addr` of the memory region
+/// whose local key is `lkey`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub struct Sge {
+    /// Start address (in the MR's virtual address space).
+    pub addr: u64,
+    /// Length in bytes.
+    pub length: u32,
+    /// Local key of the memory region.
+    pub lkey: u32,
+}
+
+/// What a send work request does (ibverbs `ibv_wr_opcode` plus its operands).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum SendOp {
+    /// Two-sided SEND.
+    Send,
+    /// SEND with 32-bit immediate data (delivered in the receiver's completion).
+    SendWithImm {
+        /// Immediate data.
+        imm: u32,
+    },
+    /// SEND that asks the receiver to invalidate `rkey`.
+    SendWithInv {
+        /// The remote key to invalidate.
+        rkey: u32,
+    },
+    /// One-sided RDMA WRITE of the SGL to `remote_addr`.
+    RdmaWrite {
+        /// Remote virtual address.
+        remote_addr: u64,
+        /// Remote key.
+        rkey: u32,
+    },
+    /// RDMA WRITE with immediate data (consumes a receive WQE at the target).
+    RdmaWriteWithImm {
+        /// Remote virtual address.
+        remote_addr: u64,
+        /// Remote key.
+        rkey: u32,
+        /// Immediate data.
+        imm: u32,
+    },
+    /// One-sided RDMA READ from `remote_addr` into the SGL.
+    RdmaRead {
+        /// Remote virtual address.
+        remote_addr: u64,
+        /// Remote key.
+        rkey: u32,
+    },
+    /// 8-byte compare and swap; the original value lands in the SGL (8 bytes).
+    AtomicCmpSwap {
+        /// Remote virtual address, 8-byte aligned.
+        remote_addr: u64,
+        /// Remote key.
+        rkey: u32,
+        /// Expected value.
+        compare: u64,
+        /// New value if the comparison succeeds.
+        swap: u64,
+    },
+    /// 8-byte fetch and add; the original value lands in the SGL (8 bytes).
+    AtomicFetchAdd {
+        /// Remote virtual address, 8-byte aligned.
+        remote_addr: u64,
+        /// Remote key.
+        rkey: u32,
+        /// Addend.
+        add: u64,
+    },
+}
+
+impl SendOp {
+    /// The completion opcode a successful WR of this kind reports.
+    pub fn wc_opcode(&self) -> WcOpcode {
+        match self {
+            SendOp::Send | SendOp::SendWithImm { .. } | SendOp::SendWithInv { .. } => {
+                WcOpcode::Send
+            }
+            SendOp::RdmaWrite { .. } | SendOp::RdmaWriteWithImm { .. } => WcOpcode::RdmaWrite,
+            SendOp::RdmaRead { .. } => WcOpcode::RdmaRead,
+            SendOp::AtomicCmpSwap { .. } => WcOpcode::CompSwap,
+            SendOp::AtomicFetchAdd { .. } => WcOpcode::FetchAdd,
+        }
+    }
+
+    /// READ and atomics need responder resources and count against `max_rd_atomic`.
+    pub fn is_read_or_atomic(&self) -> bool {
+        matches!(
+            self,
+            SendOp::RdmaRead { .. } | SendOp::AtomicCmpSwap { .. } | SendOp::AtomicFetchAdd { .. }
+        )
+    }
+
+    /// Atomics operate on exactly 8 bytes.
+    pub fn is_atomic(&self) -> bool {
+        matches!(
+            self,
+            SendOp::AtomicCmpSwap { .. } | SendOp::AtomicFetchAdd { .. }
+        )
+    }
+
+    /// The local access the SGL needs: READ and atomics write into local memory.
+    pub fn local_access(&self) -> AccessFlags {
+        if self.is_read_or_atomic() {
+            AccessFlags::LOCAL_WRITE
+        } else {
+            AccessFlags::empty()
+        }
+    }
+}
+
+/// Send work request flags (ibverbs `IBV_SEND_*`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default)]
+pub struct SendFlags(u8);
+
+impl SendFlags {
+    /// Generate a completion on success (errors always complete).
+    pub const SIGNALED: SendFlags = SendFlags(1 << 0);
+    /// Wait for earlier READs and atomics to complete before starting.
+    pub const FENCE: SendFlags = SendFlags(1 << 1);
+    /// Set the solicited-event bit on the last packet.
+    pub const SOLICITED: SendFlags = SendFlags(1 << 2);
+    /// The payload was copied at post time (see [`SendWr::inline_data`]).
+    pub const INLINE: SendFlags = SendFlags(1 << 3);
+
+    /// No flags.
+    pub const fn empty() -> SendFlags {
+        SendFlags(0)
+    }
+    /// Whether all flags of `other` are set.
+    pub const fn contains(self, other: SendFlags) -> bool {
+        self.0 & other.0 == other.0
+    }
+}
+
+impl core::ops::BitOr for SendFlags {
+    type Output = SendFlags;
+    fn bitor(self, rhs: SendFlags) -> SendFlags {
+        SendFlags(self.0 | rhs.0)
+    }
+}
+
+/// A send work request.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct SendWr {
+    /// Caller's identifier, returned in the completion.
+    pub wr_id: u64,
+    /// Operation and remote operands.
+    pub op: SendOp,
+    /// Local buffers: the data to send (SEND, WRITE) or where results land (READ, atomics).
+    pub sg_list: Vec<Sge>,
+    /// Flags.
+    pub flags: SendFlags,
+    /// Payload copied at post time; when set, `sg_list` is not used for the payload (ibverbs
+    /// `IBV_SEND_INLINE`: the caller may reuse its buffer as soon as `post_send` returns).
+    pub inline_data: Option<Box<[u8]>>,
+}
+
+impl SendWr {
+    /// Payload length in bytes (for READ: bytes to read; for atomics: 8).
+    pub fn length(&self) -> u64 {
+        if self.op.is_atomic() {
+            return 8;
+        }
+        match &self.inline_data {
+            Some(data) => data.len() as u64,
+            None => self.sg_list.iter().map(|s| u64::from(s.length)).sum(),
+        }
+    }
+}
+
+/// A receive work request.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct RecvWr {
+    /// Caller's identifier, returned in the completion.
+    pub wr_id: u64,
+    /// Where incoming SEND payload is placed, in order.
+    pub sg_list: Vec<Sge>,
+}
+
+impl RecvWr {
+    /// Capacity of the SGL in bytes.
+    pub fn capacity(&self) -> u64 {
+        self.sg_list.iter().map(|s| u64::from(s.length)).sum()
+    }
+}
+
+/// Completion status (ibverbs `ibv_wc_status`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum WcStatus {
+    /// The operation completed successfully.
+    Success,
+    /// Local length error: a received message did not fit the receive buffers, or a WR's
+    /// length is invalid.
+    LocLenErr,
+    /// Local QP operation error: an internal consistency error of the local QP.
+    LocQpOpErr,
+    /// Local protection error: an SGE's lkey, bounds or access rights do not allow the access.
+    LocProtErr,
+    /// The WR was flushed because the QP entered the error state.
+    WrFlushErr,
+    /// The responder answered with something the requester did not expect.
+    BadRespErr,
+    /// Local access error on an incoming request (e.g. a WRITE with immediate hit a bad rkey).
+    LocAccessErr,
+    /// The responder rejected the request as invalid (NAK invalid request).
+    RemInvReqErr,
+    /// The responder rejected the access (NAK remote access error: rkey, bounds, rights).
+    RemAccessErr,
+    /// The responder could not complete the operation (NAK remote operational error).
+    RemOpErr,
+    /// The transport retry counter was exhausted: no answer from the responder.
+    RetryExcErr,
+    /// The RNR retry counter was exhausted: the responder never had a receive posted.
+    RnrRetryExcErr,
+    /// Another error.
+    GeneralErr,
+}
+
+impl WcStatus {
+    /// The status name as ibverbs' `ibv_wc_status_str` spells it.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            WcStatus::Success => "success",
+            WcStatus::LocLenErr => "local length error",
+            WcStatus::LocQpOpErr => "local QP operation error",
+            WcStatus::LocProtErr => "local protection error",
+            WcStatus::WrFlushErr => "Work Request Flushed Error",
+            WcStatus::BadRespErr => "bad response error",
+            WcStatus::LocAccessErr => "local access error",
+            WcStatus::RemInvReqErr => "remote invalid request error",
+            WcStatus::RemAccessErr => "remote access error",
+            WcStatus::RemOpErr => "remote operation error",
+            WcStatus::RetryExcErr => "transport retry counter exceeded",
+            WcStatus::RnrRetryExcErr => "RNR retry counter exceeded",
+            WcStatus::GeneralErr => "general error",
+        }
+    }
+}
+
+/// What a completion reports was done (ibverbs `ibv_wc_opcode`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum WcOpcode {
+    /// A SEND (any variant) completed at the requester.
+    Send,
+    /// An RDMA WRITE completed at the requester.
+    RdmaWrite,
+    /// An RDMA READ completed at the requester.
+    RdmaRead,
+    /// A compare and swap completed at the requester.
+    CompSwap,
+    /// A fetch and add completed at the requester.
+    FetchAdd,
+    /// A SEND was received.
+    Recv,
+    /// An RDMA WRITE with immediate was received (consumed a receive WQE).
+    RecvRdmaWithImm,
+}
+
+/// A work completion (ibverbs `ibv_wc`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub struct WorkCompletion {
+    /// The WR's identifier.
+    pub wr_id: u64,
+    /// Outcome.
+    pub status: WcStatus,
+    /// What completed. For error completions this is the opcode of the WR as posted.
+    pub opcode: WcOpcode,
+    /// Bytes transferred (receives: bytes placed; READ: bytes read; atomics: 8).
+    pub byte_len: u32,
+    /// Immediate data of a SEND/WRITE with immediate, as the 32-bit value sent.
+    pub imm_data: Option<u32>,
+    /// The rkey a SEND with invalidate invalidated.
+    pub invalidated_rkey: Option<u32>,
+    /// The local QP number.
+    pub qp_num: u32,
+    /// The remote QP number (receives).
+    pub src_qp: u32,
+}
