@@ -359,17 +359,16 @@ impl Field {
     }
 }
 
+/// Required and optional attributes of one transition.
+type FieldRule = (&'static [Field], &'static [Field]);
+
 /// Required and optional attributes of a transition, per QP type (IBTA 11.2.4.2 / the
 /// `qp_state_table` of the Linux RDMA core). `None` means the transition is illegal.
-fn transition_fields(
-    qp_type: QpType,
-    from: QpState,
-    to: QpState,
-) -> Option<(&'static [Field], &'static [Field])> {
+fn transition_fields(qp_type: QpType, from: QpState, to: QpState) -> Option<FieldRule> {
     use Field::*;
     use QpState::*;
     const NONE: &[Field] = &[];
-    let (rc_uc, ud): ((&[Field], &[Field]), (&[Field], &[Field])) = match (from, to) {
+    let (rc_uc, ud): (FieldRule, FieldRule) = match (from, to) {
         (_, Reset) | (_, Err) => ((NONE, NONE), (NONE, NONE)),
         (Reset, Init) => (
             (&[PkeyIndex, Port, AccessFlags], NONE),
@@ -436,7 +435,7 @@ fn transition_fields(
 }
 
 /// UC differs from RC only in leaving out the attributes of reliability and READ/atomics.
-fn uc_filter(from: QpState, to: QpState) -> Option<(&'static [Field], &'static [Field])> {
+fn uc_filter(from: QpState, to: QpState) -> Option<FieldRule> {
     use Field::*;
     use QpState::*;
     const NONE: &[Field] = &[];

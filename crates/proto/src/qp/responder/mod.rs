@@ -1,32 +1,315 @@
-//! The responder (placeholder while it is being written).
+//! The responder: executes incoming requests in PSN order and answers them (IBTA 9.7.4–9.7.6).
+//!
+//! Pipeline for each request packet, each step a function that either passes or answers:
+//! 1. [`QueuePair::handle_request`] checks the PSN: the expected one is executed; a later one is
+//!    a sequence error (one NAK per error, IBTA C9-91ish: "NAK once, then silently drop until
+//!    the expected PSN shows up"); an earlier one is a duplicate (see [`duplicate`]).
+//! 2. The opcode must continue the message in progress (FIRST/MIDDLE/LAST order).
+//! 3. The operation runs in its own file: [`send`], [`write`], [`read`], [`atomic`].
+//!
+//! Answers (ACKs, NAKs, READ responses, atomic ACKs) are queued as [`Output`] jobs in PSN
+//! order and turned into packets lazily by `poll_responder_transmit`, so a 1 MiB READ is one
+//! job, not a thousand buffered packets. Consecutive ACKs coalesce: only the newest is sent.
+//! A fatal error (remote access, invalid request) queues its NAK and moves the QP to ERR once
+//! that NAK is out, as rxe does.
 
-use softrdma_wire::{PacketRepr, Psn};
+mod atomic;
+mod duplicate;
+mod read;
+mod send;
+mod write;
+
+use std::collections::VecDeque;
+
+use softrdma_wire::{
+    Aeth, AtomicAckEth, Bth, ExtHeaders, NakCode, OpKind, Opcode, PacketRepr, Position, Psn,
+    Syndrome,
+};
 
 use super::{Ctx, QueuePair};
 use crate::engine::Transmit;
+use crate::stats::{DropReason, NakKind};
+use crate::wr::RecvWr;
 
+/// A multi-packet SEND being received into a receive WQE.
+#[derive(Debug, Clone)]
+pub(crate) struct SendInProgress {
+    pub wr: RecvWr,
+    /// Bytes placed so far.
+    pub offset: u64,
+}
+
+/// A multi-packet WRITE being placed.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct WriteInProgress {
+    pub rkey: u32,
+    /// Where the next packet's payload goes.
+    pub va: u64,
+    /// Bytes still expected.
+    pub remaining: u64,
+    /// Total length from the RETH (reported by a WRITE with immediate).
+    pub total: u32,
+}
+
+/// What a READ or atomic request left behind, to answer its duplicates (IBTA 9.7.5.1.6).
+#[derive(Debug, Clone, Copy)]
+pub(crate) enum Resource {
+    /// A READ covering `npkts` response PSNs from `psn`.
+    Read { psn: Psn, npkts: u32 },
+    /// An executed atomic and the value it returned: never executed twice.
+    Atomic { psn: Psn, orig: u64, msn: u32 },
+}
+
+/// An answer waiting to go out.
+#[derive(Debug, Clone, Copy)]
+pub(crate) enum Output {
+    /// ACK or NAK.
+    Ack {
+        psn: Psn,
+        syndrome: Syndrome,
+        msn: u32,
+    },
+    /// READ response packets still to send.
+    Read {
+        psn: Psn,
+        rkey: u32,
+        va: u64,
+        remaining: u64,
+        first: bool,
+        msn: u32,
+    },
+    /// Atomic acknowledge.
+    AtomicAck { psn: Psn, orig: u64, msn: u32 },
+}
+
+/// Responder state of a QP.
 #[derive(Debug, Default)]
 pub(crate) struct Responder {
+    /// The PSN the next new request must carry.
     pub expected_psn: Psn,
+    /// Messages completed (24 bits on the wire).
+    pub msn: u32,
+    pub send: Option<SendInProgress>,
+    pub write: Option<WriteInProgress>,
+    /// A sequence-error NAK was sent and the expected PSN has not arrived since.
+    pub nak_sent: bool,
+    /// Recent READ/atomic requests, oldest first, at most max(1, max_dest_rd_atomic).
+    pub resources: VecDeque<Resource>,
+    pub output: VecDeque<Output>,
+    /// A fatal NAK is queued: accept nothing more; enter ERR once it is sent.
+    pub fatal: bool,
 }
 
 impl Responder {
     pub(crate) fn reset(&mut self, psn: Psn) {
-        self.expected_psn = psn;
+        *self = Responder {
+            expected_psn: psn,
+            ..Responder::default()
+        };
     }
-    pub(crate) fn clear_output(&mut self) {}
+
+    pub(crate) fn clear_output(&mut self) {
+        self.output.clear();
+        self.send = None;
+        self.write = None;
+    }
+
     pub(crate) fn has_output(&self) -> bool {
-        false
+        !self.output.is_empty()
+    }
+
+    /// Queues an ACK or NAK, replacing a queued ACK right before it (coalescing).
+    pub(crate) fn push_ack(&mut self, psn: Psn, syndrome: Syndrome) {
+        let msn = self.msn;
+        if let Some(Output::Ack {
+            syndrome: Syndrome::Ack { .. },
+            ..
+        }) = self.output.back()
+        {
+            self.output.pop_back();
+        }
+        self.output.push_back(Output::Ack { psn, syndrome, msn });
+    }
+
+    /// Remembers a READ/atomic for duplicate detection, evicting the oldest beyond `max`.
+    pub(crate) fn remember(&mut self, res: Resource, max: u8) {
+        while self.resources.len() >= usize::from(max.max(1)) {
+            self.resources.pop_front();
+        }
+        self.resources.push_back(res);
+    }
+}
+
+/// A request the responder refuses: which NAK to send (and, for a receive WQE in use, which
+/// completion status the receiver reports).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum RespError {
+    /// No receive WQE: RNR NAK, not fatal.
+    ReceiverNotReady,
+    /// Malformed or out-of-order request, or a message longer than the receive buffer.
+    InvalidRequest,
+    /// R_Key, bounds, PD or rights.
+    RemoteAccess,
+    /// The responder's own failure (e.g. its receive WQE's buffers are not accessible).
+    RemoteOperational,
+}
+
+impl RespError {
+    fn nak(self, min_rnr_timer: u8) -> (Syndrome, NakKind) {
+        match self {
+            RespError::ReceiverNotReady => (
+                Syndrome::RnrNak {
+                    timer: min_rnr_timer,
+                },
+                NakKind::Rnr,
+            ),
+            RespError::InvalidRequest => (
+                Syndrome::Nak(NakCode::InvalidRequest),
+                NakKind::InvalidRequest,
+            ),
+            RespError::RemoteAccess => (
+                Syndrome::Nak(NakCode::RemoteAccessError),
+                NakKind::RemoteAccess,
+            ),
+            RespError::RemoteOperational => (
+                Syndrome::Nak(NakCode::RemoteOperationalError),
+                NakKind::RemoteOperational,
+            ),
+        }
     }
 }
 
 impl QueuePair {
-    pub(crate) fn handle_request(&mut self, _ctx: &mut Ctx<'_>, _pkt: &PacketRepr<'_>) {}
+    /// Handles a request packet addressed to this QP (state already checked by the engine).
+    pub(crate) fn handle_request(&mut self, ctx: &mut Ctx<'_>, pkt: &PacketRepr<'_>) {
+        if self.resp.fatal {
+            ctx.stats.drop(DropReason::BadState);
+            return;
+        }
+        let psn = pkt.bth.psn;
+        let expected = self.resp.expected_psn;
+        let d = psn.distance(expected);
+        if d > 0 {
+            // IBTA C9-92: NAK the first out-of-sequence request, then drop silently until
+            // the expected PSN arrives.
+            ctx.stats.drop(DropReason::OutOfSequence);
+            if !self.resp.nak_sent {
+                self.resp.nak_sent = true;
+                ctx.stats.nak_sent(NakKind::PsnSequence);
+                self.resp
+                    .push_ack(expected, Syndrome::Nak(NakCode::PsnSequenceError));
+            }
+            return;
+        }
+        if d < 0 {
+            ctx.stats.duplicate_requests += 1;
+            self.handle_duplicate(ctx, pkt);
+            return;
+        }
+        self.resp.nak_sent = false;
+        let Some(info) = pkt.bth.opcode.info() else {
+            return;
+        };
+        if let Err(e) = self.check_op_sequence(info.kind, info.position) {
+            self.respond_error(ctx, psn, e);
+            return;
+        }
+        let result = match info.kind {
+            OpKind::Send => self.execute_send(ctx, pkt, info.position),
+            OpKind::Write => self.execute_write(ctx, pkt, info.position),
+            OpKind::ReadRequest => self.execute_read(ctx, pkt),
+            OpKind::CompareSwap | OpKind::FetchAdd => self.execute_atomic(ctx, pkt, info.kind),
+            // FLUSH and ATOMIC_WRITE (IBTA 1.5) are not offered by this device.
+            _ => Err(RespError::InvalidRequest),
+        };
+        if let Err(e) = result {
+            self.respond_error(ctx, psn, e);
+        }
+    }
+
+    /// IBTA 9.7.4.1.3: a message's packets come FIRST, MIDDLE*, LAST (or ONLY); nothing else
+    /// may interleave on an RC QP.
+    fn check_op_sequence(&self, kind: OpKind, position: Position) -> Result<(), RespError> {
+        let in_send = self.resp.send.is_some();
+        let in_write = self.resp.write.is_some();
+        let continues = matches!(position, Position::Middle | Position::Last);
+        let ok = match (in_send, in_write) {
+            (true, _) => kind == OpKind::Send && continues,
+            (_, true) => kind == OpKind::Write && continues,
+            _ => !continues,
+        };
+        if ok {
+            Ok(())
+        } else {
+            Err(RespError::InvalidRequest)
+        }
+    }
+
+    /// Answers a refused request: an RNR NAK (the requester retries later) or a fatal NAK.
+    fn respond_error(&mut self, ctx: &mut Ctx<'_>, psn: Psn, e: RespError) {
+        let (syndrome, kind) = e.nak(self.cfg.min_rnr_timer);
+        ctx.stats.nak_sent(kind);
+        self.resp.push_ack(psn, syndrome);
+        if e != RespError::ReceiverNotReady {
+            self.resp.fatal = true;
+        }
+    }
+
+    /// Advances past an executed request packet and ACKs it if asked.
+    pub(crate) fn request_done(
+        &mut self,
+        pkt: &PacketRepr<'_>,
+        psn_count: u32,
+        ends_message: bool,
+    ) {
+        self.resp.expected_psn = pkt.bth.psn.add(psn_count);
+        if ends_message {
+            self.resp.msn = (self.resp.msn + 1) & 0x00ff_ffff;
+        }
+        if pkt.bth.ack_req {
+            self.resp.push_ack(pkt.bth.psn, Syndrome::ACK);
+        }
+    }
+
+    /// Produces the next answer packet.
     pub(crate) fn poll_responder_transmit(
         &mut self,
-        _ctx: &mut Ctx<'_>,
-        _out: &mut Vec<u8>,
+        ctx: &mut Ctx<'_>,
+        out: &mut Vec<u8>,
     ) -> Option<Transmit> {
-        None
+        loop {
+            let job = *self.resp.output.front()?;
+            let t = match job {
+                Output::Ack { psn, syndrome, msn } => {
+                    self.resp.output.pop_front();
+                    let ext = ExtHeaders {
+                        aeth: Some(Aeth { syndrome, msn }),
+                        ..ExtHeaders::default()
+                    };
+                    let bth = Bth::new(Opcode::RC_ACKNOWLEDGE, self.cfg.dest_qpn, psn);
+                    self.build_packet(ctx, out, bth, &ext, 0, |_| true)
+                }
+                Output::AtomicAck { psn, orig, msn } => {
+                    self.resp.output.pop_front();
+                    let ext = ExtHeaders {
+                        aeth: Some(Aeth {
+                            syndrome: Syndrome::ACK,
+                            msn,
+                        }),
+                        atomic_ack_eth: Some(AtomicAckEth { orig }),
+                        ..ExtHeaders::default()
+                    };
+                    let bth = Bth::new(Opcode::RC_ATOMIC_ACKNOWLEDGE, self.cfg.dest_qpn, psn);
+                    self.build_packet(ctx, out, bth, &ext, 0, |_| true)
+                }
+                Output::Read { .. } => self.next_read_response(ctx, out),
+            };
+            if self.resp.fatal && self.resp.output.is_empty() {
+                self.enter_error(ctx);
+            }
+            if t.is_some() {
+                return t;
+            }
+        }
     }
 }

@@ -1,0 +1,47 @@
+//! Atomic compare-and-swap and fetch-and-add on an aligned 8-byte word. Executed exactly once:
+//! the original value is kept as a responder resource and replayed for duplicates.
+
+use softrdma_wire::{OpKind, PacketRepr};
+
+use super::{Output, Resource, RespError};
+use crate::mr::AccessFlags;
+use crate::qp::{Ctx, QueuePair};
+
+impl QueuePair {
+    pub(super) fn execute_atomic(
+        &mut self,
+        ctx: &mut Ctx<'_>,
+        pkt: &PacketRepr<'_>,
+        kind: OpKind,
+    ) -> Result<(), RespError> {
+        let eth = pkt.ext.atomic_eth.ok_or(RespError::InvalidRequest)?;
+        if !self.cfg.access.contains(AccessFlags::REMOTE_ATOMIC) {
+            return Err(RespError::RemoteAccess);
+        }
+        // C9-??: a misaligned atomic target is an invalid request.
+        if eth.va % 8 != 0 {
+            return Err(RespError::InvalidRequest);
+        }
+        let (mr, off) = ctx
+            .mrs
+            .check(self.pd, eth.rkey, eth.va, 8, AccessFlags::REMOTE_ATOMIC)
+            .map_err(|_| RespError::RemoteAccess)?;
+        let orig = match kind {
+            OpKind::CompareSwap => mr.memory.compare_swap(off, eth.compare, eth.swap_add),
+            _ => mr.memory.fetch_add(off, eth.swap_add),
+        };
+        ctx.stats.atomics_executed += 1;
+        let psn = pkt.bth.psn;
+        self.resp.expected_psn = psn.next();
+        self.resp.msn = (self.resp.msn + 1) & 0x00ff_ffff;
+        let msn = self.resp.msn;
+        self.resp.remember(
+            Resource::Atomic { psn, orig, msn },
+            self.cfg.max_dest_rd_atomic,
+        );
+        self.resp
+            .output
+            .push_back(Output::AtomicAck { psn, orig, msn });
+        Ok(())
+    }
+}

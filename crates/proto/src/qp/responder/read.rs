@@ -1,0 +1,138 @@
+//! RDMA READ: validate the request, remember it as a responder resource, and queue the
+//! response; `next_read_response` cuts it into MTU-sized packets as the wire takes them.
+
+use softrdma_wire::{Aeth, Bth, ExtHeaders, Opcode, PacketRepr, Psn, Reth, Syndrome};
+
+use super::{Output, Resource, RespError};
+use crate::engine::Transmit;
+use crate::mr::AccessFlags;
+use crate::qp::{Ctx, QueuePair};
+
+impl QueuePair {
+    pub(super) fn execute_read(
+        &mut self,
+        ctx: &mut Ctx<'_>,
+        pkt: &PacketRepr<'_>,
+    ) -> Result<(), RespError> {
+        let reth = pkt.ext.reth.ok_or(RespError::InvalidRequest)?;
+        self.check_read(ctx, &reth)?;
+        let npkts = read_packets(reth.dma_len, self.cfg.path_mtu.bytes());
+        let psn = pkt.bth.psn;
+        self.resp
+            .remember(Resource::Read { psn, npkts }, self.cfg.max_dest_rd_atomic);
+        // The READ is a completed message for MSN purposes; its responses carry the new MSN.
+        self.resp.expected_psn = psn.add(npkts);
+        self.resp.msn = (self.resp.msn + 1) & 0x00ff_ffff;
+        self.queue_read_response(ctx, psn, &reth);
+        Ok(())
+    }
+
+    /// Access checks of a READ request (also for a duplicate, which is re-executed).
+    pub(super) fn check_read(&self, ctx: &Ctx<'_>, reth: &Reth) -> Result<(), RespError> {
+        if !self.cfg.access.contains(AccessFlags::REMOTE_READ) {
+            return Err(RespError::RemoteAccess);
+        }
+        ctx.mrs
+            .check(
+                self.pd,
+                reth.rkey,
+                reth.va,
+                u64::from(reth.dma_len),
+                AccessFlags::REMOTE_READ,
+            )
+            .map(|_| ())
+            .map_err(|_| RespError::RemoteAccess)
+    }
+
+    pub(super) fn queue_read_response(&mut self, ctx: &mut Ctx<'_>, psn: Psn, reth: &Reth) {
+        ctx.stats.reads_served += 1;
+        let msn = self.resp.msn;
+        self.resp.output.push_back(Output::Read {
+            psn,
+            rkey: reth.rkey,
+            va: reth.va,
+            remaining: u64::from(reth.dma_len),
+            first: true,
+            msn,
+        });
+    }
+
+    /// Builds the next packet of the READ response at the front of the output queue.
+    pub(super) fn next_read_response(
+        &mut self,
+        ctx: &mut Ctx<'_>,
+        out: &mut Vec<u8>,
+    ) -> Option<Transmit> {
+        let Some(Output::Read {
+            psn,
+            rkey,
+            va,
+            remaining,
+            first,
+            msn,
+        }) = self.resp.output.front().copied()
+        else {
+            return None;
+        };
+        let mtu = u64::from(self.cfg.path_mtu.bytes());
+        let n = remaining.min(mtu);
+        let last = remaining <= mtu;
+        let opcode = match (first, last) {
+            (true, true) => Opcode::RC_RDMA_READ_RESPONSE_ONLY,
+            (true, false) => Opcode::RC_RDMA_READ_RESPONSE_FIRST,
+            (false, false) => Opcode::RC_RDMA_READ_RESPONSE_MIDDLE,
+            (false, true) => Opcode::RC_RDMA_READ_RESPONSE_LAST,
+        };
+        let mut ext = ExtHeaders::default();
+        if first || last {
+            ext.aeth = Some(Aeth {
+                syndrome: Syndrome::ACK,
+                msn,
+            });
+        }
+        // Memory may have been deregistered since the request was accepted: answer with a
+        // remote access NAK instead of data.
+        let region = ctx
+            .mrs
+            .check(self.pd, rkey, va, n, AccessFlags::REMOTE_READ)
+            .ok()
+            .map(|(mr, off)| (mr.memory.clone(), off));
+        let Some((memory, off)) = region else {
+            self.resp.output.pop_front();
+            ctx.stats.nak_sent(crate::stats::NakKind::RemoteAccess);
+            self.resp.push_ack(
+                psn,
+                Syndrome::Nak(softrdma_wire::NakCode::RemoteAccessError),
+            );
+            self.resp.fatal = true;
+            return None;
+        };
+        let bth = Bth::new(opcode, self.cfg.dest_qpn, psn);
+        let t = self.build_packet(ctx, out, bth, &ext, n as usize, |buf| {
+            memory.read(off, buf);
+            true
+        });
+        if let Some(Output::Read {
+            psn,
+            va,
+            remaining,
+            first,
+            ..
+        }) = self.resp.output.front_mut()
+        {
+            *psn = psn.next();
+            *va = va.wrapping_add(n);
+            *remaining -= n;
+            *first = false;
+            if last {
+                self.resp.output.pop_front();
+            }
+        }
+        t
+    }
+}
+
+/// Response packets (and so PSNs) of a READ of `len` bytes: at least one, even for 0 bytes.
+pub(super) fn read_packets(len: u32, mtu: u32) -> u32 {
+    len.div_ceil(mtu).max(1)
+}

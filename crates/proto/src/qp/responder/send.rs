@@ -1,0 +1,91 @@
+//! SEND (and SEND with immediate / with invalidate): consumes a receive WQE and places the
+//! message into its scatter list, packet by packet.
+
+use softrdma_wire::{PacketRepr, Position};
+
+use super::{RespError, SendInProgress};
+use crate::qp::{Ctx, QueuePair};
+use crate::wr::{WcOpcode, WcStatus, WorkCompletion};
+
+impl QueuePair {
+    pub(super) fn execute_send(
+        &mut self,
+        ctx: &mut Ctx<'_>,
+        pkt: &PacketRepr<'_>,
+        position: Position,
+    ) -> Result<(), RespError> {
+        let mtu = u64::from(self.cfg.path_mtu.bytes());
+        let len = pkt.payload.len() as u64;
+        // IBTA 9.7.4.1.5: FIRST and MIDDLE carry exactly one MTU; LAST and ONLY at most one.
+        let len_ok = if position.ends() {
+            len <= mtu
+        } else {
+            len == mtu
+        };
+        if !len_ok {
+            return Err(RespError::InvalidRequest);
+        }
+        if position.starts() {
+            // C9-38: no receive WQE means Receiver Not Ready; nothing is consumed.
+            let Some(wr) = self.rq.pop_front() else {
+                return Err(RespError::ReceiverNotReady);
+            };
+            self.resp.send = Some(SendInProgress { wr, offset: 0 });
+        }
+        let Some(mut msg) = self.resp.send.take() else {
+            return Err(RespError::InvalidRequest);
+        };
+        if msg.offset + len > msg.wr.capacity() {
+            // The message does not fit: the receiver sees a local length error, the sender an
+            // invalid request NAK.
+            self.complete_recv(ctx, &msg, WcStatus::LocLenErr, pkt);
+            return Err(RespError::InvalidRequest);
+        }
+        if ctx
+            .mrs
+            .scatter(self.pd, &msg.wr.sg_list, msg.offset, pkt.payload)
+            .is_err()
+        {
+            self.complete_recv(ctx, &msg, WcStatus::LocProtErr, pkt);
+            return Err(RespError::RemoteOperational);
+        }
+        msg.offset += len;
+        if position.ends() {
+            self.complete_recv(ctx, &msg, WcStatus::Success, pkt);
+        } else {
+            self.resp.send = Some(msg);
+        }
+        self.request_done(pkt, 1, position.ends());
+        Ok(())
+    }
+
+    /// Completes the receive WQE of a SEND (or of a WRITE with immediate).
+    pub(super) fn complete_recv(
+        &mut self,
+        ctx: &mut Ctx<'_>,
+        msg: &SendInProgress,
+        status: WcStatus,
+        pkt: &PacketRepr<'_>,
+    ) {
+        let is_write = pkt
+            .bth
+            .opcode
+            .info()
+            .is_some_and(|i| i.kind == softrdma_wire::OpKind::Write);
+        let wc = WorkCompletion {
+            wr_id: msg.wr.wr_id,
+            status,
+            opcode: if is_write {
+                WcOpcode::RecvRdmaWithImm
+            } else {
+                WcOpcode::Recv
+            },
+            byte_len: u32::try_from(msg.offset).unwrap_or(u32::MAX),
+            imm_data: pkt.ext.imm_dt.map(|i| i.imm),
+            invalidated_rkey: pkt.ext.ieth.map(|i| i.rkey),
+            qp_num: self.qpn,
+            src_qp: self.cfg.dest_qpn,
+        };
+        ctx.complete(self.recv_cq, wc);
+    }
+}

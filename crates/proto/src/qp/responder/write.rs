@@ -1,0 +1,85 @@
+//! RDMA WRITE: the RETH on the first packet names the target; every packet's payload is placed
+//! at the next address. WRITE with immediate also consumes a receive WQE on its last packet.
+
+use softrdma_wire::{PacketRepr, Position};
+
+use super::{RespError, SendInProgress, WriteInProgress};
+use crate::mr::AccessFlags;
+use crate::qp::{Ctx, QueuePair};
+use crate::wr::{RecvWr, WcStatus};
+
+impl QueuePair {
+    pub(super) fn execute_write(
+        &mut self,
+        ctx: &mut Ctx<'_>,
+        pkt: &PacketRepr<'_>,
+        position: Position,
+    ) -> Result<(), RespError> {
+        let mtu = u64::from(self.cfg.path_mtu.bytes());
+        let len = pkt.payload.len() as u64;
+        let has_imm = pkt.ext.imm_dt.is_some();
+        // A WRITE with immediate needs a receive WQE; check before placing anything so that an
+        // RNR retry finds the QP exactly as it was.
+        if has_imm && self.rq.is_empty() {
+            return Err(RespError::ReceiverNotReady);
+        }
+        let mut w = if position.starts() {
+            let Some(reth) = pkt.ext.reth else {
+                return Err(RespError::InvalidRequest);
+            };
+            let total = u64::from(reth.dma_len);
+            if !self.cfg.access.contains(AccessFlags::REMOTE_WRITE) {
+                return Err(RespError::RemoteAccess);
+            }
+            ctx.mrs
+                .check(
+                    self.pd,
+                    reth.rkey,
+                    reth.va,
+                    total,
+                    AccessFlags::REMOTE_WRITE,
+                )
+                .map_err(|_| RespError::RemoteAccess)?;
+            WriteInProgress {
+                rkey: reth.rkey,
+                va: reth.va,
+                remaining: total,
+                total: reth.dma_len,
+            }
+        } else {
+            self.resp.write.take().ok_or(RespError::InvalidRequest)?
+        };
+        // FIRST/MIDDLE: exactly one MTU with more to come; LAST/ONLY: exactly what remains.
+        let len_ok = if position.ends() {
+            len == w.remaining && len <= mtu
+        } else {
+            len == mtu && w.remaining > mtu
+        };
+        if !len_ok {
+            return Err(RespError::InvalidRequest);
+        }
+        if len > 0 {
+            let (mr, off) = ctx
+                .mrs
+                .check(self.pd, w.rkey, w.va, len, AccessFlags::REMOTE_WRITE)
+                .map_err(|_| RespError::RemoteAccess)?;
+            mr.memory.write(off, pkt.payload);
+        }
+        w.va = w.va.wrapping_add(len);
+        w.remaining -= len;
+        if position.ends() {
+            if has_imm {
+                let wr: RecvWr = self.rq.pop_front().ok_or(RespError::ReceiverNotReady)?;
+                let msg = SendInProgress {
+                    wr,
+                    offset: u64::from(w.total),
+                };
+                self.complete_recv(ctx, &msg, WcStatus::Success, pkt);
+            }
+        } else {
+            self.resp.write = Some(w);
+        }
+        self.request_done(pkt, 1, position.ends());
+        Ok(())
+    }
+}
