@@ -4,7 +4,6 @@
 //!
 //! `cargo run -p softrdma-wire --example fuzz_seed_corpus [DIR]` (default `fuzz/corpus/packet_parse`).
 
-#[allow(dead_code)]
 #[path = "../tests/common/mod.rs"]
 mod common;
 
@@ -12,9 +11,12 @@ use std::collections::BTreeSet;
 use std::path::PathBuf;
 
 fn main() -> std::io::Result<()> {
-    let dir = std::env::args_os().nth(1).map(PathBuf::from).unwrap_or_else(|| {
-        PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../../fuzz/corpus/packet_parse")
-    });
+    let dir = std::env::args_os()
+        .nth(1)
+        .map(PathBuf::from)
+        .unwrap_or_else(|| {
+            PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../../fuzz/corpus/packet_parse")
+        });
     std::fs::create_dir_all(&dir)?;
     let mut seen = BTreeSet::new();
     let mut written = 0;

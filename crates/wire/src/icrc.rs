@@ -25,6 +25,7 @@
 //! 2^-15 rather than 2^-32 — still far above what UDP's own optional checksum would give.
 
 use std::net::IpAddr;
+use std::sync::OnceLock;
 
 use crate::ip::{Ipv4Header, Ipv6Header, UdpHeader, IPPROTO_UDP};
 use crate::packet::ICRC_LEN;
@@ -232,14 +233,32 @@ fn mul_mod_p(a: u32, mut b: u32) -> u32 {
     product
 }
 
-fn pow_mod_p(mut base: u32, mut exp: u64) -> u32 {
-    let mut acc = ONE;
-    while exp != 0 {
-        if exp & 1 != 0 {
-            acc = mul_mod_p(acc, base);
+/// x^(-8 * 2^i) mod P for i in 0..64: multiplying by these undoes feeding 2^i zero bytes.
+fn inverse_byte_powers() -> &'static [u32; 64] {
+    static TABLE: OnceLock<[u32; 64]> = OnceLock::new();
+    TABLE.get_or_init(|| {
+        let mut t = [0u32; 64];
+        // x^-8
+        let mut p = ONE;
+        for _ in 0..8 {
+            p = mul_mod_p(p, X_INVERSE);
         }
-        base = mul_mod_p(base, base);
-        exp >>= 1;
+        for slot in t.iter_mut() {
+            *slot = p;
+            p = mul_mod_p(p, p);
+        }
+        t
+    })
+}
+
+/// x^(-8n) mod P: the inverse of feeding `n` zero bytes.
+fn unfeed_zero_bytes(n: u64) -> u32 {
+    let table = inverse_byte_powers();
+    let mut acc = ONE;
+    for (i, &p) in table.iter().enumerate() {
+        if n >> i & 1 != 0 {
+            acc = mul_mod_p(acc, p);
+        }
     }
     acc
 }
@@ -256,28 +275,38 @@ fn raw_register(bytes: &[u8]) -> u32 {
     r
 }
 
+/// The 16 rows (L(e_i), e_i) for the ID bits, in echelon form over GF(2): each row's pivot
+/// (its highest set bit) appears in no later row.
+fn id_echelon() -> &'static [(u32, u16); 16] {
+    static ROWS: OnceLock<[(u32, u16); 16]> = OnceLock::new();
+    ROWS.get_or_init(|| {
+        let mut rows: [(u32, u16); 16] = core::array::from_fn(|i| {
+            let bit = 1u16 << i;
+            (raw_register(&bit.to_be_bytes()), bit)
+        });
+        for i in 0..rows.len() {
+            let (vec, bits) = rows[i];
+            // L is injective (CRC-32 catches every burst of up to 32 bits), so no row is zero.
+            assert_ne!(vec, 0, "CRC map of the identification is injective");
+            let pivot = 1u32 << (31 - vec.leading_zeros());
+            for row in rows.iter_mut().skip(i + 1) {
+                if row.0 & pivot != 0 {
+                    row.0 ^= vec;
+                    row.1 ^= bits;
+                }
+            }
+        }
+        rows
+    })
+}
+
 /// Finds the 16-bit identification whose contribution to the CRC is `delta`, given the number
 /// of bytes that follow the identification in the pseudo-packet.
 fn solve_id(delta: u32, bytes_after: usize) -> Option<u16> {
-    let target = mul_mod_p(delta, pow_mod_p(X_INVERSE, 8 * bytes_after as u64));
-    // Gaussian elimination over GF(2): rows are (L(e_i), e_i) for the 16 ID bits.
-    let mut rows: [(u32, u16); 16] = core::array::from_fn(|i| {
-        let bit = 1u16 << i;
-        (raw_register(&bit.to_be_bytes()), bit)
-    });
-    let (mut rest, mut id) = (target, 0u16);
-    for i in 0..rows.len() {
-        let (vec, bits) = rows[i];
-        if vec == 0 {
-            return None; // cannot happen: L is injective
-        }
+    let mut rest = mul_mod_p(delta, unfeed_zero_bytes(bytes_after as u64));
+    let mut id = 0u16;
+    for &(vec, bits) in id_echelon() {
         let pivot = 1u32 << (31 - vec.leading_zeros());
-        for row in rows.iter_mut().skip(i + 1) {
-            if row.0 & pivot != 0 {
-                row.0 ^= vec;
-                row.1 ^= bits;
-            }
-        }
         if rest & pivot != 0 {
             rest ^= vec;
             id ^= bits;
@@ -387,9 +416,12 @@ mod tests {
     fn test_gf2() {
         let x = ONE >> 1;
         assert_eq!(mul_mod_p(x, X_INVERSE), ONE);
-        assert_eq!(
-            mul_mod_p(pow_mod_p(x, 1000), pow_mod_p(X_INVERSE, 1000)),
-            ONE
-        );
+        // Feeding 1000 zero bytes multiplies by x^8000; unfeeding undoes it.
+        let mut fed = ONE;
+        for _ in 0..8000 {
+            fed = mul_mod_p(fed, x);
+        }
+        assert_eq!(mul_mod_p(fed, unfeed_zero_bytes(1000)), ONE);
+        assert_eq!(raw_register(&[0; 1000]), 0);
     }
 }

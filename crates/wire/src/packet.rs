@@ -90,7 +90,8 @@ impl<'a> PacketRepr<'a> {
         }
         let body = packet.len() - header_len - ICRC_LEN;
         let pad = usize::from(bth.pad_count);
-        if pad > body {
+        // IBTA 9.2: payload plus pad fills whole 4-byte words (headers are whole words too).
+        if pad > body || body % 4 != 0 {
             return Err(ParseError::BadPad);
         }
         let payload = &packet[header_len..header_len + body - pad];

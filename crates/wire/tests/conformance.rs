@@ -48,17 +48,22 @@ fn test_parse_emit_round_trip() {
             // ...and so is each extension header on its own.
             let headers = repr.bth.opcode.info().unwrap().headers;
             for (which, len) in Headers::ORDER {
-                let Some(off) = headers.offset_of(which) else { continue };
+                let Some(off) = headers.offset_of(which) else {
+                    continue;
+                };
                 let mut slot = vec![0u8; len];
                 match which {
                     Headers::DETH => repr.ext.deth.map(|h: Deth| h.emit(&mut slot)),
                     Headers::FETH => repr.ext.feth.map(|h: Feth| h.emit(&mut slot)),
                     Headers::RETH => repr.ext.reth.map(|h: Reth| h.emit(&mut slot)),
-                    Headers::ATOMIC_ETH => repr.ext.atomic_eth.map(|h: AtomicEth| h.emit(&mut slot)),
-                    Headers::AETH => repr.ext.aeth.map(|h: Aeth| h.emit(&mut slot)),
-                    Headers::ATOMIC_ACK_ETH => {
-                        repr.ext.atomic_ack_eth.map(|h: AtomicAckEth| h.emit(&mut slot))
+                    Headers::ATOMIC_ETH => {
+                        repr.ext.atomic_eth.map(|h: AtomicEth| h.emit(&mut slot))
                     }
+                    Headers::AETH => repr.ext.aeth.map(|h: Aeth| h.emit(&mut slot)),
+                    Headers::ATOMIC_ACK_ETH => repr
+                        .ext
+                        .atomic_ack_eth
+                        .map(|h: AtomicAckEth| h.emit(&mut slot)),
                     Headers::IMM_DT => repr.ext.imm_dt.map(|h: ImmDt| h.emit(&mut slot)),
                     Headers::IETH => repr.ext.ieth.map(|h: Ieth| h.emit(&mut slot)),
                     _ => Some(()),

@@ -34,8 +34,8 @@ fn env_u64(name: &str, default: u64) -> u64 {
 #[test]
 fn fuzz_body_on_corpus_captures_and_random_inputs() {
     // The seed corpus, if `cargo run -p softrdma-wire --example fuzz_seed_corpus` made one.
-    let corpus = std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
-        .join("../../fuzz/corpus/packet_parse");
+    let corpus =
+        std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../../fuzz/corpus/packet_parse");
     if let Ok(dir) = std::fs::read_dir(&corpus) {
         for entry in dir.flatten() {
             if let Ok(bytes) = std::fs::read(entry.path()) {

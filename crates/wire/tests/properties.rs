@@ -7,12 +7,15 @@ mod common;
 use proptest::prelude::*;
 use softrdma_wire::ip::parse_ethernet;
 use softrdma_wire::{
-    icrc, Aeth, AtomicAckEth, AtomicEth, Bth, Deth, ExtHeaders, Feth, Headers, IcrcContext,
-    Ieth, ImmDt, IpPacket, Opcode, PacketRepr, Payload, Psn, Reth, Syndrome, QPN_MASK,
+    icrc, Aeth, AtomicAckEth, AtomicEth, Bth, Deth, ExtHeaders, Feth, Headers, IcrcContext, Ieth,
+    ImmDt, IpPacket, Opcode, PacketRepr, Payload, Psn, Reth, Syndrome, QPN_MASK,
 };
 
 fn known_opcodes() -> Vec<Opcode> {
-    (0..=255u8).map(Opcode).filter(|op| op.info().is_some()).collect()
+    (0..=255u8)
+        .map(Opcode)
+        .filter(|op| op.info().is_some())
+        .collect()
 }
 
 /// Every extension header with arbitrary (in-range) field values.
@@ -59,7 +62,13 @@ fn arb_ext_all() -> impl Strategy<Value = ExtHeaders> {
 fn arb_packet() -> impl Strategy<Value = (Bth, ExtHeaders, Vec<u8>)> {
     (
         prop::sample::select(known_opcodes()),
-        (any::<bool>(), any::<bool>(), any::<bool>(), any::<bool>(), any::<bool>()),
+        (
+            any::<bool>(),
+            any::<bool>(),
+            any::<bool>(),
+            any::<bool>(),
+            any::<bool>(),
+        ),
         (any::<u16>(), any::<u32>(), any::<u32>()),
         arb_ext_all(),
         prop::collection::vec(any::<u8>(), 0..600),
@@ -78,7 +87,9 @@ fn arb_packet() -> impl Strategy<Value = (Bth, ExtHeaders, Vec<u8>)> {
                 reth: all.reth.filter(|_| h.contains(Headers::RETH)),
                 atomic_eth: all.atomic_eth.filter(|_| h.contains(Headers::ATOMIC_ETH)),
                 aeth: all.aeth.filter(|_| h.contains(Headers::AETH)),
-                atomic_ack_eth: all.atomic_ack_eth.filter(|_| h.contains(Headers::ATOMIC_ACK_ETH)),
+                atomic_ack_eth: all
+                    .atomic_ack_eth
+                    .filter(|_| h.contains(Headers::ATOMIC_ACK_ETH)),
                 imm_dt: all.imm_dt.filter(|_| h.contains(Headers::IMM_DT)),
                 ieth: all.ieth.filter(|_| h.contains(Headers::IETH)),
             };

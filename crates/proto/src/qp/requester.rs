@@ -321,15 +321,14 @@ impl QueuePair {
         bth.solicited = ends_message && wqe.wr.flags.contains(SendFlags::SOLICITED);
 
         let offset = u64::from(k) * u64::from(mtu);
-        let (pd, inline, sgl) = (self.pd, wqe.wr.inline_data.clone(), wqe.wr.sg_list.clone());
-        let mrs = ctx.mrs;
-        let fill = |buf: &mut [u8]| match &inline {
+        let (pd, mrs, wr) = (self.pd, ctx.mrs, &self.req.sq[idx].wr);
+        let fill = |buf: &mut [u8]| match &wr.inline_data {
             Some(data) => {
                 let start = offset as usize;
                 buf.copy_from_slice(&data[start..start + buf.len()]);
                 true
             }
-            None => buf.is_empty() || mrs.gather(pd, &sgl, offset, buf).is_ok(),
+            None => buf.is_empty() || mrs.gather(pd, &wr.sg_list, offset, buf).is_ok(),
         };
         let t = self
             .build_packet(ctx, out, bth, &ext, payload, fill)

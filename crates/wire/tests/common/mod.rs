@@ -32,7 +32,11 @@ pub fn capture_path(name: &str) -> PathBuf {
 /// The frames (Ethernet, as captured) of a classic pcap file.
 pub fn frames(file: &[u8]) -> Vec<Vec<u8>> {
     assert!(file.len() >= 24, "pcap file header");
-    assert_eq!(file[..4], [0xd4, 0xc3, 0xb2, 0xa1], "little-endian microsecond pcap");
+    assert_eq!(
+        file[..4],
+        [0xd4, 0xc3, 0xb2, 0xa1],
+        "little-endian microsecond pcap"
+    );
     assert_eq!(file[20..24], [1, 0, 0, 0], "Ethernet link type");
     let mut at = 24;
     let mut out = Vec::new();

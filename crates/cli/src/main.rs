@@ -1,0 +1,38 @@
+//! `softrdma`: the command-line face of softrdma, RDMA in userspace over the real RoCEv2 wire
+//! protocol.
+//!
+//! Each subcommand lives in its own module with an `Args` struct (clap derive) and a
+//! `run(&Args) -> ExitCode`; this file only parses the command line and dispatches, so adding
+//! `perf`, `pingpong`, `devinfo` or `sim` means one module and one enum variant.
+
+mod capture;
+mod decode;
+mod oob;
+
+use std::process::ExitCode;
+
+use clap::{Parser, Subcommand};
+
+/// RDMA in userspace: RoCEv2 tools.
+#[derive(Debug, Parser)]
+#[command(name = "softrdma", version, about, propagate_version = true)]
+struct Cli {
+    #[command(subcommand)]
+    command: Command,
+}
+
+#[derive(Debug, Subcommand)]
+enum Command {
+    /// Decode the RoCEv2 packets of a pcap/pcapng capture and check every ICRC.
+    ///
+    /// Exit status: 0 if every RoCEv2 packet parsed and had a valid ICRC, 1 if any was
+    /// malformed or had a bad ICRC, 2 if the file could not be read.
+    Decode(decode::Args),
+}
+
+fn main() -> ExitCode {
+    let cli = Cli::parse();
+    match &cli.command {
+        Command::Decode(args) => decode::run(args),
+    }
+}
