@@ -99,7 +99,7 @@ impl PingpongDest {
             lid: parse_hex(fields[0], 0xffff, "lid")? as u16,
             qpn: parse_hex(fields[1], 0xff_ffff, "qpn")? as u32,
             psn: parse_hex(fields[2], 0xff_ffff, "psn")? as u32,
-            gid: Gid::from_hex32(fields[3])?,
+            gid: Gid::from_hex32(fields[3]).map_err(|_| ParseError::BadGid)?,
         })
     }
 }
