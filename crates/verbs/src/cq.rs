@@ -1,0 +1,226 @@
+//! Completion queues, polled or waited on from threads and from async code.
+
+use std::future::Future;
+use std::pin::Pin;
+use std::sync::Arc;
+use std::task::{Context, Poll};
+use std::time::{Duration, Instant};
+
+use softrdma_proto::{CqHandle, WorkCompletion};
+
+use crate::device::MAX_CQE;
+use crate::error::CreateCqError;
+use crate::progress::CqNotify;
+use crate::Device;
+
+pub(crate) struct CqInner {
+    device: Device,
+    pub(crate) handle: CqHandle,
+    notify: Arc<CqNotify>,
+    cqe: u32,
+}
+
+impl Drop for CqInner {
+    fn drop(&mut self) {
+        let mut core = self.device.inner().lock();
+        core.unwatch_cq(self.handle);
+        // Every QP using the CQ holds it, so none is left: this cannot be refused.
+        let _ = core.engine.destroy_cq(self.handle);
+    }
+}
+
+/// A completion queue (`ibv_cq`): one [`WorkCompletion`] per finished work request of the
+/// queue pairs attached to it.
+///
+/// Poll it ([`poll`](Self::poll)), block a thread until a completion arrives
+/// ([`wait`](Self::wait), [`poll_blocking`](Self::poll_blocking)), or await one from async
+/// code ([`ready`](Self::ready), [`poll_async`](Self::poll_async)); these play the role of
+/// ibverbs' completion channel (`ibv_req_notify_cq` + `ibv_get_cq_event`), without a runtime
+/// dependency: the progress thread wakes the waiters whenever completions are added.
+///
+/// A cheap handle; it keeps its device alive.
+#[derive(Clone)]
+pub struct CompletionQueue {
+    pub(crate) inner: Arc<CqInner>,
+}
+
+impl std::fmt::Debug for CompletionQueue {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("CompletionQueue")
+            .field("handle", &self.inner.handle.0)
+            .field("cqe", &self.inner.cqe)
+            .finish()
+    }
+}
+
+impl CompletionQueue {
+    pub(crate) fn new(device: Device, cqe: u32) -> Result<CompletionQueue, CreateCqError> {
+        if cqe > MAX_CQE {
+            return Err(CreateCqError::TooManyEntries {
+                requested: cqe,
+                max: MAX_CQE,
+            });
+        }
+        let cqe = cqe.max(1);
+        let notify = Arc::new(CqNotify::default());
+        let handle = {
+            let mut core = device.inner().lock();
+            let h = core.engine.create_cq(cqe as usize);
+            core.watch_cq(h, notify.clone());
+            h
+        };
+        Ok(CompletionQueue {
+            inner: Arc::new(CqInner {
+                device,
+                handle,
+                notify,
+                cqe,
+            }),
+        })
+    }
+
+    /// The device.
+    pub fn device(&self) -> &Device {
+        &self.inner.device
+    }
+
+    /// Capacity in completions (`cqe`).
+    pub fn capacity(&self) -> u32 {
+        self.inner.cqe
+    }
+
+    /// Moves up to `max` completions, oldest first, to the end of `out`; returns how many
+    /// (`ibv_poll_cq`). Never blocks on the network.
+    pub fn poll(&self, max: usize, out: &mut Vec<WorkCompletion>) -> usize {
+        let mut core = self.inner.device.inner().lock();
+        core.engine
+            .poll_cq(self.inner.handle, max, out)
+            .unwrap_or(0)
+    }
+
+    /// The oldest completion, if any.
+    pub fn poll_one(&self) -> Option<WorkCompletion> {
+        let mut v = Vec::with_capacity(1);
+        self.poll(1, &mut v);
+        v.pop()
+    }
+
+    /// Completions waiting to be polled.
+    pub fn len(&self) -> usize {
+        let core = self.inner.device.inner().lock();
+        core.engine.cq(self.inner.handle).map_or(0, |c| c.len())
+    }
+
+    /// Whether no completion waits.
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+
+    /// Whether a completion was lost because the queue was full (ibverbs reports this as
+    /// `IBV_EVENT_CQ_ERR`): size CQs for every outstanding work request.
+    pub fn overrun(&self) -> bool {
+        let core = self.inner.device.inner().lock();
+        core.engine.cq(self.inner.handle).is_some_and(|c| c.overrun)
+    }
+
+    /// Completions waiting, and the notification sequence number read under the same lock.
+    fn len_and_seq(&self) -> (usize, u64) {
+        let core = self.inner.device.inner().lock();
+        let len = core.engine.cq(self.inner.handle).map_or(0, |c| c.len());
+        let seq = self.inner.notify.lock().seq;
+        (len, seq)
+    }
+
+    /// Blocks until at least one completion waits, at most `timeout` (`None`: forever).
+    /// Returns whether one does.
+    pub fn wait(&self, timeout: Option<Duration>) -> bool {
+        let deadline = timeout.and_then(|t| Instant::now().checked_add(t));
+        loop {
+            let (len, seq) = self.len_and_seq();
+            if len > 0 {
+                return true;
+            }
+            let notify = &self.inner.notify;
+            let mut st = notify.lock();
+            while st.seq == seq {
+                match deadline {
+                    None => st = notify.cond.wait(st).unwrap_or_else(|e| e.into_inner()),
+                    Some(d) => {
+                        let Some(left) = d.checked_duration_since(Instant::now()) else {
+                            drop(st);
+                            return !self.is_empty();
+                        };
+                        st = notify
+                            .cond
+                            .wait_timeout(st, left)
+                            .unwrap_or_else(|e| e.into_inner())
+                            .0;
+                    }
+                }
+            }
+        }
+    }
+
+    /// Polls up to `max` completions into `out`, first waiting up to `timeout` for one to
+    /// arrive. Returns how many were polled (0 on timeout).
+    pub fn poll_blocking(
+        &self,
+        max: usize,
+        out: &mut Vec<WorkCompletion>,
+        timeout: Option<Duration>,
+    ) -> usize {
+        let n = self.poll(max, out);
+        if n > 0 || max == 0 {
+            return n;
+        }
+        if self.wait(timeout) {
+            self.poll(max, out)
+        } else {
+            0
+        }
+    }
+
+    /// A future that resolves once at least one completion waits to be polled. Works with any
+    /// executor: the progress thread calls the task's waker.
+    pub fn ready(&self) -> CqReady<'_> {
+        CqReady { cq: self }
+    }
+
+    /// Waits (asynchronously) for completions, then polls up to `max` of them into `out`.
+    pub async fn poll_async(&self, max: usize, out: &mut Vec<WorkCompletion>) -> usize {
+        loop {
+            self.ready().await;
+            let n = self.poll(max, out);
+            if n > 0 || max == 0 {
+                return n;
+            }
+        }
+    }
+}
+
+/// Future returned by [`CompletionQueue::ready`].
+#[derive(Debug)]
+#[must_use = "futures do nothing unless awaited"]
+pub struct CqReady<'a> {
+    cq: &'a CompletionQueue,
+}
+
+impl Future for CqReady<'_> {
+    type Output = ();
+    fn poll(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<()> {
+        let inner = &self.cq.inner;
+        // Check and register under the core lock: completions are added, and waiters woken,
+        // under the same lock, so none can slip between the check and the registration.
+        let core = inner.device.inner().lock();
+        if core.engine.cq(inner.handle).is_some_and(|c| !c.is_empty()) {
+            return Poll::Ready(());
+        }
+        let mut st = inner.notify.lock();
+        if !st.wakers.iter().any(|w| w.will_wake(cx.waker())) {
+            st.wakers.push(cx.waker().clone());
+        }
+        drop(st);
+        drop(core);
+        Poll::Pending
+    }
+}

@@ -1,0 +1,502 @@
+//! [`Device`]: one software RDMA NIC bound to one local IP address, and its attributes.
+
+use std::net::{IpAddr, SocketAddr};
+use std::sync::atomic::{AtomicU32, Ordering};
+use std::sync::{Arc, Mutex};
+use std::thread::{JoinHandle, ThreadId};
+
+use softrdma_proto::{Engine, EngineConfig, Mtu, Stats};
+use softrdma_udp::{Config as UdpConfig, RecvArena, RoceSocket, ROCEV2_UDP_PORT};
+
+use crate::cq::CompletionQueue;
+use crate::error::{CreateCqError, OpenDeviceError, QueryError};
+use crate::gid::{derived_mac, eui64, interface_of, Gid, GidEntry, GidType};
+use crate::pd::ProtectionDomain;
+use crate::progress::{self, Core, Inner, IoCounters};
+
+/// Largest message one work request may move (rxe's `max_msg_sz`, 8 MiB).
+pub const MAX_MSG_SZ: u32 = 0x80_0000;
+/// Most scatter/gather elements per work request (rxe's `max_sge`).
+pub const MAX_SGE: u32 = 32;
+/// Most entries of one completion queue (rxe's `max_cqe`).
+pub const MAX_CQE: u32 = 32767;
+/// Most outstanding work requests per queue (rxe's `max_qp_wr`).
+pub const MAX_QP_WR: u32 = 1 << 20;
+/// Most inline payload bytes per send WR.
+pub const MAX_INLINE_DATA: u32 = 256;
+
+/// How to open a [`Device`]. `DeviceConfig::new(ip)` gives the defaults.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct DeviceConfig {
+    /// The local IP address (IPv4 or IPv6) the device sends from and receives on. Use a
+    /// specific address, not a wildcard: the ICRC covers it.
+    pub ip: IpAddr,
+    /// The UDP port to bind and to send to (4791, RoCEv2's; change only for unusual setups:
+    /// every peer must use the same).
+    pub port: u16,
+    /// Spin on the socket instead of sleeping in `ppoll(2)`: lowest latency, one core busy.
+    pub busy_poll: bool,
+    /// Transmit on the posting thread (run to completion: lowest latency). When `false`, the
+    /// progress thread sends everything and posting only wakes it.
+    pub inline_transmit: bool,
+    /// The port's active MTU; `None` derives it from the interface MTU as rxe does (1024 on a
+    /// 1500-byte Ethernet, 4096 on loopback or jumbo frames).
+    pub active_mtu: Option<Mtu>,
+    /// Socket buffer size to ask for, each direction.
+    pub socket_buffer_bytes: usize,
+    /// Messages one receive system call may return.
+    pub recv_batch: usize,
+    /// Check the ICRC of received packets (only a fuzzing setup turns this off).
+    pub verify_icrc: bool,
+}
+
+impl DeviceConfig {
+    /// Defaults for `ip`: port 4791, sleeping progress thread, inline transmit.
+    pub fn new(ip: IpAddr) -> DeviceConfig {
+        DeviceConfig {
+            ip,
+            port: ROCEV2_UDP_PORT,
+            busy_poll: false,
+            inline_transmit: true,
+            active_mtu: None,
+            socket_buffer_bytes: softrdma_udp::DEFAULT_SOCKET_BUFFER_BYTES,
+            recv_batch: 32,
+            verify_icrc: true,
+        }
+    }
+
+    /// With busy polling on or off.
+    pub fn busy_poll(mut self, on: bool) -> DeviceConfig {
+        self.busy_poll = on;
+        self
+    }
+
+    /// With another UDP port.
+    pub fn port(mut self, port: u16) -> DeviceConfig {
+        self.port = port;
+        self
+    }
+
+    /// With a fixed active MTU.
+    pub fn active_mtu(mut self, mtu: Mtu) -> DeviceConfig {
+        self.active_mtu = Some(mtu);
+        self
+    }
+
+    /// With inline transmit on or off.
+    pub fn inline_transmit(mut self, on: bool) -> DeviceConfig {
+        self.inline_transmit = on;
+        self
+    }
+}
+
+/// Atomic operation guarantees (ibverbs `ibv_atomic_cap`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum AtomicCap {
+    /// No atomics.
+    None,
+    /// Atomic with respect to this device only (rxe's `ATOMIC_HCA`); softrdma's atomics are
+    /// real CPU atomics, so they are also atomic with respect to the local CPU's atomics.
+    Hca,
+    /// Atomic with respect to the CPU and all devices.
+    Glob,
+}
+
+/// Device attributes (ibverbs `ibv_device_attr`), with rxe's values where softrdma has no
+/// limit of its own.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct DeviceAttr {
+    /// Firmware version.
+    pub fw_ver: String,
+    /// Node GUID (EUI-64 of the interface MAC), host order.
+    pub node_guid: u64,
+    /// System image GUID.
+    pub sys_image_guid: u64,
+    /// Largest memory region.
+    pub max_mr_size: u64,
+    /// Supported page sizes.
+    pub page_size_cap: u64,
+    /// Vendor ID (rxe's 0xffffff).
+    pub vendor_id: u32,
+    /// Vendor part ID.
+    pub vendor_part_id: u32,
+    /// Hardware version.
+    pub hw_ver: u32,
+    /// Most QPs.
+    pub max_qp: u32,
+    /// Most outstanding WRs per work queue.
+    pub max_qp_wr: u32,
+    /// Capability flags (`IBV_DEVICE_*` bits).
+    pub device_cap_flags: u64,
+    /// Most SGEs per WR.
+    pub max_sge: u32,
+    /// Most SGEs per READ WR.
+    pub max_sge_rd: u32,
+    /// Most CQs.
+    pub max_cq: u32,
+    /// Most entries per CQ.
+    pub max_cqe: u32,
+    /// Most MRs.
+    pub max_mr: u32,
+    /// Most PDs.
+    pub max_pd: u32,
+    /// Most incoming READ/atomic requests outstanding per QP.
+    pub max_qp_rd_atom: u32,
+    /// Most outgoing READ/atomic requests outstanding per QP.
+    pub max_qp_init_rd_atom: u32,
+    /// Atomic guarantees.
+    pub atomic_cap: AtomicCap,
+    /// Most SRQs (0: not implemented yet).
+    pub max_srq: u32,
+    /// Most address handles.
+    pub max_ah: u32,
+    /// Most P_Keys.
+    pub max_pkeys: u16,
+    /// Local CA ACK delay.
+    pub local_ca_ack_delay: u8,
+    /// Number of ports (1).
+    pub phys_port_cnt: u8,
+}
+
+/// Port state (ibverbs `ibv_port_state`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum PortState {
+    /// The port is down.
+    Down,
+    /// Active: the socket is bound and the progress thread runs.
+    Active,
+}
+
+/// Link layer (ibverbs `IBV_LINK_LAYER_*`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum LinkLayer {
+    /// Ethernet (RoCE).
+    Ethernet,
+}
+
+/// Port attributes (ibverbs `ibv_port_attr`), modeled on rxe.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct PortAttr {
+    /// State.
+    pub state: PortState,
+    /// Largest MTU the port supports (4096).
+    pub max_mtu: Mtu,
+    /// The MTU in use: the path MTU applications should choose.
+    pub active_mtu: Mtu,
+    /// Entries in the GID table.
+    pub gid_tbl_len: u32,
+    /// Capability flags (rxe's value).
+    pub port_cap_flags: u32,
+    /// Largest message.
+    pub max_msg_sz: u32,
+    /// LID (0 on RoCE).
+    pub lid: u16,
+    /// Subnet manager LID (0 on RoCE).
+    pub sm_lid: u16,
+    /// LID mask control.
+    pub lmc: u8,
+    /// Entries in the P_Key table (1: 0xffff).
+    pub pkey_tbl_len: u16,
+    /// Link layer.
+    pub link_layer: LinkLayer,
+    /// Active width (1 = 1X).
+    pub active_width: u8,
+    /// Active speed (1 = 2.5 Gbps, nominal).
+    pub active_speed: u8,
+    /// Physical state (5 = LINK_UP).
+    pub phys_state: u8,
+    /// Virtual lanes.
+    pub max_vl_num: u8,
+}
+
+/// Counters of a device: the engine's protocol counters (drops by reason, NAKs, retries) and
+/// the I/O around it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct DeviceStats {
+    /// The engine's counters.
+    pub engine: Stats,
+    /// Socket-level counters.
+    pub io: IoCounters,
+}
+
+/// What every object of a device shares; dropping the last reference stops the progress
+/// thread.
+pub(crate) struct DeviceShared {
+    pub inner: Arc<Inner>,
+    thread: Mutex<Option<JoinHandle<()>>>,
+    thread_id: Option<ThreadId>,
+    name: String,
+    local_addr: SocketAddr,
+    attr: DeviceAttr,
+    port: PortAttr,
+    gids: Vec<GidEntry>,
+}
+
+impl Drop for DeviceShared {
+    fn drop(&mut self) {
+        self.inner
+            .stop
+            .store(true, std::sync::atomic::Ordering::Release);
+        self.inner.signal();
+        let handle = self.thread.lock().unwrap_or_else(|e| e.into_inner()).take();
+        if let Some(h) = handle {
+            // A waker run by the progress thread could drop the last handle there; the thread
+            // cannot join itself, and exits on its own once it sees `stop`.
+            if Some(std::thread::current().id()) != self.thread_id {
+                let _ = h.join();
+            }
+        }
+    }
+}
+
+/// A software RDMA device (an RNIC with one port) bound to one local IP address: the
+/// `ibv_context` of softrdma.
+///
+/// Opening it binds `<ip>:4791` and starts the device's progress thread. `Device` is a cheap
+/// handle (clone it freely); every object created from it keeps the device alive, and when the
+/// last one goes, the thread stops. Several devices may live in one process, each on its own
+/// address.
+#[derive(Clone)]
+pub struct Device {
+    pub(crate) shared: Arc<DeviceShared>,
+}
+
+impl std::fmt::Debug for Device {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Device")
+            .field("name", &self.shared.name)
+            .field("addr", &self.shared.local_addr)
+            .finish()
+    }
+}
+
+static DEVICE_INDEX: AtomicU32 = AtomicU32::new(0);
+
+/// rxe's active MTU for an interface MTU: the largest IB MTU that fits with the RoCEv2 headers.
+fn active_mtu_for(if_mtu: u32, ipv6: bool) -> Mtu {
+    // IP + UDP + BTH + RETH + ICRC (the largest header set of a data packet).
+    let overhead = if ipv6 { 40 } else { 20 } + 8 + 12 + 16 + 4;
+    let room = if_mtu.saturating_sub(overhead);
+    [Mtu::Mtu4096, Mtu::Mtu2048, Mtu::Mtu1024, Mtu::Mtu512]
+        .into_iter()
+        .find(|m| m.bytes() <= room)
+        .unwrap_or(Mtu::Mtu256)
+}
+
+impl Device {
+    /// Opens a device: binds the socket, builds the GID table, starts the progress thread.
+    pub fn open(config: DeviceConfig) -> Result<Device, OpenDeviceError> {
+        if config.ip.is_unspecified() {
+            return Err(OpenDeviceError::Unspecified);
+        }
+        let mut udp = UdpConfig::new(config.ip).port(config.port);
+        udp.recv_buffer_bytes = config.socket_buffer_bytes;
+        udp.send_buffer_bytes = config.socket_buffer_bytes;
+        let socket = RoceSocket::open(udp)?;
+        let local_addr = socket.local_addr();
+        let arena = RecvArena::for_socket(&socket, config.recv_batch.max(1));
+
+        let iface = interface_of(config.ip);
+        let mac = iface
+            .as_ref()
+            .and_then(|(_, mac, _)| *mac)
+            .unwrap_or_else(|| derived_mac(config.ip));
+        let if_mtu = iface.as_ref().and_then(|(_, _, mtu)| *mtu).unwrap_or(1500);
+        let active_mtu = config
+            .active_mtu
+            .unwrap_or_else(|| active_mtu_for(if_mtu, config.ip.is_ipv6()));
+        let gids = gid_table(config.ip, mac);
+        let guid = u64::from_be_bytes(eui64(mac));
+
+        let mut ecfg = EngineConfig::new(config.ip);
+        ecfg.local_udp_port = local_addr.port();
+        ecfg.remote_udp_port = config.port;
+        ecfg.verify_icrc = config.verify_icrc;
+        let engine = Engine::new(ecfg);
+        // The fd stays valid as long as the core (which owns the socket) lives in `inner`.
+        let sock_fd = std::os::fd::AsRawFd::as_raw_fd(&socket);
+        let core = Core::new(engine, socket, std::time::Instant::now());
+        let inner = Arc::new(
+            Inner::new(core, sock_fd, config.busy_poll, config.inline_transmit)
+                .map_err(OpenDeviceError::Wake)?,
+        );
+        let index = DEVICE_INDEX.fetch_add(1, Ordering::Relaxed);
+        let name = format!("softrdma{index}");
+        let thread_inner = inner.clone();
+        let handle = std::thread::Builder::new()
+            .name(format!("{name}-progress"))
+            .spawn(move || progress::run(thread_inner, arena))
+            .map_err(OpenDeviceError::Thread)?;
+        let thread_id = Some(handle.thread().id());
+        let attr = DeviceAttr {
+            fw_ver: "0.0.0".into(),
+            node_guid: guid,
+            sys_image_guid: guid,
+            max_mr_size: u64::MAX,
+            page_size_cap: 0xffff_f000,
+            vendor_id: 0xff_ffff,
+            vendor_part_id: 0,
+            hw_ver: 0,
+            max_qp: 1_048_560,
+            max_qp_wr: MAX_QP_WR,
+            // PORT_ACTIVE_EVENT | SYS_IMAGE_GUID | RC_RNR_NAK_GEN: only what softrdma does.
+            device_cap_flags: (1 << 10) | (1 << 11) | (1 << 12),
+            max_sge: MAX_SGE,
+            max_sge_rd: MAX_SGE,
+            max_cq: 1_048_576,
+            max_cqe: MAX_CQE,
+            max_mr: 524_287,
+            max_pd: 1_048_576,
+            max_qp_rd_atom: u32::from(softrdma_proto::MAX_RD_ATOMIC),
+            max_qp_init_rd_atom: u32::from(softrdma_proto::MAX_RD_ATOMIC),
+            atomic_cap: AtomicCap::Hca,
+            max_srq: 0,
+            max_ah: 32767,
+            max_pkeys: 64,
+            local_ca_ack_delay: 15,
+            phys_port_cnt: 1,
+        };
+        let port = PortAttr {
+            state: PortState::Active,
+            max_mtu: Mtu::Mtu4096,
+            active_mtu,
+            gid_tbl_len: gids.len() as u32,
+            port_cap_flags: 0x0001_0000,
+            max_msg_sz: MAX_MSG_SZ,
+            lid: 0,
+            sm_lid: 0,
+            lmc: 0,
+            pkey_tbl_len: 1,
+            link_layer: LinkLayer::Ethernet,
+            active_width: 1,
+            active_speed: 1,
+            phys_state: 5,
+            max_vl_num: 1,
+        };
+        tracing::debug!(%name, %local_addr, "device open");
+        Ok(Device {
+            shared: Arc::new(DeviceShared {
+                inner,
+                thread: Mutex::new(Some(handle)),
+                thread_id,
+                name,
+                local_addr,
+                attr,
+                port,
+                gids,
+            }),
+        })
+    }
+
+    /// The device's name (`softrdma0`, `softrdma1`, ... in opening order).
+    pub fn name(&self) -> &str {
+        &self.shared.name
+    }
+
+    /// The local IP address.
+    pub fn ip(&self) -> IpAddr {
+        self.shared.local_addr.ip()
+    }
+
+    /// The bound UDP address.
+    pub fn local_addr(&self) -> SocketAddr {
+        self.shared.local_addr
+    }
+
+    /// Device attributes (`ibv_query_device`).
+    pub fn query_device(&self) -> DeviceAttr {
+        self.shared.attr.clone()
+    }
+
+    /// Attributes of port `port_num` (`ibv_query_port`); only port 1 exists.
+    pub fn query_port(&self, port_num: u8) -> Result<PortAttr, QueryError> {
+        if port_num != 1 {
+            return Err(QueryError::NoSuchPort(port_num));
+        }
+        Ok(self.shared.port.clone())
+    }
+
+    /// GID `index` of port `port_num` (`ibv_query_gid`).
+    pub fn query_gid(&self, port_num: u8, index: u32) -> Result<Gid, QueryError> {
+        if port_num != 1 {
+            return Err(QueryError::NoSuchPort(port_num));
+        }
+        self.shared
+            .gids
+            .get(index as usize)
+            .map(|e| e.gid)
+            .ok_or(QueryError::NoSuchGid(index))
+    }
+
+    /// The whole GID table (`ibv_query_gid_table`).
+    pub fn gid_table(&self) -> &[GidEntry] {
+        &self.shared.gids
+    }
+
+    /// The GID other hosts reach this device by: the IPv4-mapped GID (index 1) for IPv4, the
+    /// address itself for IPv6.
+    pub fn gid(&self) -> Gid {
+        Gid::from_ip(self.ip())
+    }
+
+    /// The index of [`Device::gid`] in the table (1 like rxe, or 0 for a link-local IPv6
+    /// address).
+    pub fn gid_index(&self) -> u32 {
+        let g = self.gid();
+        self.shared
+            .gids
+            .iter()
+            .find(|e| e.gid == g)
+            .map_or(0, |e| e.index)
+    }
+
+    /// Counters.
+    pub fn stats(&self) -> DeviceStats {
+        let core = self.shared.inner.lock();
+        DeviceStats {
+            engine: core.engine.stats().clone(),
+            io: core.io,
+        }
+    }
+
+    /// Allocates a protection domain (`ibv_alloc_pd`).
+    pub fn alloc_pd(&self) -> ProtectionDomain {
+        ProtectionDomain::new(self.clone())
+    }
+
+    /// Creates a completion queue of at least `cqe` entries (`ibv_create_cq`).
+    pub fn create_cq(&self, cqe: u32) -> Result<CompletionQueue, CreateCqError> {
+        CompletionQueue::new(self.clone(), cqe)
+    }
+
+    pub(crate) fn inner(&self) -> &Inner {
+        &self.shared.inner
+    }
+}
+
+/// The GID table rxe would have on an interface with `ip` and `mac` (see [`crate::gid`]).
+fn gid_table(ip: IpAddr, mac: [u8; 6]) -> Vec<GidEntry> {
+    let entry = |index, gid| GidEntry {
+        gid,
+        index,
+        gid_type: GidType::RoceV2,
+    };
+    let link_local = Gid::link_local_from_mac(mac);
+    match ip {
+        IpAddr::V4(_) => vec![entry(0, link_local), entry(1, Gid::from_ip(ip))],
+        IpAddr::V6(v6) if v6.segments()[0] & 0xffc0 == 0xfe80 => vec![entry(0, Gid::from_ip(ip))],
+        IpAddr::V6(_) => vec![entry(0, link_local), entry(1, Gid::from_ip(ip))],
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn active_mtu_like_rxe() {
+        assert_eq!(active_mtu_for(1500, false), Mtu::Mtu1024);
+        assert_eq!(active_mtu_for(9000, false), Mtu::Mtu4096);
+        assert_eq!(active_mtu_for(65536, false), Mtu::Mtu4096);
+    }
+}

@@ -1,0 +1,145 @@
+//! Typed errors, one per operation. An `Err` means nothing happened (like an errno return of
+//! ibverbs); problems found while a work request executes are reported in its completion's
+//! [`WcStatus`](crate::WcStatus) instead, as on hardware.
+
+use crate::QpState;
+
+/// [`Device::open`](crate::Device::open) failed.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum OpenDeviceError {
+    /// The UDP socket could not be opened or bound (address in use, not a local address...).
+    #[error(transparent)]
+    Socket(#[from] softrdma_udp::OpenError),
+    /// A wildcard address was given; the ICRC covers the source address, so a device needs a
+    /// specific one.
+    #[error("a device must be bound to a specific IP address, not a wildcard")]
+    Unspecified,
+    /// The wake-up eventfd could not be created.
+    #[error("cannot create the progress thread's wake-up fd: {0}")]
+    Wake(std::io::Error),
+    /// The progress thread could not be started.
+    #[error("cannot start the progress thread: {0}")]
+    Thread(std::io::Error),
+}
+
+/// A query named something that does not exist.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
+pub enum QueryError {
+    /// Only port 1 exists.
+    #[error("no port {0} (a softrdma device has port 1 only)")]
+    NoSuchPort(u8),
+    /// The GID table has no such index.
+    #[error("no GID at index {0}")]
+    NoSuchGid(u32),
+}
+
+/// Registering a memory region failed (`ibv_reg_mr`).
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum RegMrError {
+    /// Remote write or atomic access was asked for without local write (ibverbs: EINVAL).
+    #[error("remote write/atomic access requires local write access")]
+    AccessNeedsLocalWrite,
+    /// The memory could not be allocated.
+    #[error("cannot allocate {0} bytes")]
+    OutOfMemory(usize),
+    /// The range wraps around the address space or is otherwise invalid.
+    #[error("invalid memory range: {0}")]
+    InvalidRange(&'static str),
+}
+
+/// Creating a completion queue failed (`ibv_create_cq`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
+pub enum CreateCqError {
+    /// More entries than the device's `max_cqe` (ibverbs: EINVAL).
+    #[error("{requested} CQ entries requested; the device allows {max}")]
+    TooManyEntries {
+        /// Entries asked for.
+        requested: u32,
+        /// The device limit.
+        max: u32,
+    },
+}
+
+/// Creating a queue pair failed (`ibv_create_qp`).
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum CreateQpError {
+    /// A capability is beyond the device's limits, or both queues are empty.
+    #[error("invalid QP capabilities: {0}")]
+    InvalidCaps(&'static str),
+    /// Only RC queue pairs are implemented.
+    #[error("QP type {0:?} is not implemented")]
+    Unsupported(crate::QpType),
+    /// The completion queues belong to another device.
+    #[error("completion queue of another device")]
+    WrongDevice,
+}
+
+/// `modify` of a queue pair was refused (`ibv_modify_qp`); the QP is unchanged.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum ModifyQpError {
+    /// The state machine refused the transition or an attribute (see the inner error).
+    #[error(transparent)]
+    Transition(#[from] softrdma_proto::ModifyQpError),
+    /// The destination address is of another IP family than the device's.
+    #[error("destination {0} is not reachable from this device's address family")]
+    AddressFamily(std::net::IpAddr),
+    /// The path MTU is larger than the port's `max_mtu`.
+    #[error("path MTU larger than the port's max_mtu")]
+    MtuTooLarge,
+    /// The remote GID names no IP address (the all-zero GID of a peer without a GID).
+    #[error("remote GID {0} is not an IP address")]
+    NoAddress(crate::Gid),
+}
+
+/// Why one work request could not be posted.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum PostErrorKind {
+    /// The QP's state does not accept this post (e.g. a send before RTS; ibverbs: EINVAL).
+    #[error("QP in state {} does not accept this work request", .0.name())]
+    InvalidState(QpState),
+    /// The work queue is full (ibverbs: ENOMEM).
+    #[error("work queue full")]
+    QueueFull,
+    /// The work request is malformed (too many SGEs, inline too long, misaligned atomic...).
+    #[error("invalid work request: {0}")]
+    InvalidArgument(&'static str),
+    /// The message is longer than the port's `max_msg_sz`.
+    #[error("message of {0} bytes exceeds max_msg_sz")]
+    MessageTooLong(u64),
+}
+
+/// `post_send` stopped at a work request (ibverbs' `bad_wr`): the ones before `bad_wr` were
+/// posted, it and the ones after were not.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("post_send failed at work request {bad_wr}: {kind}")]
+pub struct PostSendError {
+    /// Index (in the batch) of the first work request not posted.
+    pub bad_wr: usize,
+    /// Why.
+    pub kind: PostErrorKind,
+}
+
+/// `post_recv` stopped at a work request (ibverbs' `bad_wr`): the ones before `bad_wr` were
+/// posted, it and the ones after were not.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("post_recv failed at work request {bad_wr}: {kind}")]
+pub struct PostRecvError {
+    /// Index (in the batch) of the first work request not posted.
+    pub bad_wr: usize,
+    /// Why.
+    pub kind: PostErrorKind,
+}
+
+impl PostErrorKind {
+    pub(crate) fn from_engine(e: softrdma_proto::EngineError) -> PostErrorKind {
+        use softrdma_proto::EngineError as E;
+        match e {
+            E::InvalidState(s) => PostErrorKind::InvalidState(s),
+            E::QueueFull => PostErrorKind::QueueFull,
+            E::InvalidArgument(s) => PostErrorKind::InvalidArgument(s),
+            E::NoSuchQp => PostErrorKind::InvalidState(QpState::Reset),
+            _ => PostErrorKind::InvalidArgument("rejected by the engine"),
+        }
+    }
+}

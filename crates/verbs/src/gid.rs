@@ -1,0 +1,144 @@
+//! Global identifiers (GIDs) and the GID table a device exposes.
+//!
+//! On RoCEv2 a GID is an IPv6 address; IPv4 endpoints use the IPv4-mapped form
+//! `::ffff:a.b.c.d`. The table is numbered as Linux rxe numbers it on the same interface, so a
+//! GID index means the same thing to softrdma and to rdma-core tools (`-g 1` / `-x 1` select
+//! the IPv4 GID on both):
+//!
+//! | index | IPv4 bind address `a.b.c.d` | IPv6 bind address `A` |
+//! |---|---|---|
+//! | 0 | `fe80::` + EUI-64 of the interface MAC | `fe80::` + EUI-64 (or `A` itself if it is link-local) |
+//! | 1 | `::ffff:a.b.c.d` | `A` (absent when `A` is link-local) |
+//!
+//! The MAC is the one of the interface that holds the bind address (read from
+//! `/sys/class/net/IF/address`). When there is none — loopback, a wildcard or an address no
+//! interface holds — softrdma derives a locally administered MAC from the address:
+//! `02:00:a:b:c:d` for IPv4 `a.b.c.d`, `02:00:` + the last four bytes for IPv6. For example
+//! `127.0.5.1` gets MAC `02:00:7f:00:05:01`, EUI-64 `0000:7fff:fe00:0501` (also the node GUID)
+//! and GID 0 `fe80::7fff:fe00:501`.
+
+use std::net::IpAddr;
+
+pub use softrdma_wire::{eui64, Gid, GidParseError};
+
+/// The locally administered MAC softrdma derives for an address no interface MAC belongs to.
+pub(crate) fn derived_mac(ip: IpAddr) -> [u8; 6] {
+    let tail = match ip {
+        IpAddr::V4(v4) => v4.octets(),
+        IpAddr::V6(v6) => {
+            let o = v6.octets();
+            [o[12], o[13], o[14], o[15]]
+        }
+    };
+    [0x02, 0x00, tail[0], tail[1], tail[2], tail[3]]
+}
+
+/// Type of a GID table entry (ibverbs `ibv_gid_type`); softrdma, like rxe, has only RoCE v2.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum GidType {
+    /// RoCE v2 (UDP/IP encapsulation).
+    RoceV2,
+}
+
+/// One GID table entry (ibverbs `ibv_gid_entry`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub struct GidEntry {
+    /// The GID.
+    pub gid: Gid,
+    /// Its index in the table.
+    pub index: u32,
+    /// Its type.
+    pub gid_type: GidType,
+}
+
+/// The interface holding `ip`, if any: (name, MAC, MTU).
+pub(crate) fn interface_of(ip: IpAddr) -> Option<(String, Option<[u8; 6]>, Option<u32>)> {
+    // Every 127.0.0.0/8 address is routed through `lo`, though only 127.0.0.1 is assigned.
+    let name = interface_name(ip).or_else(|| ip.is_loopback().then(|| "lo".to_string()))?;
+    let sys = format!("/sys/class/net/{name}");
+    let mac = std::fs::read_to_string(format!("{sys}/address"))
+        .ok()
+        .and_then(|s| parse_mac(s.trim()))
+        .filter(|m| *m != [0; 6]);
+    let mtu = std::fs::read_to_string(format!("{sys}/mtu"))
+        .ok()
+        .and_then(|s| s.trim().parse().ok());
+    Some((name, mac, mtu))
+}
+
+fn parse_mac(s: &str) -> Option<[u8; 6]> {
+    let mut m = [0u8; 6];
+    let mut parts = s.split(':');
+    for b in m.iter_mut() {
+        *b = u8::from_str_radix(parts.next()?, 16).ok()?;
+    }
+    parts.next().is_none().then_some(m)
+}
+
+#[cfg(target_os = "linux")]
+fn interface_name(ip: IpAddr) -> Option<String> {
+    use std::ffi::CStr;
+    let mut list: *mut libc::ifaddrs = std::ptr::null_mut();
+    // SAFETY: getifaddrs writes a list head we free below with freeifaddrs.
+    if unsafe { libc::getifaddrs(&mut list) } != 0 {
+        return None;
+    }
+    let mut found = None;
+    let mut cur = list;
+    while !cur.is_null() {
+        // SAFETY: `cur` is a node of the list getifaddrs returned, valid until freeifaddrs.
+        let ifa = unsafe { &*cur };
+        cur = ifa.ifa_next;
+        if ifa.ifa_addr.is_null() {
+            continue;
+        }
+        // SAFETY: ifa_addr is non-null and points to a sockaddr of the family it names.
+        let family = i32::from(unsafe { (*ifa.ifa_addr).sa_family });
+        let addr = match family {
+            libc::AF_INET => {
+                // SAFETY: the family says this is a sockaddr_in.
+                let sin = unsafe { &*(ifa.ifa_addr as *const libc::sockaddr_in) };
+                IpAddr::from(u32::from_be(sin.sin_addr.s_addr).to_be_bytes())
+            }
+            libc::AF_INET6 => {
+                // SAFETY: the family says this is a sockaddr_in6.
+                let sin6 = unsafe { &*(ifa.ifa_addr as *const libc::sockaddr_in6) };
+                IpAddr::from(sin6.sin6_addr.s6_addr)
+            }
+            _ => continue,
+        };
+        if addr == ip {
+            // SAFETY: ifa_name is a NUL-terminated string owned by the list.
+            let name = unsafe { CStr::from_ptr(ifa.ifa_name) };
+            found = Some(name.to_string_lossy().into_owned());
+            break;
+        }
+    }
+    // SAFETY: `list` came from getifaddrs and is freed once.
+    unsafe { libc::freeifaddrs(list) };
+    found
+}
+
+#[cfg(not(target_os = "linux"))]
+fn interface_name(_ip: IpAddr) -> Option<String> {
+    None
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn rxe_gids() {
+        // rxe-lab guest g1: MAC 52:54:00:58:00:0b -> GID 0 fe80::5054:ff:fe58:b.
+        let g = Gid::link_local_from_mac([0x52, 0x54, 0x00, 0x58, 0x00, 0x0b]);
+        assert_eq!(g.to_string(), "fe80::5054:ff:fe58:b");
+        let g1 = Gid::from_ip("10.88.0.11".parse().unwrap());
+        assert_eq!(g1.to_string(), "::ffff:10.88.0.11");
+        assert_eq!(&g1.to_hex32(), b"00000000000000000000ffff0a58000b");
+        assert_eq!(g1.to_ip(), Some("10.88.0.11".parse::<IpAddr>().unwrap()));
+        assert_eq!("::ffff:10.88.0.11".parse::<Gid>().unwrap(), g1);
+        let derived = Gid::link_local_from_mac(derived_mac("127.0.5.1".parse().unwrap()));
+        assert_eq!(derived.to_string(), "fe80::7fff:fe00:501");
+    }
+}

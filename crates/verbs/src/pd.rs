@@ -1,0 +1,351 @@
+//! Protection domains and memory regions.
+
+use std::sync::Arc;
+
+use softrdma_proto::{AccessFlags, PdHandle, RegionMemory, Sge};
+
+use crate::error::RegMrError;
+use crate::memory::{OwnedMemory, RawMemory};
+use crate::Device;
+
+struct PdInner {
+    device: Device,
+    handle: PdHandle,
+}
+
+impl Drop for PdInner {
+    fn drop(&mut self) {
+        // Every MR and QP of the PD holds it, so none is left: this cannot be refused.
+        let _ = self.device.inner().lock().engine.dealloc_pd(self.handle);
+    }
+}
+
+/// A protection domain (`ibv_pd`): memory regions and queue pairs of one PD may be used
+/// together; a key of another PD is refused (local protection or remote access error).
+///
+/// A cheap handle; it keeps its device alive.
+#[derive(Clone)]
+pub struct ProtectionDomain {
+    inner: Arc<PdInner>,
+}
+
+impl std::fmt::Debug for ProtectionDomain {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("ProtectionDomain")
+            .field("handle", &self.inner.handle.0)
+            .finish()
+    }
+}
+
+impl ProtectionDomain {
+    pub(crate) fn new(device: Device) -> ProtectionDomain {
+        let handle = device.inner().lock().engine.alloc_pd();
+        ProtectionDomain {
+            inner: Arc::new(PdInner { device, handle }),
+        }
+    }
+
+    /// The device.
+    pub fn device(&self) -> &Device {
+        &self.inner.device
+    }
+
+    pub(crate) fn handle(&self) -> PdHandle {
+        self.inner.handle
+    }
+
+    /// Allocates `len` zeroed bytes and registers them (`ibv_reg_mr` on memory softrdma owns).
+    ///
+    /// The region's address ([`MemoryRegion::addr`]) is the real address of the memory, as in
+    /// ibverbs, so SGEs and remote addresses are plain pointers. The memory is page-aligned and
+    /// freed when the region is dropped. See the [crate docs](crate#memory-model) for how the
+    /// application and remote peers share it.
+    pub fn reg_mr(&self, len: usize, access: AccessFlags) -> Result<MemoryRegion, RegMrError> {
+        let memory = OwnedMemory::new(len).ok_or(RegMrError::OutOfMemory(len))?;
+        let addr = memory.addr();
+        let ptr = memory.as_ptr();
+        self.register(Arc::new(memory), addr, ptr, len, access)
+    }
+
+    /// Registers memory the caller owns (`ibv_reg_mr` on a user buffer), for FFI-style use.
+    ///
+    /// # Safety
+    /// - `[ptr, ptr + len)` must be valid for reads and writes and stay allocated until the
+    ///   returned region and all its clones are dropped (dropping deregisters it; from then on
+    ///   softrdma never touches the memory);
+    /// - while the region is registered, remote peers (through the rkey) and the device (for
+    ///   local work requests) access the memory with atomic operations at any time; the caller
+    ///   must not access it with non-atomic reads or writes that could race with them (use the
+    ///   region's copying methods, or atomics, or make sure by protocol that no access is in
+    ///   flight).
+    pub unsafe fn reg_mr_raw(
+        &self,
+        ptr: *mut u8,
+        len: usize,
+        access: AccessFlags,
+    ) -> Result<MemoryRegion, RegMrError> {
+        if (ptr as usize).checked_add(len).is_none() {
+            return Err(RegMrError::InvalidRange("region wraps the address space"));
+        }
+        // SAFETY: forwarded from this function's contract.
+        let memory = unsafe { RawMemory::new(ptr, len) };
+        self.register(Arc::new(memory), ptr as u64, ptr, len, access)
+    }
+
+    fn register(
+        &self,
+        memory: Arc<dyn RegionMemory>,
+        addr: u64,
+        ptr: *mut u8,
+        len: usize,
+        access: AccessFlags,
+    ) -> Result<MemoryRegion, RegMrError> {
+        let needs_local_write = access.contains(AccessFlags::REMOTE_WRITE)
+            || access.contains(AccessFlags::REMOTE_ATOMIC);
+        if needs_local_write && !access.contains(AccessFlags::LOCAL_WRITE) {
+            return Err(RegMrError::AccessNeedsLocalWrite);
+        }
+        let key = self
+            .device()
+            .inner()
+            .lock()
+            .engine
+            .reg_mr(self.handle(), addr, len as u64, access, memory.clone())
+            .map_err(|e| match e {
+                softrdma_proto::EngineError::InvalidArgument(s) => RegMrError::InvalidRange(s),
+                _ => RegMrError::InvalidRange("refused by the engine"),
+            })?;
+        Ok(MemoryRegion {
+            inner: Arc::new(MrInner {
+                pd: self.clone(),
+                key,
+                addr,
+                ptr,
+                len,
+                access,
+                memory,
+            }),
+        })
+    }
+
+    /// Creates a queue pair (`ibv_create_qp`).
+    pub fn create_qp(
+        &self,
+        init: &crate::QpInitAttr,
+    ) -> Result<crate::QueuePair, crate::CreateQpError> {
+        crate::QueuePair::new(self.clone(), init)
+    }
+}
+
+struct MrInner {
+    pd: ProtectionDomain,
+    key: u32,
+    addr: u64,
+    ptr: *mut u8,
+    len: usize,
+    access: AccessFlags,
+    memory: Arc<dyn RegionMemory>,
+}
+
+// SAFETY: `ptr` is only handed out as a raw pointer (never dereferenced by this type); the
+// memory itself is accessed through `memory`, which is Send + Sync.
+unsafe impl Send for MrInner {}
+// SAFETY: as above.
+unsafe impl Sync for MrInner {}
+
+impl Drop for MrInner {
+    fn drop(&mut self) {
+        // After this, the engine never touches the memory again (it accesses regions only
+        // through its table, under the same lock).
+        let _ = self.pd.device().inner().lock().engine.dereg_mr(self.key);
+    }
+}
+
+/// The range was not inside the memory region.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
+#[error("range {offset}..+{len} outside the {region_len}-byte memory region")]
+pub struct OutOfBounds {
+    /// Offset asked for.
+    pub offset: usize,
+    /// Length asked for.
+    pub len: usize,
+    /// The region's length.
+    pub region_len: usize,
+}
+
+/// Where a peer's memory region is: what one side sends the other out of band so it can
+/// RDMA WRITE, READ or use atomics on it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub struct RemoteRegion {
+    /// Address of the first byte (in the peer's address space).
+    pub addr: u64,
+    /// Length in bytes.
+    pub len: u64,
+    /// Remote key.
+    pub rkey: u32,
+}
+
+impl RemoteRegion {
+    /// The address `offset` bytes into the region.
+    pub fn at(&self, offset: u64) -> u64 {
+        self.addr.wrapping_add(offset)
+    }
+}
+
+/// A registered memory region (`ibv_mr`).
+///
+/// Its contents are shared with the device and, through the rkey, with remote peers, which
+/// may change them at any time; so the application reads and writes them through copying
+/// methods ([`read`](Self::read), [`write`](Self::write), [`read_u64`](Self::read_u64),
+/// [`to_vec`](Self::to_vec)...), never through references (see the
+/// [crate docs](crate#memory-model)). Dropping the last handle deregisters it.
+#[derive(Clone)]
+pub struct MemoryRegion {
+    inner: Arc<MrInner>,
+}
+
+impl std::fmt::Debug for MemoryRegion {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("MemoryRegion")
+            .field("addr", &format_args!("{:#x}", self.inner.addr))
+            .field("len", &self.inner.len)
+            .field("lkey", &format_args!("{:#x}", self.inner.key))
+            .field("access", &self.inner.access)
+            .finish()
+    }
+}
+
+impl MemoryRegion {
+    /// Address of the first byte: the real address of the memory (SGEs and remote addresses
+    /// use it).
+    pub fn addr(&self) -> u64 {
+        self.inner.addr
+    }
+
+    /// Length in bytes.
+    pub fn len(&self) -> usize {
+        self.inner.len
+    }
+
+    /// Whether the region is empty.
+    pub fn is_empty(&self) -> bool {
+        self.inner.len == 0
+    }
+
+    /// Local key (for SGEs).
+    pub fn lkey(&self) -> u32 {
+        self.inner.key
+    }
+
+    /// Remote key (for peers' RDMA and atomic operations).
+    pub fn rkey(&self) -> u32 {
+        self.inner.key
+    }
+
+    /// Granted access.
+    pub fn access(&self) -> AccessFlags {
+        self.inner.access
+    }
+
+    /// The protection domain.
+    pub fn pd(&self) -> &ProtectionDomain {
+        &self.inner.pd
+    }
+
+    /// A raw pointer to the first byte, for FFI. Accessing the memory through it while a peer
+    /// may write it is a data race unless done atomically: see the crate docs.
+    pub fn as_ptr(&self) -> *mut u8 {
+        self.inner.ptr
+    }
+
+    /// A scatter/gather element for `len` bytes at `offset` (not checked here: the device
+    /// checks every SGE when the work request executes and completes it with
+    /// `LocProtErr` if it is outside the region).
+    pub fn sge(&self, offset: usize, len: u32) -> Sge {
+        Sge {
+            addr: self.inner.addr.wrapping_add(offset as u64),
+            length: len,
+            lkey: self.inner.key,
+        }
+    }
+
+    /// The whole region as one SGE.
+    pub fn sge_all(&self) -> Sge {
+        self.sge(0, u32::try_from(self.inner.len).unwrap_or(u32::MAX))
+    }
+
+    /// What a peer needs to access this region.
+    pub fn remote(&self) -> RemoteRegion {
+        RemoteRegion {
+            addr: self.inner.addr,
+            len: self.inner.len as u64,
+            rkey: self.inner.key,
+        }
+    }
+
+    fn check(&self, offset: usize, len: usize) -> Result<(), OutOfBounds> {
+        match offset.checked_add(len) {
+            Some(end) if end <= self.inner.len => Ok(()),
+            _ => Err(OutOfBounds {
+                offset,
+                len,
+                region_len: self.inner.len,
+            }),
+        }
+    }
+
+    /// Copies `buf.len()` bytes at `offset` into `buf`.
+    pub fn read(&self, offset: usize, buf: &mut [u8]) -> Result<(), OutOfBounds> {
+        self.check(offset, buf.len())?;
+        self.inner.memory.read(offset, buf);
+        Ok(())
+    }
+
+    /// Copies `data` into the region at `offset`.
+    pub fn write(&self, offset: usize, data: &[u8]) -> Result<(), OutOfBounds> {
+        self.check(offset, data.len())?;
+        self.inner.memory.write(offset, data);
+        Ok(())
+    }
+
+    /// Sets `len` bytes at `offset` to `byte`.
+    pub fn fill(&self, offset: usize, len: usize, byte: u8) -> Result<(), OutOfBounds> {
+        self.check(offset, len)?;
+        let chunk = [byte; 4096];
+        let mut done = 0;
+        while done < len {
+            let n = (len - done).min(chunk.len());
+            self.inner.memory.write(offset + done, &chunk[..n]);
+            done += n;
+        }
+        Ok(())
+    }
+
+    /// A copy of the whole region.
+    pub fn to_vec(&self) -> Vec<u8> {
+        let mut v = vec![0u8; self.inner.len];
+        self.inner.memory.read(0, &mut v);
+        v
+    }
+
+    /// A copy of `len` bytes at `offset`.
+    pub fn read_vec(&self, offset: usize, len: usize) -> Result<Vec<u8>, OutOfBounds> {
+        let mut v = vec![0u8; len];
+        self.read(offset, &mut v)?;
+        Ok(v)
+    }
+
+    /// The 8-byte word at `offset`, host byte order (one atomic acquiring load when the
+    /// address is 8-aligned — how remote atomics leave their results).
+    pub fn read_u64(&self, offset: usize) -> Result<u64, OutOfBounds> {
+        let mut b = [0u8; 8];
+        self.read(offset, &mut b)?;
+        Ok(u64::from_ne_bytes(b))
+    }
+
+    /// Stores the 8-byte word `value` at `offset`, host byte order (one atomic releasing store
+    /// when 8-aligned).
+    pub fn write_u64(&self, offset: usize, value: u64) -> Result<(), OutOfBounds> {
+        self.write(offset, &value.to_ne_bytes())
+    }
+}

@@ -1,0 +1,456 @@
+//! The progress engine: the software NIC of one device.
+//!
+//! One [`Core`] per device holds the sans-IO [`Engine`] and the [`RoceSocket`] behind one
+//! mutex. A dedicated thread ([`run`]) receives datagrams (`recvmmsg` batches), feeds them to
+//! the engine, runs its timers, transmits what it produces (`sendmmsg` batches) and wakes
+//! completion waiters. Application threads take the same mutex briefly to post work requests
+//! and poll completions; with `inline_transmit` (the default) the posting thread also sends
+//! the packets its post produced, so a request leaves without a thread hand-off.
+//!
+//! The thread sleeps in `ppoll(2)` on the socket and an eventfd, with the engine's next timer
+//! deadline as the timeout; posting threads write the eventfd only when they armed a timer
+//! earlier than the one the thread sleeps for (or, without inline transmit, always). With
+//! `busy_poll` the thread never sleeps.
+//!
+//! Time: `std::time::Instant` since the device opened, read *under the mutex* and clamped to
+//! never go backwards, so the engine sees one monotonic clock whichever thread calls it.
+
+use std::collections::HashMap;
+use std::os::fd::RawFd;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::{Arc, Condvar, Mutex, MutexGuard};
+use std::task::Waker;
+use std::time::Duration;
+
+use softrdma_proto::{CqHandle, DatagramMeta, Engine, Instant};
+use softrdma_udp::{Ecn, RecvArena, RoceSocket, SendError, Transmit, BATCH_MAX};
+use softrdma_wire::IcrcContext;
+
+/// Counters of the I/O around the engine (the engine counts the protocol).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct IoCounters {
+    /// Datagrams received from the socket and handed to the engine.
+    pub rx_datagrams: u64,
+    /// Received messages dropped because the kernel truncated them.
+    pub rx_truncated: u64,
+    /// Receive system calls that failed.
+    pub rx_errors: u64,
+    /// Datagrams sent.
+    pub tx_datagrams: u64,
+    /// Datagrams dropped because sending failed (the RC transport retransmits them).
+    pub tx_errors: u64,
+    /// Datagrams whose ICRC was recomputed because their UDP source port was unavailable.
+    pub tx_port_fallbacks: u64,
+    /// Times the progress thread woke from sleep.
+    pub wakeups: u64,
+}
+
+/// Wake-up state of one completion queue.
+#[derive(Debug, Default)]
+pub(crate) struct CqNotify {
+    pub state: Mutex<NotifyState>,
+    pub cond: Condvar,
+}
+
+/// Guarded by [`CqNotify::state`].
+#[derive(Debug, Default)]
+pub(crate) struct NotifyState {
+    /// Bumped (under the core lock) whenever completions were added.
+    pub seq: u64,
+    /// Async waiters to wake.
+    pub wakers: Vec<Waker>,
+}
+
+impl CqNotify {
+    pub(crate) fn lock(&self) -> MutexGuard<'_, NotifyState> {
+        self.state.lock().unwrap_or_else(|e| e.into_inner())
+    }
+}
+
+struct CqWatch {
+    handle: CqHandle,
+    notify: Arc<CqNotify>,
+    seen: u64,
+}
+
+/// The engine, the socket, and the scratch the I/O needs: everything behind the device mutex.
+pub(crate) struct Core {
+    pub engine: Engine,
+    socket: RoceSocket,
+    epoch: std::time::Instant,
+    last_now: u64,
+    tx_bufs: Vec<Vec<u8>>,
+    tx_meta: Vec<softrdma_proto::Transmit>,
+    /// Requested UDP source port -> the port really used.
+    ports: HashMap<u16, u16>,
+    watches: Vec<CqWatch>,
+    pub io: IoCounters,
+}
+
+impl Core {
+    pub(crate) fn new(engine: Engine, socket: RoceSocket, epoch: std::time::Instant) -> Core {
+        Core {
+            engine,
+            socket,
+            epoch,
+            last_now: 0,
+            tx_bufs: (0..BATCH_MAX).map(|_| Vec::with_capacity(4200)).collect(),
+            tx_meta: Vec::with_capacity(BATCH_MAX),
+            ports: HashMap::new(),
+            watches: Vec::new(),
+            io: IoCounters::default(),
+        }
+    }
+
+    /// The engine's clock: monotonic, never behind a value already handed out.
+    pub(crate) fn now(&mut self) -> Instant {
+        let t = u64::try_from(self.epoch.elapsed().as_nanos()).unwrap_or(u64::MAX);
+        self.last_now = self.last_now.max(t);
+        Instant::from_nanos(self.last_now)
+    }
+
+    pub(crate) fn watch_cq(&mut self, handle: CqHandle, notify: Arc<CqNotify>) {
+        let seen = self.engine.cq(handle).map_or(0, |c| c.produced);
+        self.watches.push(CqWatch {
+            handle,
+            notify,
+            seen,
+        });
+    }
+
+    pub(crate) fn unwatch_cq(&mut self, handle: CqHandle) {
+        self.watches.retain(|w| w.handle != handle);
+    }
+
+    /// Receives one batch and feeds it to the engine; returns the number of messages.
+    fn receive(&mut self, arena: &mut RecvArena, now: Instant) -> usize {
+        let n = match self.socket.try_recv(arena) {
+            Ok(n) => n,
+            Err(e) => {
+                self.io.rx_errors += 1;
+                tracing::debug!(error = %e, "receive failed");
+                return 0;
+            }
+        };
+        for (meta, data) in arena.iter() {
+            if meta.truncated {
+                self.io.rx_truncated += 1;
+                continue;
+            }
+            let stride = if meta.stride == 0 {
+                data.len().max(1)
+            } else {
+                meta.stride
+            };
+            let dm = DatagramMeta {
+                src: meta.src,
+                ecn: meta.ecn.bits(),
+            };
+            for d in data.chunks(stride) {
+                self.io.rx_datagrams += 1;
+                self.engine.handle_datagram(now, &dm, d);
+            }
+        }
+        n
+    }
+
+    /// Sends everything the engine has to send.
+    pub(crate) fn flush(&mut self, now: Instant) {
+        loop {
+            self.tx_meta.clear();
+            while self.tx_meta.len() < BATCH_MAX {
+                let i = self.tx_meta.len();
+                let Some(t) = self.engine.poll_transmit(now, &mut self.tx_bufs[i]) else {
+                    break;
+                };
+                let buf = &mut self.tx_bufs[i];
+                buf.truncate(t.len);
+                let port = match self.ports.get(&t.src_port) {
+                    Some(&p) => p,
+                    None => {
+                        let p = self.socket.prepare_source_port(t.src_port);
+                        self.ports.insert(t.src_port, p);
+                        p
+                    }
+                };
+                if port != t.src_port {
+                    // The ICRC covers the UDP source port: recompute it for the real one.
+                    let local = self.socket.local_addr().ip();
+                    let ctx = IcrcContext::new(local, t.dst.ip(), port, t.dst.port());
+                    if ctx.fill(buf).is_err() {
+                        self.io.tx_errors += 1;
+                        continue;
+                    }
+                    self.io.tx_port_fallbacks += 1;
+                }
+                self.tx_meta.push(softrdma_proto::Transmit {
+                    src_port: port,
+                    ..t
+                });
+            }
+            if self.tx_meta.is_empty() {
+                return;
+            }
+            let full = self.tx_meta.len() == BATCH_MAX;
+            self.send_batch();
+            if !full {
+                return;
+            }
+        }
+    }
+
+    fn send_batch(&mut self) {
+        let transmits: Vec<Transmit<'_>> = self
+            .tx_meta
+            .iter()
+            .zip(&self.tx_bufs)
+            .map(|(t, buf)| Transmit {
+                dst: t.dst,
+                src_port: t.src_port,
+                ecn: Ecn::from_tos(t.ecn),
+                segment_size: None,
+                contents: &buf[..t.len],
+            })
+            .collect();
+        let mut sent = 0;
+        let mut stalls = 0;
+        while sent < transmits.len() {
+            match self.socket.send(&transmits[sent..]) {
+                Ok(0) => {
+                    // Socket buffer full: wait a little, then give the rest up to the
+                    // transport's retransmission rather than stall every thread.
+                    stalls += 1;
+                    let port = transmits[sent].src_port;
+                    let ready = self
+                        .socket
+                        .wait_writable(port, Some(Duration::from_millis(1)))
+                        .unwrap_or(false);
+                    if !ready && stalls > 3 {
+                        self.io.tx_errors += (transmits.len() - sent) as u64;
+                        return;
+                    }
+                }
+                Ok(n) => {
+                    sent += n;
+                    self.io.tx_datagrams += n as u64;
+                }
+                Err(e) => {
+                    if !matches!(e, SendError::SourcePortUnavailable { .. }) {
+                        tracing::debug!(error = %e, "send failed; the datagram is dropped");
+                    }
+                    self.io.tx_errors += 1;
+                    sent += 1;
+                }
+            }
+        }
+    }
+
+    /// Wakes the waiters of every CQ that got completions; returns async wakers to call once
+    /// the core lock is released.
+    pub(crate) fn notify_cqs(&mut self, wakers: &mut Vec<Waker>) {
+        for w in &mut self.watches {
+            let produced = self.engine.cq(w.handle).map_or(w.seen, |c| c.produced);
+            if produced != w.seen {
+                w.seen = produced;
+                let mut st = w.notify.lock();
+                st.seq = st.seq.wrapping_add(1);
+                wakers.append(&mut st.wakers);
+                drop(st);
+                w.notify.cond.notify_all();
+            }
+        }
+    }
+}
+
+/// A level-triggered wake-up file descriptor (eventfd).
+#[derive(Debug)]
+pub(crate) struct WakeFd(RawFd);
+
+impl WakeFd {
+    pub(crate) fn new() -> std::io::Result<WakeFd> {
+        // SAFETY: plain system call; the result is checked.
+        let fd = unsafe { libc::eventfd(0, libc::EFD_NONBLOCK | libc::EFD_CLOEXEC) };
+        if fd < 0 {
+            return Err(std::io::Error::last_os_error());
+        }
+        Ok(WakeFd(fd))
+    }
+
+    pub(crate) fn signal(&self) {
+        let one: u64 = 1;
+        // SAFETY: writes 8 bytes from a live u64 to our own eventfd. A full counter (EAGAIN)
+        // still leaves the fd readable, which is all that matters.
+        let _ = unsafe { libc::write(self.0, (&one as *const u64).cast(), 8) };
+    }
+
+    fn drain(&self) {
+        let mut v: u64 = 0;
+        // SAFETY: reads 8 bytes into a live u64 from our own non-blocking eventfd.
+        let _ = unsafe { libc::read(self.0, (&mut v as *mut u64).cast(), 8) };
+    }
+}
+
+impl Drop for WakeFd {
+    fn drop(&mut self) {
+        // SAFETY: the fd is ours and closed once.
+        unsafe { libc::close(self.0) };
+    }
+}
+
+/// What the device's threads share.
+pub(crate) struct Inner {
+    core: Mutex<Core>,
+    wake: WakeFd,
+    sock_fd: RawFd,
+    pub stop: AtomicBool,
+    /// The deadline (engine ns) the progress thread sleeps until; `u64::MAX` = no timer.
+    next_wake_ns: AtomicU64,
+    pub busy_poll: bool,
+    pub inline_transmit: bool,
+    epoch: std::time::Instant,
+}
+
+impl Inner {
+    pub(crate) fn new(
+        core: Core,
+        sock_fd: RawFd,
+        busy_poll: bool,
+        inline_transmit: bool,
+    ) -> std::io::Result<Inner> {
+        let epoch = core.epoch;
+        Ok(Inner {
+            core: Mutex::new(core),
+            wake: WakeFd::new()?,
+            sock_fd,
+            stop: AtomicBool::new(false),
+            next_wake_ns: AtomicU64::new(u64::MAX),
+            busy_poll,
+            inline_transmit,
+            epoch,
+        })
+    }
+
+    /// Locks the core. A panic on another thread while it held the lock leaves the engine in
+    /// whatever state it reached; carrying on is better than poisoning every later call.
+    pub(crate) fn lock(&self) -> MutexGuard<'_, Core> {
+        self.core.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// Runs `f` on the core as an application thread, then transmits what it produced (inline
+    /// mode) or wakes the progress thread, and wakes completion waiters.
+    pub(crate) fn with_core<R>(&self, f: impl FnOnce(&mut Core, Instant) -> R) -> R {
+        let mut wakers = Vec::new();
+        let mut core = self.lock();
+        let now = core.now();
+        let r = f(&mut core, now);
+        if self.inline_transmit {
+            core.flush(now);
+        }
+        core.notify_cqs(&mut wakers);
+        let wake_thread = !self.busy_poll
+            && (!self.inline_transmit
+                || core
+                    .engine
+                    .poll_timeout()
+                    .is_some_and(|d| d.as_nanos() < self.next_wake_ns.load(Ordering::Acquire)));
+        drop(core);
+        if wake_thread {
+            self.wake.signal();
+        }
+        for w in wakers {
+            w.wake();
+        }
+        r
+    }
+
+    /// Wakes the progress thread.
+    pub(crate) fn signal(&self) {
+        self.wake.signal();
+    }
+
+    fn sleep(&self, timeout: Option<Duration>) {
+        let mut fds = [
+            libc::pollfd {
+                fd: self.sock_fd,
+                events: libc::POLLIN,
+                revents: 0,
+            },
+            libc::pollfd {
+                fd: self.wake.0,
+                events: libc::POLLIN,
+                revents: 0,
+            },
+        ];
+        let ts = timeout.map(|d| libc::timespec {
+            tv_sec: libc::time_t::try_from(d.as_secs()).unwrap_or(libc::time_t::MAX),
+            tv_nsec: libc::c_long::from(d.subsec_nanos() as i32),
+        });
+        let tsp = ts
+            .as_ref()
+            .map_or(std::ptr::null(), |t| t as *const libc::timespec);
+        // SAFETY: `fds` is a live array of two pollfds, `tsp` null or a live timespec, and
+        // the signal mask pointer is null (unchanged).
+        let _ = unsafe { libc::ppoll(fds.as_mut_ptr(), 2, tsp, std::ptr::null()) };
+        if fds[1].revents != 0 {
+            self.wake.drain();
+        }
+    }
+}
+
+/// The progress thread: runs until `inner.stop`.
+pub(crate) fn run(inner: Arc<Inner>, mut arena: RecvArena) {
+    let mut wakers = Vec::new();
+    loop {
+        if inner.stop.load(Ordering::Acquire) {
+            break;
+        }
+        let mut core = inner.lock();
+        let now = core.now();
+        let got = core.receive(&mut arena, now);
+        if core.engine.poll_timeout().is_some_and(|d| d <= now) {
+            core.engine.handle_timeout(now);
+        }
+        core.flush(now);
+        core.notify_cqs(&mut wakers);
+        let deadline = core.engine.poll_timeout();
+        inner.next_wake_ns.store(
+            deadline.map_or(u64::MAX, Instant::as_nanos),
+            Ordering::Release,
+        );
+        drop(core);
+        for w in wakers.drain(..) {
+            w.wake();
+        }
+        if got > 0 {
+            continue;
+        }
+        if inner.busy_poll {
+            std::hint::spin_loop();
+            continue;
+        }
+        let timeout = deadline.map(|d| {
+            let now_ns = u64::try_from(inner.epoch.elapsed().as_nanos()).unwrap_or(u64::MAX);
+            Duration::from_nanos(d.as_nanos().saturating_sub(now_ns))
+        });
+        if timeout.is_some_and(|t| t.is_zero()) {
+            continue;
+        }
+        inner.sleep(timeout);
+        inner.lock().io.wakeups += 1;
+    }
+    // Shutdown: anything still connected goes to ERR so its work completes with flush errors.
+    let mut core = inner.lock();
+    let qpns: Vec<u32> = core.engine.qpns().collect();
+    for qpn in qpns {
+        let attr = softrdma_proto::QpAttr {
+            qp_state: Some(softrdma_proto::QpState::Err),
+            ..Default::default()
+        };
+        let _ = core.engine.modify_qp(qpn, &attr);
+    }
+    core.notify_cqs(&mut wakers);
+    drop(core);
+    for w in wakers.drain(..) {
+        w.wake();
+    }
+}

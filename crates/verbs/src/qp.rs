@@ -1,0 +1,414 @@
+//! Queue pairs: creation, the state machine, posting work requests.
+
+use std::hash::{BuildHasher, Hasher};
+use std::sync::Arc;
+
+use softrdma_proto::{
+    AccessFlags, AddressVector, EngineError, Mtu, QpAttr, QpCaps, QpConfig, QpState, QpType,
+    RecvWr, SendFlags, SendWr,
+};
+use softrdma_wire::Psn;
+
+use crate::device::{MAX_INLINE_DATA, MAX_MSG_SZ, MAX_QP_WR, MAX_SGE};
+use crate::error::{CreateQpError, ModifyQpError, PostErrorKind, PostRecvError, PostSendError};
+use crate::{CompletionQueue, Gid, ProtectionDomain};
+
+/// How to create a queue pair (`ibv_qp_init_attr`).
+#[derive(Debug, Clone)]
+pub struct QpInitAttr {
+    /// Completions of send work requests go here.
+    pub send_cq: CompletionQueue,
+    /// Completions of receive work requests go here.
+    pub recv_cq: CompletionQueue,
+    /// Transport (only [`QpType::Rc`] is implemented).
+    pub qp_type: QpType,
+    /// Queue sizes.
+    pub cap: QpCaps,
+    /// Every send WR completes (as if all were posted with `SIGNALED`).
+    pub sq_sig_all: bool,
+}
+
+impl QpInitAttr {
+    /// An RC QP with default capacities (256 WRs and 4 SGEs each way), both queues completing
+    /// to `cq`, every send signaled.
+    pub fn rc(cq: &CompletionQueue) -> QpInitAttr {
+        QpInitAttr {
+            send_cq: cq.clone(),
+            recv_cq: cq.clone(),
+            qp_type: QpType::Rc,
+            cap: QpCaps::default(),
+            sq_sig_all: true,
+        }
+    }
+}
+
+/// What a peer needs to connect to a QP: exchanged out of band (a TCP socket, a file, ...),
+/// like the `LID:QPN:PSN:GID` line of `ibv_rc_pingpong`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub struct QpEndpoint {
+    /// The GID of the QP's device (its IP address).
+    pub gid: Gid,
+    /// The QP number.
+    pub qpn: u32,
+    /// The first PSN the QP sends with (the peer's `rq_psn`).
+    pub psn: u32,
+}
+
+/// Attributes for [`QueuePair::connect`] and the `to_*` helpers, with `ibv_rc_pingpong`-like
+/// defaults suited to RDMA READ and atomics.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct ConnectOptions {
+    /// What incoming requests may do (`qp_access_flags`).
+    pub access: AccessFlags,
+    /// Path MTU; `None` uses the port's active MTU.
+    pub path_mtu: Option<Mtu>,
+    /// Local ACK timeout exponent: 4.096 µs × 2^timeout (14 ≈ 67 ms).
+    pub timeout: u8,
+    /// Transport retries (0..=7).
+    pub retry_cnt: u8,
+    /// RNR retries (0..=7, 7 = infinite).
+    pub rnr_retry: u8,
+    /// RNR NAK timer code sent to peers that find no receive posted.
+    pub min_rnr_timer: u8,
+    /// Outstanding outgoing READ/atomic requests.
+    pub max_rd_atomic: u8,
+    /// Outstanding incoming READ/atomic requests (responder resources).
+    pub max_dest_rd_atomic: u8,
+    /// Traffic class (DSCP).
+    pub traffic_class: u8,
+    /// Hop limit.
+    pub hop_limit: u8,
+}
+
+impl Default for ConnectOptions {
+    fn default() -> ConnectOptions {
+        ConnectOptions {
+            access: AccessFlags::LOCAL_WRITE
+                | AccessFlags::REMOTE_WRITE
+                | AccessFlags::REMOTE_READ
+                | AccessFlags::REMOTE_ATOMIC,
+            path_mtu: None,
+            timeout: 14,
+            retry_cnt: 7,
+            rnr_retry: 7,
+            min_rnr_timer: 12,
+            max_rd_atomic: 16,
+            max_dest_rd_atomic: 16,
+            traffic_class: 0,
+            hop_limit: 64,
+        }
+    }
+}
+
+/// A QP's current state and attributes (`ibv_query_qp`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct QpInfo {
+    /// State.
+    pub state: QpState,
+    /// Resolved attributes.
+    pub config: QpConfig,
+    /// Capacities.
+    pub cap: QpCaps,
+    /// Send WRs posted and not completed.
+    pub send_queue_len: usize,
+    /// Receive WRs posted and not consumed.
+    pub recv_queue_len: usize,
+}
+
+struct QpInner {
+    pd: ProtectionDomain,
+    // Held so the CQs outlive the QP (the engine refers to them by handle).
+    _send_cq: CompletionQueue,
+    _recv_cq: CompletionQueue,
+    qpn: u32,
+    qp_type: QpType,
+    cap: QpCaps,
+    sq_sig_all: bool,
+    psn: u32,
+}
+
+impl Drop for QpInner {
+    fn drop(&mut self) {
+        // ibverbs' destroy discards outstanding work silently; softrdma flushes it first so
+        // every posted WR completes exactly once (with WR_FLUSH_ERR) — the CQs are still alive.
+        let qpn = self.qpn;
+        self.pd.device().inner().with_core(|core, _| {
+            let attr = QpAttr {
+                qp_state: Some(QpState::Err),
+                ..Default::default()
+            };
+            let _ = core.engine.modify_qp(qpn, &attr);
+            let _ = core.engine.destroy_qp(qpn);
+        });
+    }
+}
+
+/// A queue pair (`ibv_qp`): a send queue and a receive queue, connected to one remote QP.
+///
+/// Create it with [`ProtectionDomain::create_qp`], connect it with [`connect`](Self::connect)
+/// (or step through the states with [`modify`](Self::modify)), then post work requests. A
+/// cheap handle, usable from many threads; it keeps its PD, CQs and device alive. Dropping the
+/// last handle flushes outstanding work (WR_FLUSH_ERR completions) and destroys the QP.
+#[derive(Clone)]
+pub struct QueuePair {
+    inner: Arc<QpInner>,
+}
+
+impl std::fmt::Debug for QueuePair {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("QueuePair")
+            .field("qpn", &format_args!("{:#x}", self.inner.qpn))
+            .finish()
+    }
+}
+
+fn random_psn(qpn: u32) -> u32 {
+    let mut h = std::collections::hash_map::RandomState::new().build_hasher();
+    h.write_u32(qpn);
+    h.write_u128(
+        std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map_or(0, |d| d.as_nanos()),
+    );
+    (h.finish() as u32) & 0xff_ffff
+}
+
+impl QueuePair {
+    pub(crate) fn new(pd: ProtectionDomain, init: &QpInitAttr) -> Result<QueuePair, CreateQpError> {
+        let device = pd.device();
+        for cq in [&init.send_cq, &init.recv_cq] {
+            if !Arc::ptr_eq(&cq.device().shared, &device.shared) {
+                return Err(CreateQpError::WrongDevice);
+            }
+        }
+        if init.qp_type != QpType::Rc {
+            return Err(CreateQpError::Unsupported(init.qp_type));
+        }
+        let c = init.cap;
+        if c.max_send_wr > MAX_QP_WR || c.max_recv_wr > MAX_QP_WR {
+            return Err(CreateQpError::InvalidCaps("more WRs than max_qp_wr"));
+        }
+        if c.max_send_sge > MAX_SGE || c.max_recv_sge > MAX_SGE {
+            return Err(CreateQpError::InvalidCaps("more SGEs than max_sge"));
+        }
+        if c.max_inline_data > MAX_INLINE_DATA {
+            return Err(CreateQpError::InvalidCaps("max_inline_data too large"));
+        }
+        let qpn = device
+            .inner()
+            .lock()
+            .engine
+            .create_qp(
+                pd.handle(),
+                init.send_cq.inner.handle,
+                init.recv_cq.inner.handle,
+                init.qp_type,
+                c,
+            )
+            .map_err(|e| match e {
+                EngineError::InvalidArgument(s) => CreateQpError::InvalidCaps(s),
+                _ => CreateQpError::InvalidCaps("refused by the engine"),
+            })?;
+        Ok(QueuePair {
+            inner: Arc::new(QpInner {
+                pd,
+                _send_cq: init.send_cq.clone(),
+                _recv_cq: init.recv_cq.clone(),
+                qpn,
+                qp_type: init.qp_type,
+                cap: c,
+                sq_sig_all: init.sq_sig_all,
+                psn: random_psn(qpn),
+            }),
+        })
+    }
+
+    /// The QP number.
+    pub fn qp_num(&self) -> u32 {
+        self.inner.qpn
+    }
+
+    /// The transport type.
+    pub fn qp_type(&self) -> QpType {
+        self.inner.qp_type
+    }
+
+    /// Capacities.
+    pub fn cap(&self) -> QpCaps {
+        self.inner.cap
+    }
+
+    /// The protection domain.
+    pub fn pd(&self) -> &ProtectionDomain {
+        &self.inner.pd
+    }
+
+    /// The PSN [`connect`](Self::connect) uses as `sq_psn` (random per QP, like
+    /// `ibv_rc_pingpong`'s).
+    pub fn local_psn(&self) -> u32 {
+        self.inner.psn
+    }
+
+    /// What the peer needs to connect to this QP.
+    pub fn endpoint(&self) -> QpEndpoint {
+        QpEndpoint {
+            gid: self.inner.pd.device().gid(),
+            qpn: self.inner.qpn,
+            psn: self.inner.psn,
+        }
+    }
+
+    /// Current state and attributes (`ibv_query_qp`).
+    pub fn query(&self) -> QpInfo {
+        let core = self.inner.pd.device().inner().lock();
+        match core.engine.qp(self.inner.qpn) {
+            Some(q) => QpInfo {
+                state: q.state(),
+                config: *q.config(),
+                cap: *q.caps(),
+                send_queue_len: q.send_queue_len(),
+                recv_queue_len: q.recv_queue_len(),
+            },
+            None => QpInfo {
+                state: QpState::Err,
+                config: QpConfig::default(),
+                cap: self.inner.cap,
+                send_queue_len: 0,
+                recv_queue_len: 0,
+            },
+        }
+    }
+
+    /// Current state.
+    pub fn state(&self) -> QpState {
+        self.query().state
+    }
+
+    /// Changes state and attributes (`ibv_modify_qp`): the `Some` fields of `attr` are the
+    /// attribute mask. Refused changes change nothing.
+    pub fn modify(&self, attr: &QpAttr) -> Result<(), ModifyQpError> {
+        let device = self.inner.pd.device();
+        if let Some(av) = attr.ah_attr {
+            if av.dest_ip.is_ipv4() != device.ip().is_ipv4() {
+                return Err(ModifyQpError::AddressFamily(av.dest_ip));
+            }
+        }
+        let qpn = self.inner.qpn;
+        device.inner().with_core(|core, _| {
+            core.engine.modify_qp(qpn, attr).map_err(|e| match e {
+                EngineError::Modify(m) => ModifyQpError::Transition(m),
+                _ => ModifyQpError::Transition(softrdma_proto::ModifyQpError::NoSuchQp),
+            })
+        })
+    }
+
+    /// RESET → INIT with port 1, P_Key index 0 and `access`.
+    pub fn to_init(&self, access: AccessFlags) -> Result<(), ModifyQpError> {
+        self.modify(&QpAttr {
+            qp_state: Some(QpState::Init),
+            pkey_index: Some(0),
+            port_num: Some(1),
+            qp_access_flags: Some(access),
+            ..Default::default()
+        })
+    }
+
+    /// INIT → RTR towards `remote`.
+    pub fn to_rtr(&self, remote: &QpEndpoint, opts: &ConnectOptions) -> Result<(), ModifyQpError> {
+        let device = self.inner.pd.device();
+        let mtu = match opts.path_mtu {
+            Some(m) => m,
+            None => device.query_port(1).map_or(Mtu::Mtu1024, |p| p.active_mtu),
+        };
+        let dest_ip = remote
+            .gid
+            .to_ip()
+            .ok_or(ModifyQpError::NoAddress(remote.gid))?;
+        self.modify(&QpAttr {
+            qp_state: Some(QpState::Rtr),
+            path_mtu: Some(mtu),
+            ah_attr: Some(AddressVector {
+                dest_ip,
+                traffic_class: opts.traffic_class,
+                hop_limit: opts.hop_limit,
+            }),
+            dest_qp_num: Some(remote.qpn),
+            rq_psn: Some(Psn::new(remote.psn)),
+            max_dest_rd_atomic: Some(opts.max_dest_rd_atomic),
+            min_rnr_timer: Some(opts.min_rnr_timer),
+            ..Default::default()
+        })
+    }
+
+    /// RTR → RTS, sending from [`local_psn`](Self::local_psn).
+    pub fn to_rts(&self, opts: &ConnectOptions) -> Result<(), ModifyQpError> {
+        self.modify(&QpAttr {
+            qp_state: Some(QpState::Rts),
+            sq_psn: Some(Psn::new(self.inner.psn)),
+            timeout: Some(opts.timeout),
+            retry_cnt: Some(opts.retry_cnt),
+            rnr_retry: Some(opts.rnr_retry),
+            max_rd_atomic: Some(opts.max_rd_atomic),
+            ..Default::default()
+        })
+    }
+
+    /// Connects to `remote`: RESET → INIT → RTR → RTS (a QP not in RESET is reset first).
+    /// Post receives before the peer starts sending (or rely on RNR retries).
+    pub fn connect(&self, remote: &QpEndpoint, opts: &ConnectOptions) -> Result<(), ModifyQpError> {
+        if self.state() != QpState::Reset {
+            self.modify(&QpAttr {
+                qp_state: Some(QpState::Reset),
+                ..Default::default()
+            })?;
+        }
+        self.to_init(opts.access)?;
+        self.to_rtr(remote, opts)?;
+        self.to_rts(opts)
+    }
+
+    /// Posts send work requests in order (`ibv_post_send`). On error, the WRs before
+    /// [`PostSendError::bad_wr`] were posted and the rest were not. Returns without waiting for
+    /// the network; completions arrive on the send CQ (only for `SIGNALED` WRs unless the QP
+    /// was created with `sq_sig_all`; errors always complete).
+    pub fn post_send(&self, wrs: impl IntoIterator<Item = SendWr>) -> Result<(), PostSendError> {
+        let qpn = self.inner.qpn;
+        let sig_all = self.inner.sq_sig_all;
+        self.inner.pd.device().inner().with_core(|core, now| {
+            for (i, mut wr) in wrs.into_iter().enumerate() {
+                let len = wr.length();
+                if len > u64::from(MAX_MSG_SZ) {
+                    return Err(PostSendError {
+                        bad_wr: i,
+                        kind: PostErrorKind::MessageTooLong(len),
+                    });
+                }
+                if sig_all {
+                    wr.flags = wr.flags | SendFlags::SIGNALED;
+                }
+                core.engine
+                    .post_send(now, qpn, wr)
+                    .map_err(|e| PostSendError {
+                        bad_wr: i,
+                        kind: PostErrorKind::from_engine(e),
+                    })?;
+            }
+            Ok(())
+        })
+    }
+
+    /// Posts receive work requests in order (`ibv_post_recv`). On error, the WRs before
+    /// [`PostRecvError::bad_wr`] were posted and the rest were not.
+    pub fn post_recv(&self, wrs: impl IntoIterator<Item = RecvWr>) -> Result<(), PostRecvError> {
+        let qpn = self.inner.qpn;
+        self.inner.pd.device().inner().with_core(|core, _| {
+            for (i, wr) in wrs.into_iter().enumerate() {
+                core.engine.post_recv(qpn, wr).map_err(|e| PostRecvError {
+                    bad_wr: i,
+                    kind: PostErrorKind::from_engine(e),
+                })?;
+            }
+            Ok(())
+        })
+    }
+}

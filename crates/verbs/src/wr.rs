@@ -1,0 +1,105 @@
+//! Shorthands for building work requests. Each returns a `SIGNALED`, non-inline request;
+//! change the public fields of the result for anything else.
+
+use softrdma_proto::{RecvWr, SendFlags, SendOp, SendWr, Sge};
+
+fn signaled(wr_id: u64, op: SendOp, sg_list: Vec<Sge>) -> SendWr {
+    SendWr {
+        wr_id,
+        op,
+        sg_list,
+        flags: SendFlags::SIGNALED,
+        inline_data: None,
+    }
+}
+
+/// A SEND of the bytes the SGL names.
+pub fn send(wr_id: u64, sg_list: Vec<Sge>) -> SendWr {
+    signaled(wr_id, SendOp::Send, sg_list)
+}
+
+/// A SEND with immediate data.
+pub fn send_with_imm(wr_id: u64, sg_list: Vec<Sge>, imm: u32) -> SendWr {
+    signaled(wr_id, SendOp::SendWithImm { imm }, sg_list)
+}
+
+/// A SEND whose payload is copied now (`IBV_SEND_INLINE`): the buffer may be reused at once.
+pub fn send_inline(wr_id: u64, data: &[u8]) -> SendWr {
+    SendWr {
+        wr_id,
+        op: SendOp::Send,
+        sg_list: Vec::new(),
+        flags: SendFlags::SIGNALED | SendFlags::INLINE,
+        inline_data: Some(data.into()),
+    }
+}
+
+/// An RDMA WRITE of the SGL to `remote_addr` of the peer's region `rkey`.
+pub fn write(wr_id: u64, sg_list: Vec<Sge>, remote_addr: u64, rkey: u32) -> SendWr {
+    signaled(wr_id, SendOp::RdmaWrite { remote_addr, rkey }, sg_list)
+}
+
+/// An RDMA WRITE with immediate data (consumes a receive at the peer).
+pub fn write_with_imm(
+    wr_id: u64,
+    sg_list: Vec<Sge>,
+    remote_addr: u64,
+    rkey: u32,
+    imm: u32,
+) -> SendWr {
+    signaled(
+        wr_id,
+        SendOp::RdmaWriteWithImm {
+            remote_addr,
+            rkey,
+            imm,
+        },
+        sg_list,
+    )
+}
+
+/// An RDMA READ from `remote_addr` of the peer's region `rkey` into the SGL.
+pub fn read(wr_id: u64, sg_list: Vec<Sge>, remote_addr: u64, rkey: u32) -> SendWr {
+    signaled(wr_id, SendOp::RdmaRead { remote_addr, rkey }, sg_list)
+}
+
+/// An atomic compare-and-swap on the 8-byte word at `remote_addr`; the original value lands
+/// in `result` (an 8-byte SGE).
+pub fn compare_swap(
+    wr_id: u64,
+    result: Sge,
+    remote_addr: u64,
+    rkey: u32,
+    compare: u64,
+    swap: u64,
+) -> SendWr {
+    signaled(
+        wr_id,
+        SendOp::AtomicCmpSwap {
+            remote_addr,
+            rkey,
+            compare,
+            swap,
+        },
+        vec![result],
+    )
+}
+
+/// An atomic fetch-and-add on the 8-byte word at `remote_addr`; the original value lands in
+/// `result` (an 8-byte SGE).
+pub fn fetch_add(wr_id: u64, result: Sge, remote_addr: u64, rkey: u32, add: u64) -> SendWr {
+    signaled(
+        wr_id,
+        SendOp::AtomicFetchAdd {
+            remote_addr,
+            rkey,
+            add,
+        },
+        vec![result],
+    )
+}
+
+/// A receive into the SGL.
+pub fn recv(wr_id: u64, sg_list: Vec<Sge>) -> RecvWr {
+    RecvWr { wr_id, sg_list }
+}
