@@ -1,0 +1,210 @@
+//! The engine's own cost per byte and per packet, with no I/O: two engines exchange RDMA
+//! WRITEs and SENDs through memory. What this measures is the ceiling the engine puts on any
+//! backend. Run with `cargo bench -p softrdma-proto --bench engine`.
+#![allow(missing_docs)] // criterion macros generate undocumented items
+
+use std::net::{IpAddr, Ipv4Addr, SocketAddr};
+use std::sync::Arc;
+
+use criterion::{criterion_group, criterion_main, Criterion, Throughput};
+use softrdma_proto::*;
+use softrdma_wire::Psn;
+
+struct Side {
+    engine: Engine,
+    cq: CqHandle,
+    key: u32,
+    qpn: u32,
+    ip: IpAddr,
+}
+
+const MEM: usize = 1 << 20;
+const BASE: u64 = 0x1000_0000;
+
+fn pair(mtu: Mtu) -> [Side; 2] {
+    let ips = [
+        IpAddr::V4(Ipv4Addr::new(10, 0, 0, 1)),
+        IpAddr::V4(Ipv4Addr::new(10, 0, 0, 2)),
+    ];
+    let mut sides = ips.map(|ip| {
+        let mut engine = Engine::new(EngineConfig::new(ip));
+        let pd = engine.alloc_pd();
+        let cq = engine.create_cq(4096);
+        let key = engine
+            .reg_mr(
+                pd,
+                BASE,
+                MEM as u64,
+                AccessFlags::all(),
+                Arc::new(VecMemory::new(MEM)),
+            )
+            .unwrap();
+        let caps = QpCaps {
+            max_send_wr: 1024,
+            max_recv_wr: 1024,
+            ..QpCaps::default()
+        };
+        let qpn = engine.create_qp(pd, cq, cq, QpType::Rc, caps).unwrap();
+        Side {
+            engine,
+            cq,
+            key,
+            qpn,
+            ip,
+        }
+    });
+    for i in 0..2 {
+        let (peer_qpn, peer_ip) = (sides[1 - i].qpn, sides[1 - i].ip);
+        let s = &mut sides[i];
+        s.engine
+            .modify_qp(
+                s.qpn,
+                &QpAttr {
+                    qp_state: Some(QpState::Init),
+                    pkey_index: Some(0),
+                    port_num: Some(1),
+                    qp_access_flags: Some(AccessFlags::all()),
+                    ..Default::default()
+                },
+            )
+            .unwrap();
+        let av = AddressVector {
+            dest_ip: peer_ip,
+            traffic_class: 0,
+            hop_limit: 64,
+        };
+        s.engine
+            .modify_qp(
+                s.qpn,
+                &QpAttr {
+                    qp_state: Some(QpState::Rtr),
+                    path_mtu: Some(mtu),
+                    ah_attr: Some(av),
+                    dest_qp_num: Some(peer_qpn),
+                    rq_psn: Some(Psn::ZERO),
+                    max_dest_rd_atomic: Some(16),
+                    min_rnr_timer: Some(1),
+                    ..Default::default()
+                },
+            )
+            .unwrap();
+        s.engine
+            .modify_qp(
+                s.qpn,
+                &QpAttr {
+                    qp_state: Some(QpState::Rts),
+                    sq_psn: Some(Psn::ZERO),
+                    timeout: Some(14),
+                    retry_cnt: Some(7),
+                    rnr_retry: Some(7),
+                    max_rd_atomic: Some(16),
+                    ..Default::default()
+                },
+            )
+            .unwrap();
+    }
+    sides
+}
+
+/// Moves every pending packet between the two engines until both are quiet.
+fn pump(sides: &mut [Side; 2], buf: &mut Vec<u8>) {
+    loop {
+        let mut moved = false;
+        for i in 0..2 {
+            while let Some(t) = sides[i].engine.poll_transmit(Instant::ZERO, buf) {
+                let meta = DatagramMeta {
+                    src: SocketAddr::new(sides[i].ip, t.src_port),
+                    ecn: 0,
+                };
+                sides[1 - i]
+                    .engine
+                    .handle_datagram(Instant::ZERO, &meta, &buf[..t.len]);
+                moved = true;
+            }
+        }
+        if !moved {
+            return;
+        }
+    }
+}
+
+fn bench_write(c: &mut Criterion) {
+    let mut g = c.benchmark_group("engine");
+    for (mtu, len) in [(Mtu::Mtu4096, 65536u32), (Mtu::Mtu1024, 65536)] {
+        let mut sides = pair(mtu);
+        let mut buf = Vec::with_capacity(8192);
+        let mut wcs = Vec::new();
+        g.throughput(Throughput::Bytes(u64::from(len)));
+        g.bench_function(format!("write_{len}_mtu{}", mtu.bytes()), |b| {
+            b.iter(|| {
+                let rkey = sides[1].key;
+                let wr = SendWr {
+                    wr_id: 1,
+                    op: SendOp::RdmaWrite {
+                        remote_addr: BASE,
+                        rkey,
+                    },
+                    sg_list: vec![Sge {
+                        addr: BASE,
+                        length: len,
+                        lkey: sides[0].key,
+                    }],
+                    flags: SendFlags::SIGNALED,
+                    inline_data: None,
+                };
+                let qpn = sides[0].qpn;
+                sides[0].engine.post_send(Instant::ZERO, qpn, wr).unwrap();
+                pump(&mut sides, &mut buf);
+                wcs.clear();
+                let cq = sides[0].cq;
+                sides[0].engine.poll_cq(cq, 16, &mut wcs).unwrap();
+                assert_eq!(wcs[0].status, WcStatus::Success);
+            })
+        });
+    }
+    // Small SENDs: per-message overhead (one request, one ACK).
+    let mut sides = pair(Mtu::Mtu1024);
+    let mut buf = Vec::with_capacity(8192);
+    let mut wcs = Vec::new();
+    g.throughput(Throughput::Elements(1));
+    g.bench_function("send_8", |b| {
+        b.iter(|| {
+            let (qpn1, key1, qpn0, key0) = (sides[1].qpn, sides[1].key, sides[0].qpn, sides[0].key);
+            sides[1]
+                .engine
+                .post_recv(
+                    qpn1,
+                    RecvWr {
+                        wr_id: 2,
+                        sg_list: vec![Sge {
+                            addr: BASE,
+                            length: 64,
+                            lkey: key1,
+                        }],
+                    },
+                )
+                .unwrap();
+            let wr = SendWr {
+                wr_id: 1,
+                op: SendOp::Send,
+                sg_list: vec![Sge {
+                    addr: BASE,
+                    length: 8,
+                    lkey: key0,
+                }],
+                flags: SendFlags::SIGNALED,
+                inline_data: None,
+            };
+            sides[0].engine.post_send(Instant::ZERO, qpn0, wr).unwrap();
+            pump(&mut sides, &mut buf);
+            for s in sides.iter_mut() {
+                wcs.clear();
+                s.engine.poll_cq(s.cq, 16, &mut wcs).unwrap();
+            }
+        })
+    });
+    g.finish();
+}
+
+criterion_group!(benches, bench_write);
+criterion_main!(benches);
