@@ -8,6 +8,7 @@
 mod capture;
 mod decode;
 mod oob;
+mod sim;
 
 use std::process::ExitCode;
 
@@ -28,11 +29,18 @@ enum Command {
     /// Exit status: 0 if every RoCEv2 packet parsed and had a valid ICRC, 1 if any was
     /// malformed or had a bad ICRC, 2 if the file could not be read.
     Decode(decode::Args),
+    /// Run a randomized RC workload over a simulated faulty fabric and check every result
+    /// against a reference model.
+    ///
+    /// Exit status: 0 if every op completed successfully and the model agrees, 1 otherwise
+    /// (the seed and the first divergence are printed), 2 if the run could not be set up.
+    Sim(sim::Args),
 }
 
 fn main() -> ExitCode {
     let cli = Cli::parse();
     match &cli.command {
         Command::Decode(args) => decode::run(args),
+        Command::Sim(args) => sim::run_cmd(args),
     }
 }

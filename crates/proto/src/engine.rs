@@ -124,17 +124,37 @@ pub enum EngineError {
     Modify(#[from] ModifyQpError),
 }
 
-/// The transport engine of one software RNIC.
-pub struct Engine {
+/// What every QP's stages share: configuration, memory, completion queues, counters.
+struct Shared {
     config: EngineConfig,
-    pds: BTreeSet<u32>,
-    next_pd: u32,
     mrs: MrTable,
     cqs: BTreeMap<CqHandle, CompletionQueue>,
+    stats: Stats,
+}
+
+impl Shared {
+    /// The context a QP stage runs in; borrows only these fields, so a QP borrowed from the
+    /// engine's table can run next to it.
+    fn ctx(&mut self, now: Instant, ipv4_id: u16) -> Ctx<'_> {
+        Ctx {
+            now,
+            config: &self.config,
+            mrs: &self.mrs,
+            cqs: &mut self.cqs,
+            stats: &mut self.stats,
+            ipv4_id,
+        }
+    }
+}
+
+/// The transport engine of one software RNIC.
+pub struct Engine {
+    shared: Shared,
+    pds: BTreeSet<u32>,
+    next_pd: u32,
     next_cq: u32,
     qps: BTreeMap<u32, QueuePair>,
     next_qpn: u32,
-    stats: Stats,
     /// QPs that may have output, in the order they became ready.
     ready: VecDeque<u32>,
 }
@@ -143,32 +163,34 @@ impl Engine {
     /// A new engine with no objects.
     pub fn new(config: EngineConfig) -> Engine {
         Engine {
-            config,
+            shared: Shared {
+                config,
+                mrs: MrTable::default(),
+                cqs: BTreeMap::new(),
+                stats: Stats::default(),
+            },
             pds: BTreeSet::new(),
             next_pd: 1,
-            mrs: MrTable::default(),
-            cqs: BTreeMap::new(),
             next_cq: 1,
             qps: BTreeMap::new(),
             next_qpn: config.first_qpn,
-            stats: Stats::default(),
             ready: VecDeque::new(),
         }
     }
 
     /// The configuration.
     pub fn config(&self) -> &EngineConfig {
-        &self.config
+        &self.shared.config
     }
 
     /// Counters.
     pub fn stats(&self) -> &Stats {
-        &self.stats
+        &self.shared.stats
     }
 
     /// The memory region table.
     pub fn mrs(&self) -> &MrTable {
-        &self.mrs
+        &self.shared.mrs
     }
 
     // --- objects -------------------------------------------------------------------------
@@ -186,7 +208,7 @@ impl Engine {
         if !self.pds.contains(&pd.0) {
             return Err(EngineError::NoSuchPd);
         }
-        if self.mrs.pd_in_use(pd) || self.qps.values().any(|q| q.pd == pd) {
+        if self.shared.mrs.pd_in_use(pd) || self.qps.values().any(|q| q.pd == pd) {
             return Err(EngineError::Busy);
         }
         self.pds.remove(&pd.0);
@@ -223,13 +245,13 @@ impl Engine {
                 "region wraps the address space",
             ));
         }
-        Ok(self.mrs.register(pd, iova, length, access, memory))
+        Ok(self.shared.mrs.register(pd, iova, length, access, memory))
     }
 
     /// Deregisters a memory region. Requests already in flight that name it fail their
     /// access checks from now on.
     pub fn dereg_mr(&mut self, key: u32) -> Result<(), EngineError> {
-        if self.mrs.deregister(key) {
+        if self.shared.mrs.deregister(key) {
             Ok(())
         } else {
             Err(EngineError::NoSuchMr)
@@ -240,13 +262,13 @@ impl Engine {
     pub fn create_cq(&mut self, capacity: usize) -> CqHandle {
         let cq = CqHandle(self.next_cq);
         self.next_cq += 1;
-        self.cqs.insert(cq, CompletionQueue::new(capacity));
+        self.shared.cqs.insert(cq, CompletionQueue::new(capacity));
         cq
     }
 
     /// Destroys a completion queue no QP uses.
     pub fn destroy_cq(&mut self, cq: CqHandle) -> Result<(), EngineError> {
-        if !self.cqs.contains_key(&cq) {
+        if !self.shared.cqs.contains_key(&cq) {
             return Err(EngineError::NoSuchCq);
         }
         if self
@@ -256,7 +278,7 @@ impl Engine {
         {
             return Err(EngineError::Busy);
         }
-        self.cqs.remove(&cq);
+        self.shared.cqs.remove(&cq);
         Ok(())
     }
 
@@ -268,6 +290,7 @@ impl Engine {
         out: &mut Vec<WorkCompletion>,
     ) -> Result<usize, EngineError> {
         Ok(self
+            .shared
             .cqs
             .get_mut(&cq)
             .ok_or(EngineError::NoSuchCq)?
@@ -276,7 +299,7 @@ impl Engine {
 
     /// A completion queue, to inspect.
     pub fn cq(&self, cq: CqHandle) -> Option<&CompletionQueue> {
-        self.cqs.get(&cq)
+        self.shared.cqs.get(&cq)
     }
 
     /// Creates a QP in the RESET state; returns its number.
@@ -291,7 +314,7 @@ impl Engine {
         if !self.pds.contains(&pd.0) {
             return Err(EngineError::NoSuchPd);
         }
-        if !self.cqs.contains_key(&send_cq) || !self.cqs.contains_key(&recv_cq) {
+        if !self.shared.cqs.contains_key(&send_cq) || !self.shared.cqs.contains_key(&recv_cq) {
             return Err(EngineError::NoSuchCq);
         }
         if qp_type != QpType::Rc {
@@ -321,13 +344,7 @@ impl Engine {
     pub fn modify_qp(&mut self, qpn: u32, attr: &QpAttr) -> Result<(), EngineError> {
         let qp = self.qps.get_mut(&qpn).ok_or(EngineError::NoSuchQp)?;
         let to = crate::qp::attr::validate(qp.qp_type, qp.state, attr)?;
-        let mut ctx = Ctx {
-            now: Instant::ZERO,
-            config: &self.config,
-            mrs: &self.mrs,
-            cqs: &mut self.cqs,
-            stats: &mut self.stats,
-        };
+        let mut ctx = self.shared.ctx(Instant::ZERO, 0);
         qp.apply_modify(&mut ctx, to, attr);
         self.ready.push_back(qpn);
         Ok(())
@@ -367,13 +384,7 @@ impl Engine {
             return Err(EngineError::QueueFull);
         }
         validate_send_wr(qp, &wr)?;
-        let mut ctx = Ctx {
-            now,
-            config: &self.config,
-            mrs: &self.mrs,
-            cqs: &mut self.cqs,
-            stats: &mut self.stats,
-        };
+        let mut ctx = self.shared.ctx(now, 0);
         if qp.state == QpState::Err {
             // IBTA: WRs posted to a QP in the error state complete with flush errors.
             let wc = crate::qp::requester::SendWqe::new(wr, qp.cfg.path_mtu)
@@ -411,13 +422,7 @@ impl Engine {
                 qp_num: qpn,
                 src_qp: qp.cfg.dest_qpn,
             };
-            let mut ctx = Ctx {
-                now: Instant::ZERO,
-                config: &self.config,
-                mrs: &self.mrs,
-                cqs: &mut self.cqs,
-                stats: &mut self.stats,
-            };
+            let mut ctx = self.shared.ctx(Instant::ZERO, 0);
             ctx.complete(qp.recv_cq, wc);
             return Ok(());
         }
@@ -431,36 +436,40 @@ impl Engine {
     /// Processes one received UDP datagram (its payload: BTH through ICRC). Anything wrong
     /// with it is counted and the datagram dropped; nothing a peer sends can make this panic.
     pub fn handle_datagram(&mut self, now: Instant, meta: &DatagramMeta, data: &[u8]) {
-        self.stats.rx_packets += 1;
-        if self.config.verify_icrc && !cfg!(fuzzing) {
+        self.shared.stats.rx_packets += 1;
+        let mut ipv4_id = 0;
+        if self.shared.config.verify_icrc && !cfg!(fuzzing) {
             let ctx = IcrcContext::new(
                 meta.src.ip(),
-                self.config.local_ip,
+                self.shared.config.local_ip,
                 meta.src.port(),
-                self.config.local_udp_port,
+                self.shared.config.local_udp_port,
             );
-            if ctx.verify_unknown_id(data).is_err() {
-                self.stats.drop(DropReason::BadIcrc);
-                return;
+            match ctx.verify_unknown_id(data) {
+                Ok(id) => ipv4_id = id,
+                Err(_) => {
+                    self.shared.stats.drop(DropReason::BadIcrc);
+                    return;
+                }
             }
         }
         let pkt = match PacketRepr::parse(data) {
             Ok(p) => p,
             Err(e) => {
-                self.stats.drop(e.into());
+                self.shared.stats.drop(e.into());
                 return;
             }
         };
         if pkt.bth.pkey & 0x7fff != 0x7fff {
-            self.stats.drop(DropReason::BadPkey);
+            self.shared.stats.drop(DropReason::BadPkey);
             return;
         }
         let Some(qp) = self.qps.get_mut(&pkt.bth.dest_qpn) else {
-            self.stats.drop(DropReason::UnknownQp);
+            self.shared.stats.drop(DropReason::UnknownQp);
             return;
         };
         let Some(info) = pkt.bth.opcode.info() else {
-            self.stats.drop(DropReason::Malformed);
+            self.shared.stats.drop(DropReason::Malformed);
             return;
         };
         let transport_ok = matches!(
@@ -468,22 +477,20 @@ impl Engine {
             (Transport::Rc, QpType::Rc) | (Transport::Uc, QpType::Uc) | (Transport::Ud, QpType::Ud)
         );
         if !transport_ok {
-            self.stats.drop(DropReason::WrongTransport);
+            self.shared.stats.drop(DropReason::WrongTransport);
             return;
         }
         if qp.qp_type != QpType::Ud && !qp.accepts_source(meta.src.ip()) {
-            self.stats.drop(DropReason::WrongSource);
+            self.shared.stats.drop(DropReason::WrongSource);
             return;
         }
-        self.stats.rx_bytes += data.len() as u64;
-        Stats::count_opcode(&mut self.stats.rx_by_opcode, pkt.bth.opcode.0);
-        let mut ctx = Ctx {
-            now,
-            config: &self.config,
-            mrs: &self.mrs,
-            cqs: &mut self.cqs,
-            stats: &mut self.stats,
-        };
+        if !qp.peer_ids.admit(ipv4_id) {
+            self.shared.stats.drop(DropReason::BadIcrc);
+            return;
+        }
+        self.shared.stats.rx_bytes += data.len() as u64;
+        Stats::count_opcode(&mut self.shared.stats.rx_by_opcode, pkt.bth.opcode.0);
+        let mut ctx = self.shared.ctx(now, 0);
         if info.is_request() {
             if matches!(qp.state, QpState::Reset | QpState::Init | QpState::Err) {
                 ctx.stats.drop(DropReason::BadState);
@@ -503,20 +510,29 @@ impl Engine {
     }
 
     /// Writes the next datagram to send into `out` and describes it, or returns `None` when
-    /// nothing is ready. Call until `None`.
+    /// nothing is ready. Call until `None`. The ICRC assumes the datagram leaves with IPv4
+    /// identification 0 (a plain don't-fragment send from an unconnected socket).
     pub fn poll_transmit(&mut self, now: Instant, out: &mut Vec<u8>) -> Option<Transmit> {
+        self.poll_transmit_segment(now, out, 0)
+    }
+
+    /// Like [`Engine::poll_transmit`], for a datagram the kernel will send with IPv4
+    /// identification `ipv4_id` — segment `k` of a UDP GSO send gets identification `k`
+    /// (see `softrdma_udp::ipv4_id_of_segment`), and the ICRC covers it. A caller batching
+    /// datagrams into GSO sends asks for segment `k` with `ipv4_id = k`; if the datagram turns
+    /// out not to fit the batch, it recomputes the ICRC for the identification it really gets.
+    pub fn poll_transmit_segment(
+        &mut self,
+        now: Instant,
+        out: &mut Vec<u8>,
+        ipv4_id: u16,
+    ) -> Option<Transmit> {
         while let Some(&qpn) = self.ready.front() {
             let Some(qp) = self.qps.get_mut(&qpn) else {
                 self.ready.pop_front();
                 continue;
             };
-            let mut ctx = Ctx {
-                now,
-                config: &self.config,
-                mrs: &self.mrs,
-                cqs: &mut self.cqs,
-                stats: &mut self.stats,
-            };
+            let mut ctx = self.shared.ctx(now, ipv4_id);
             match qp.poll_transmit(&mut ctx, out) {
                 Some(t) => {
                     // Round robin: a QP with more to send goes to the back of the line.
@@ -543,13 +559,7 @@ impl Engine {
     pub fn handle_timeout(&mut self, now: Instant) {
         for (qpn, qp) in self.qps.iter_mut() {
             if qp.next_deadline().is_some_and(|d| d <= now) {
-                let mut ctx = Ctx {
-                    now,
-                    config: &self.config,
-                    mrs: &self.mrs,
-                    cqs: &mut self.cqs,
-                    stats: &mut self.stats,
-                };
+                let mut ctx = self.shared.ctx(now, 0);
                 qp.handle_timeout(&mut ctx);
                 if qp.wants_transmit() {
                     self.ready.push_back(*qpn);

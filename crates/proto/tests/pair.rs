@@ -763,3 +763,46 @@ fn sequence_error_naks_once_and_recovers() {
     one_ok(&p.completions(0), 1, WcOpcode::Send, 1024);
     one_ok(&p.completions(1), 9, WcOpcode::Recv, 1024);
 }
+
+#[test]
+fn peer_ipv4_id_habit_is_learned() {
+    use softrdma_wire::IcrcContext;
+    // node 0 sends SENDs; re-fill the ICRC of each as if the kernel had used `id`.
+    let deliver = |p: &mut Pair, id: u16| -> bool {
+        let s = p.sge(0, BASE, 8);
+        p.post_recv(1, 1, BASE, 64);
+        p.post_send(0, wr(1, SendOp::Send, vec![s]));
+        let mut buf = Vec::new();
+        let t = p.nodes[0].engine.poll_transmit(p.now, &mut buf).unwrap();
+        let mut data = buf[..t.len].to_vec();
+        let ctx = IcrcContext {
+            ipv4_id: id,
+            ..IcrcContext::new(ip(0), ip(1), t.src_port, 4791)
+        };
+        ctx.fill(&mut data).unwrap();
+        let before = p.stats(1).drops_for(DropReason::BadIcrc);
+        let meta = DatagramMeta {
+            src: SocketAddr::new(ip(0), t.src_port),
+            ecn: 0,
+        };
+        p.nodes[1].engine.handle_datagram(p.now, &meta, &data);
+        p.drive();
+        p.completions(0);
+        p.completions(1);
+        p.stats(1).drops_for(DropReason::BadIcrc) == before
+    };
+    // A softrdma-like peer: identification 0 (or a small GSO segment number) every time.
+    let mut p = Pair::new(Mtu::Mtu1024, [1, 2]);
+    for i in 0..10 {
+        assert!(deliver(&mut p, (i % 3) as u16));
+    }
+    assert!(
+        !deliver(&mut p, 0x1234),
+        "a large identification from a zero-ID peer is a corruption"
+    );
+    // An rxe-like peer counts up from anywhere: accepted.
+    let mut p = Pair::new(Mtu::Mtu1024, [1, 2]);
+    for i in 0..10 {
+        assert!(deliver(&mut p, 0xe565 + i));
+    }
+}

@@ -50,6 +50,13 @@ impl QueuePair {
     }
 
     fn handle_ack(&mut self, ctx: &mut Ctx<'_>, psn: Psn, syndrome: Syndrome) {
+        // A NAK names the first PSN the responder has not executed. One for a PSN already
+        // acknowledged is stale (duplicated or overtaken in the network): acting on it would
+        // rewind to a PSN no WQE owns any more.
+        if !matches!(syndrome, Syndrome::Ack { .. }) && psn.is_before(self.req.unacked_psn) {
+            ctx.stats.drop(DropReason::Duplicate);
+            return;
+        }
         match syndrome {
             Syndrome::Ack { .. } => {
                 self.ack_through(ctx, psn);
@@ -68,7 +75,7 @@ impl QueuePair {
                 if self.req.rnr_left != 7 {
                     self.req.rnr_left -= 1;
                 }
-                self.req.go_back(psn);
+                self.resume_after_nak();
                 self.req.rnr_wait = true;
                 self.timers.stop(Timer::Retransmit);
                 let wait = Duration::from_micros(u64::from(rnr_timer_us(timer)));
@@ -104,7 +111,7 @@ impl QueuePair {
                             return;
                         }
                         self.req.retry_left -= 1;
-                        self.req.go_back(psn);
+                        self.resume_after_nak();
                     }
                     Some(status) => {
                         // Class B/C/D errors complete the WQE in error and stop the QP.
@@ -115,6 +122,16 @@ impl QueuePair {
             }
             Syndrome::Reserved(_) => ctx.stats.drop(DropReason::Malformed),
         }
+    }
+
+    /// Resends from the oldest unacknowledged PSN after an RNR or sequence NAK. That is the
+    /// NAK's PSN unless a READ or atomic before it is still waiting for its response: the
+    /// responder executed it (it NAKed a later PSN), so the response was lost, and the request
+    /// must go again to have it replayed.
+    fn resume_after_nak(&mut self) {
+        let resume = self.req.unacked_psn;
+        self.req.gap_retry_at = Some(resume);
+        self.req.go_back(resume);
     }
 
     fn handle_read_response(
@@ -319,6 +336,8 @@ impl QueuePair {
     pub(crate) fn handle_timeout(&mut self, ctx: &mut Ctx<'_>) {
         if self.timers.take_expired(Timer::RnrWait, ctx.now) {
             self.req.rnr_wait = false;
+            // The retransmit timer was stopped for the wait; outstanding work needs it again.
+            self.rearm_retransmit(ctx);
         }
         if self.timers.take_expired(Timer::Retransmit, ctx.now) {
             let outstanding = self.req.sq.front().is_some_and(|w| w.started);

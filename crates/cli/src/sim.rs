@@ -1,0 +1,283 @@
+//! `softrdma sim`: a randomized RC workload between simulated nodes over a faulty fabric,
+//! checked against a reference model (see `softrdma_sim::workload`).
+//!
+//! Faults (`--loss`, `--dup`, `--reorder`, `--corrupt`) apply to every link in both directions
+//! for the whole run; when the workload is done, or the safety bound is hit, the network heals
+//! and whatever is outstanding must complete within a liveness bound. Everything is virtual
+//! time, so a run takes as long as its events take to compute, and one seed always replays
+//! the same run.
+//!
+//! Output: a few summary lines; with `--json` the last line is one JSON object. Exit status:
+//! 0 when every op completed successfully and the model agrees; 1 otherwise (the seed and the
+//! first divergence are printed); 2 when the run could not be set up (bad arguments, capture
+//! file not writable).
+
+use std::fmt::Write as _;
+use std::fs::File;
+use std::io::{self, BufWriter, Write};
+use std::path::PathBuf;
+use std::process::ExitCode;
+use std::time::Instant as WallClock;
+
+use clap::Args as ClapArgs;
+use softrdma_proto::{Duration, Mtu};
+use softrdma_sim::link::LinkConfig;
+use softrdma_sim::swarm::{run, RunConfig, RunReport, SEED_ENV};
+use softrdma_sim::workload::WorkloadConfig;
+
+/// Virtual time the faulty phase may last at most (the workload normally finishes first).
+const SAFETY_BOUND: Duration = Duration::from_secs(600);
+
+/// Arguments of `softrdma sim`.
+#[derive(Debug, ClapArgs)]
+pub(crate) struct Args {
+    /// Seed of every random choice: data, op mix, sizes, PSNs, faults.
+    #[arg(long, default_value_t = 1)]
+    seed: u64,
+    /// Simulated nodes (every pair is connected).
+    #[arg(long, default_value_t = 2, value_parser = clap::value_parser!(u16).range(2..=250))]
+    nodes: u16,
+    /// RC connections per pair of nodes (both ends post work).
+    #[arg(long, default_value_t = 2, value_parser = clap::value_parser!(u16).range(1..=64))]
+    qps: u16,
+    /// Work requests to post in total.
+    #[arg(long, default_value_t = 1000)]
+    ops: u64,
+    /// Probability that a datagram is lost (per link traversal).
+    #[arg(long, default_value_t = 0.0, value_parser = probability)]
+    loss: f64,
+    /// Probability that a datagram is duplicated.
+    #[arg(long, default_value_t = 0.0, value_parser = probability)]
+    dup: f64,
+    /// Probability that a datagram is delayed by up to 20 µs extra, so later ones overtake it.
+    #[arg(long, default_value_t = 0.0, value_parser = probability)]
+    reorder: f64,
+    /// Probability that one ICRC-covered bit of a datagram is flipped.
+    #[arg(long, default_value_t = 0.0, value_parser = probability)]
+    corrupt: f64,
+    /// Path MTU in bytes: 256, 512, 1024, 2048 or 4096.
+    #[arg(long, default_value_t = 1024, value_parser = mtu)]
+    mtu: u32,
+    /// One-way link delay in microseconds.
+    #[arg(long, default_value_t = 2)]
+    delay_us: u64,
+    /// Link rate in Gb/s (0 = infinite).
+    #[arg(long, default_value_t = 25)]
+    bandwidth_gbps: u64,
+    /// Most work requests each QP keeps outstanding.
+    #[arg(long, default_value_t = 16, value_parser = clap::value_parser!(u16).range(1..=256))]
+    window: u16,
+    /// Write every datagram that crossed the fabric to this pcap file.
+    #[arg(long)]
+    pcap: Option<PathBuf>,
+    /// End the output with one JSON object.
+    #[arg(long)]
+    json: bool,
+}
+
+fn probability(s: &str) -> Result<f64, String> {
+    let p: f64 = s.parse().map_err(|e| format!("{e}"))?;
+    if (0.0..=1.0).contains(&p) {
+        Ok(p)
+    } else {
+        Err(format!("{p} is not a probability in [0, 1]"))
+    }
+}
+
+fn mtu(s: &str) -> Result<u32, String> {
+    let v: u32 = s.parse().map_err(|e| format!("{e}"))?;
+    Mtu::from_bytes(v)
+        .map(|_| v)
+        .ok_or_else(|| format!("{v} is not a path MTU (256, 512, 1024, 2048, 4096)"))
+}
+
+impl Args {
+    fn run_config(&self) -> RunConfig {
+        let mtu = Mtu::from_bytes(self.mtu).unwrap_or(Mtu::Mtu1024);
+        let workload = WorkloadConfig {
+            nodes: usize::from(self.nodes),
+            qps_per_pair: usize::from(self.qps),
+            window: usize::from(self.window),
+            recv_depth: usize::from(self.window),
+            ..WorkloadConfig::new(self.seed, self.ops).with_mtu(mtu)
+        };
+        let link = LinkConfig {
+            delay: Duration::from_micros(self.delay_us),
+            bandwidth_bps: self.bandwidth_gbps.saturating_mul(1_000_000_000),
+            loss: self.loss,
+            duplicate: self.dup,
+            reorder: self.reorder,
+            reorder_jitter: Duration::from_micros(20),
+            corrupt: self.corrupt,
+        };
+        RunConfig::uniform(workload, link, SAFETY_BOUND)
+    }
+}
+
+/// Runs the subcommand and maps the outcome to the documented exit status.
+pub(crate) fn run_cmd(args: &Args) -> ExitCode {
+    let capture: Option<Box<dyn Write>> = match &args.pcap {
+        None => None,
+        Some(path) => match File::create(path) {
+            Ok(f) => Some(Box::new(BufWriter::new(f))),
+            Err(e) => {
+                eprintln!("softrdma sim: {}: {e}", path.display());
+                return ExitCode::from(2);
+            }
+        },
+    };
+    let config = args.run_config();
+    let started = WallClock::now();
+    let report = match run(&config, capture) {
+        Ok(r) => r,
+        Err(e) => {
+            eprintln!("softrdma sim: {e}");
+            return ExitCode::from(2);
+        }
+    };
+    let wall = started.elapsed();
+    let mut out = io::stdout().lock();
+    let text = render(args, &report, wall.as_secs_f64());
+    // A closed pipe (`| head`) is not the simulation's failure: the verdict is the exit code.
+    let _ = out.write_all(text.as_bytes());
+    let _ = out.flush();
+    if report.passed() {
+        ExitCode::SUCCESS
+    } else {
+        ExitCode::from(1)
+    }
+}
+
+fn render(args: &Args, r: &RunReport, wall_s: f64) -> String {
+    let w = &r.workload;
+    let f = &r.fabric;
+    let e = &r.engines;
+    let virtual_us = r.end.as_nanos() / 1_000;
+    let ops_per_s = if wall_s > 0.0 {
+        w.ops_completed as f64 / wall_s
+    } else {
+        0.0
+    };
+    let mut s = String::new();
+    let _ = writeln!(
+        s,
+        "softrdma sim: seed {} | {} nodes, {} QPs per pair, {} ops, mtu {} | loss {} dup {} reorder {} corrupt {}",
+        r.seed, args.nodes, args.qps, args.ops, args.mtu, args.loss, args.dup, args.reorder, args.corrupt
+    );
+    let kinds: Vec<String> = w
+        .posted_by_kind
+        .iter()
+        .map(|(k, n)| format!("{k} {n}"))
+        .collect();
+    let _ = writeln!(
+        s,
+        "ops: posted {}, completed {}, ok {}, mismatches {}, recvs {} ({})",
+        w.ops_posted,
+        w.ops_completed,
+        w.ops_ok,
+        w.mismatches,
+        w.recvs_completed,
+        kinds.join(", ")
+    );
+    let _ = writeln!(
+        s,
+        "fabric: sent {}, delivered {}, dropped {}, duplicated {}, corrupted {}, reordered {}",
+        f.packets_sent,
+        f.packets_delivered,
+        f.packets_dropped,
+        f.packets_duplicated,
+        f.packets_corrupted,
+        f.packets_reordered
+    );
+    let _ = writeln!(s, "engines: icrc_drops={} {e}", e.icrc_drops);
+    let _ = writeln!(
+        s,
+        "time: virtual {virtual_us} us (healed at {} us), wall {:.3} s, {:.0} simulated ops/s",
+        r.healed_at.as_nanos() / 1_000,
+        wall_s,
+        ops_per_s
+    );
+    let failure = r.first_failure();
+    match &failure {
+        None => {
+            let _ = writeln!(s, "PASS");
+        }
+        Some(what) => {
+            let _ = writeln!(s, "FAIL {SEED_ENV}={}", r.seed);
+            let _ = writeln!(s, "first divergence: {what}");
+            for err in &w.error_completions {
+                let _ = writeln!(s, "  error completion {err}");
+            }
+        }
+    }
+    if args.json {
+        let fields: Vec<(&str, String)> = vec![
+            ("seed", r.seed.to_string()),
+            ("passed", r.passed().to_string()),
+            ("ops_posted", w.ops_posted.to_string()),
+            ("ops_completed", w.ops_completed.to_string()),
+            ("ops_ok", w.ops_ok.to_string()),
+            ("mismatches", w.mismatches.to_string()),
+            ("recvs_completed", w.recvs_completed.to_string()),
+            ("retransmissions", e.retransmissions.to_string()),
+            ("retransmit_timeouts", e.retransmit_timeouts.to_string()),
+            ("naks_sent", e.naks_sent.to_string()),
+            ("packets_sent", f.packets_sent.to_string()),
+            ("packets_delivered", f.packets_delivered.to_string()),
+            ("packets_dropped", f.packets_dropped.to_string()),
+            ("packets_duplicated", f.packets_duplicated.to_string()),
+            ("packets_corrupted", f.packets_corrupted.to_string()),
+            ("packets_reordered", f.packets_reordered.to_string()),
+            ("icrc_drops", e.icrc_drops.to_string()),
+            ("virtual_time_us", virtual_us.to_string()),
+            ("wall_ms", format!("{:.1}", wall_s * 1e3)),
+            (
+                "first_divergence",
+                failure.map_or_else(|| "null".to_string(), |d| json_string(&d)),
+            ),
+        ];
+        let body: Vec<String> = fields.iter().map(|(k, v)| format!("\"{k}\":{v}")).collect();
+        let _ = writeln!(s, "{{{}}}", body.join(","));
+    }
+    s
+}
+
+/// A JSON string literal (RFC 8259 escaping).
+fn json_string(v: &str) -> String {
+    let mut s = String::with_capacity(v.len() + 2);
+    s.push('"');
+    for c in v.chars() {
+        match c {
+            '"' => s.push_str("\\\""),
+            '\\' => s.push_str("\\\\"),
+            '\n' => s.push_str("\\n"),
+            '\r' => s.push_str("\\r"),
+            '\t' => s.push_str("\\t"),
+            c if u32::from(c) < 0x20 => {
+                let _ = write!(s, "\\u{:04x}", u32::from(c));
+            }
+            c => s.push(c),
+        }
+    }
+    s.push('"');
+    s
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn test_json_string() {
+        assert_eq!(json_string("a\"b\\c\n\u{1}"), "\"a\\\"b\\\\c\\n\\u0001\"");
+    }
+
+    #[test]
+    fn test_parsers() {
+        assert_eq!(probability("0.5"), Ok(0.5));
+        assert!(probability("1.5").is_err());
+        assert!(probability("-0.1").is_err());
+        assert_eq!(mtu("4096"), Ok(4096));
+        assert!(mtu("1500").is_err());
+    }
+}

@@ -1,0 +1,35 @@
+//! softrdma-sim: a deterministic simulated RoCEv2 fabric that drives the very same sans-IO
+//! engines (`softrdma-proto`) that run on real UDP, under seeded faults.
+//!
+//! - [`fabric`]: nodes (one [`softrdma_proto::Engine`] each, addresses 10.0.0.x), a virtual
+//!   clock that jumps from event to event, and the event loop;
+//! - [`link`]: the per-direction link model — delay, bandwidth, loss, duplication, reordering,
+//!   single-bit corruption — each link with its own PRNG stream;
+//! - [`intercept`]: targeted faults ("drop the 2nd READ response"), for exact scripted tests;
+//! - [`pcap`]: a capture of what crossed the fabric with real IPv4/UDP headers, so the ICRCs
+//!   verify in Wireshark and `softrdma decode`;
+//! - [`setup`]: protection domains, CQs, memory and RC QP pairs brought to RTS;
+//! - [`workload`]: a random RC workload with a reference model that checks every result;
+//! - [`swarm`]: one seed in, verdict out — faults drawn from the seed (safety phase), then a
+//!   healed network in which everything must finish (liveness phase);
+//! - [`rng`]: the only randomness (xoshiro256** from a `u64` seed; no OS entropy).
+//!
+//! The same seed always replays the same run, packet for packet: on failure the swarm prints
+//! `SOFTRDMA_SEED=<n>`, and that number is the whole reproduction recipe.
+
+pub mod fabric;
+pub mod intercept;
+pub mod link;
+pub mod pcap;
+pub mod rng;
+pub mod setup;
+pub mod swarm;
+pub mod workload;
+
+pub use fabric::{
+    CapturePoint, Fabric, FabricConfig, FabricStats, Node, NodeId, RunOutcome, SimError, Step,
+};
+pub use intercept::{Interceptor, PacketInfo, PacketMatch, Targeted, Verdict};
+pub use link::{Link, LinkConfig};
+pub use pcap::PcapWriter;
+pub use rng::SimRng;
