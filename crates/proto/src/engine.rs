@@ -45,6 +45,13 @@ pub struct EngineConfig {
     pub verify_icrc: bool,
     /// The first QP number handed out (rxe starts at 0x11).
     pub first_qpn: u32,
+    /// Every peer is a softrdma device, which sends IPv4 identification 0 (or a GSO segment
+    /// number below 64). The ICRC check then holds every QP's peer to such identifications
+    /// from its first packet on. Off by default, since Linux rxe and RoCE NICs count
+    /// identifications up from anywhere: a QP then learns its peer's habit from the first
+    /// packet, which leaves that one packet checked with 16 rather than ~26 effective bits
+    /// (see `QueuePair` docs and `softrdma_wire::icrc`).
+    pub peers_use_small_ipv4_ids: bool,
 }
 
 impl EngineConfig {
@@ -58,6 +65,7 @@ impl EngineConfig {
             ack_req_every: 64,
             verify_icrc: true,
             first_qpn: 0x11,
+            peers_use_small_ipv4_ids: false,
         }
     }
 }
@@ -332,10 +340,11 @@ impl Engine {
             qpn = (qpn + 1) & softrdma_wire::QPN_MASK;
         }
         self.next_qpn = (qpn + 1) & softrdma_wire::QPN_MASK;
-        self.qps.insert(
-            qpn,
-            QueuePair::new(qpn, qp_type, pd, send_cq, recv_cq, caps),
-        );
+        let mut qp = QueuePair::new(qpn, qp_type, pd, send_cq, recv_cq, caps);
+        if self.shared.config.peers_use_small_ipv4_ids {
+            qp.peer_ids = crate::qp::PeerIpv4Ids::small_only();
+        }
+        self.qps.insert(qpn, qp);
         Ok(qpn)
     }
 

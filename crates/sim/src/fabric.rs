@@ -275,9 +275,16 @@ impl Fabric {
     }
 
     /// Adds a node with a default engine at the next address (10.0.0.1, 10.0.0.2, ...).
+    /// Every node is a softrdma engine, so engines are told their peers send small IPv4
+    /// identifications (`EngineConfig::peers_use_small_ipv4_ids`): the fabric's corruption
+    /// is then judged by the ICRC at full strength from a connection's first packet on.
     pub fn add_node(&mut self) -> Result<NodeId, SimError> {
         let ip = Fabric::default_ip(self.nodes.len());
-        self.add_node_with(EngineConfig::new(IpAddr::V4(ip)))
+        let config = EngineConfig {
+            peers_use_small_ipv4_ids: true,
+            ..EngineConfig::new(IpAddr::V4(ip))
+        };
+        self.add_node_with(config)
     }
 
     /// Adds a node whose engine uses `config` (its `local_ip` must be IPv4 and unused).

@@ -21,7 +21,9 @@ const SEEDS_IMPLICIT_NAK_OVERRIDDEN: [u64; 13] = [
     1477, 1869, 2071, 5446, 6065, 6117, 6913, 7422, 8311, 10414, 13591, 16851, 18052,
 ];
 const SEEDS_STALE_NAK_HANG: [u64; 5] = [3774, 5924, 11714, 12014, 16423];
-const SEEDS_ICRC_ALIAS: [u64; 1] = [16542];
+/// 16542: a corruption aliased as another IPv4 ID mid-connection; 25561 and 105993: the same
+/// on a connection's first packet.
+const SEEDS_ICRC_ALIAS: [u64; 3] = [16542, 25561, 105993];
 
 #[test]
 fn swarm_seeds_that_found_engine_bugs() {

@@ -101,6 +101,15 @@ pub(crate) const SMALL_IPV4_ID: u16 = 64;
 pub(crate) const REJECTS_BEFORE_LENIENT: u32 = 3;
 
 impl PeerIpv4Ids {
+    /// A peer known to be a softrdma device (see `EngineConfig::peers_use_small_ipv4_ids`).
+    pub(crate) fn small_only() -> PeerIpv4Ids {
+        PeerIpv4Ids {
+            small: 1,
+            large: 0,
+            rejected: 0,
+        }
+    }
+
     /// Whether to accept a packet whose ICRC solved for identification `id`, learning from it.
     pub(crate) fn admit(&mut self, id: u16) -> bool {
         if id < SMALL_IPV4_ID {
