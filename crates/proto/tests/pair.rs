@@ -800,6 +800,14 @@ fn peer_ipv4_id_habit_is_learned() {
         !deliver(&mut p, 0x1234),
         "a large identification from a zero-ID peer is a corruption"
     );
+    // The same large identification again (a stuck bit aliases the same way) changes nothing.
+    for _ in 0..3 {
+        assert!(!deliver(&mut p, 0x1234));
+    }
+    // A peer that keeps counting up is a counting peer that happened to start low.
+    assert!(!deliver(&mut p, 0x1235));
+    assert!(deliver(&mut p, 0x1236));
+    assert!(deliver(&mut p, 0x1237));
     // An rxe-like peer counts up from anywhere: accepted.
     let mut p = Pair::new(Mtu::Mtu1024, [1, 2]);
     for i in 0..10 {

@@ -23,7 +23,8 @@ const SEEDS_IMPLICIT_NAK_OVERRIDDEN: [u64; 13] = [
 const SEEDS_STALE_NAK_HANG: [u64; 5] = [3774, 5924, 11714, 12014, 16423];
 /// 16542: a corruption aliased as another IPv4 ID mid-connection; 25561 and 105993: the same
 /// on a connection's first packet.
-const SEEDS_ICRC_ALIAS: [u64; 3] = [16542, 25561, 105993];
+/// 193471: the same bit corrupted three times, aliasing three times to one ID.
+const SEEDS_ICRC_ALIAS: [u64; 4] = [16542, 25561, 105993, 193471];
 
 #[test]
 fn swarm_seeds_that_found_engine_bugs() {

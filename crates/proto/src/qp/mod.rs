@@ -86,17 +86,24 @@ pub struct QueuePair {
 /// identification is held to small ones: a large one from it is far likelier a corruption
 /// that happens to solve than a real datagram, and is rejected as a bad ICRC, which brings
 /// detection for softrdma peers back near 2^-26. A counting peer that merely started below
-/// [`SMALL_IPV4_ID`] (about one rxe connection in a thousand) keeps sending large ones; after
-/// [`REJECTS_BEFORE_LENIENT`] of them — retransmitted, nothing is lost — the QP accepts them.
+/// [`SMALL_IPV4_ID`] (about one rxe connection in a thousand) keeps sending large ones, each
+/// a little above the one before; after [`REJECTS_BEFORE_LENIENT`] such rejections in a row —
+/// retransmitted, nothing is lost — the QP accepts them. Repeated corruption does not look
+/// like that: a stuck bit aliases to the same identification every time.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 pub(crate) struct PeerIpv4Ids {
     small: u32,
     large: u32,
+    /// Rejected large identifications in a row, each above the previous.
     rejected: u32,
+    last_rejected: u16,
 }
 
 /// Identifications below this are what softrdma peers use (at most 64 GSO segments).
 pub(crate) const SMALL_IPV4_ID: u16 = 64;
+/// How far apart two successive identifications of a counting peer may be (Linux adds a
+/// random amount up to the time since the last use to its per-destination counters).
+pub(crate) const COUNTING_STEP_MAX: u16 = 4096;
 /// Large identifications from a small-identification peer after which the QP gives in.
 pub(crate) const REJECTS_BEFORE_LENIENT: u32 = 3;
 
@@ -105,8 +112,7 @@ impl PeerIpv4Ids {
     pub(crate) fn small_only() -> PeerIpv4Ids {
         PeerIpv4Ids {
             small: 1,
-            large: 0,
-            rejected: 0,
+            ..PeerIpv4Ids::default()
         }
     }
 
@@ -120,7 +126,13 @@ impl PeerIpv4Ids {
             self.large = self.large.saturating_add(1);
             return true;
         }
-        self.rejected += 1;
+        let step = id.wrapping_sub(self.last_rejected);
+        self.rejected = if self.rejected > 0 && (1..=COUNTING_STEP_MAX).contains(&step) {
+            self.rejected + 1
+        } else {
+            1
+        };
+        self.last_rejected = id;
         if self.rejected >= REJECTS_BEFORE_LENIENT {
             self.large = 1;
             return true;
