@@ -7,7 +7,11 @@
 
 mod capture;
 mod decode;
+mod devinfo;
 mod oob;
+mod perf;
+mod pingpong;
+mod route;
 mod sim;
 
 use std::process::ExitCode;
@@ -29,6 +33,19 @@ enum Command {
     /// Exit status: 0 if every RoCEv2 packet parsed and had a valid ICRC, 1 if any was
     /// malformed or had a bad ICRC, 2 if the file could not be read.
     Decode(decode::Args),
+    /// Show the attributes of a softrdma device like `ibv_devinfo` (-v: all of them and the
+    /// GID table; --counters: the engine's counters).
+    Devinfo(devinfo::Args),
+    /// perftest's benchmarks (write-bw, read-bw, send-bw, atomic-bw, write-lat, read-lat,
+    /// send-lat, atomic-lat), interoperable with perftest's `ib_*` programs.
+    ///
+    /// Exit status: 0 on success, 1 if the run failed, 2 on usage errors.
+    Perf(perf::Args),
+    /// Ping-pong SENDs over an RC QP: a drop-in peer for rdma-core's `ibv_rc_pingpong`.
+    ///
+    /// Without SERVER it waits for a client; with SERVER it connects to it. Exit status 0 on
+    /// success, 1 on any failure (including a `-c` data mismatch).
+    Pingpong(pingpong::Args),
     /// Run a randomized RC workload over a simulated faulty fabric and check every result
     /// against a reference model.
     ///
@@ -41,6 +58,9 @@ fn main() -> ExitCode {
     let cli = Cli::parse();
     match &cli.command {
         Command::Decode(args) => decode::run(args),
+        Command::Devinfo(args) => devinfo::run(args),
+        Command::Perf(args) => perf::run(args),
+        Command::Pingpong(args) => pingpong::run(args),
         Command::Sim(args) => sim::run_cmd(args),
     }
 }

@@ -21,6 +21,14 @@ pub enum OpenDeviceError {
     /// The progress thread could not be started.
     #[error("cannot start the progress thread: {0}")]
     Thread(std::io::Error),
+    /// The pcap file of [`DeviceConfig::pcap`](crate::DeviceConfig::pcap) could not be created.
+    #[error("cannot create pcap file {}: {source}", path.display())]
+    Pcap {
+        /// The file.
+        path: std::path::PathBuf,
+        /// Why.
+        source: std::io::Error,
+    },
 }
 
 /// A query named something that does not exist.

@@ -115,6 +115,10 @@
 //! device lock briefly and, by default, transmits the new packets on the posting thread
 //! ([`DeviceConfig::inline_transmit`]); it never waits for the network.
 //!
+//! [`DeviceConfig::pcap`] taps the device: every datagram it sends and receives goes to a
+//! pcap file, with synthesized IP/UDP headers that keep each ICRC verifiable (`softrdma
+//! decode FILE`), so traffic can be inspected without root or tcpdump.
+//!
 //! Every object holds its parent (a QP its PD, CQs and device; an MR its PD), so drop order
 //! does not matter. Dropping a QP moves it to the error state first, so its outstanding work
 //! completes with [`WcStatus::WrFlushErr`]; dropping the last object of a device stops its
@@ -130,6 +134,7 @@ mod memory;
 mod pd;
 mod progress;
 mod qp;
+mod tap;
 pub mod wr;
 
 pub use cq::{CompletionQueue, CqReady};

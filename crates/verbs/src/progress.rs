@@ -26,6 +26,8 @@ use softrdma_proto::{CqHandle, DatagramMeta, Engine, Instant};
 use softrdma_udp::{Ecn, RecvArena, RoceSocket, SendError, Transmit, BATCH_MAX};
 use softrdma_wire::IcrcContext;
 
+use crate::tap::Tap;
+
 /// Counters of the I/O around the engine (the engine counts the protocol).
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 pub struct IoCounters {
@@ -43,6 +45,10 @@ pub struct IoCounters {
     pub tx_port_fallbacks: u64,
     /// Times the progress thread woke from sleep.
     pub wakeups: u64,
+    /// Records written to the pcap tap ([`DeviceConfig::pcap`](crate::DeviceConfig::pcap)).
+    pub pcap_records: u64,
+    /// Records the pcap tap failed to write.
+    pub pcap_errors: u64,
 }
 
 /// Wake-up state of one completion queue.
@@ -85,6 +91,8 @@ pub(crate) struct Core {
     ports: HashMap<u16, u16>,
     watches: Vec<CqWatch>,
     pub io: IoCounters,
+    /// The pcap tap, if the device writes one.
+    pub tap: Option<Tap>,
 }
 
 impl Core {
@@ -99,6 +107,7 @@ impl Core {
             ports: HashMap::new(),
             watches: Vec::new(),
             io: IoCounters::default(),
+            tap: None,
         }
     }
 
@@ -148,6 +157,9 @@ impl Core {
             };
             for d in data.chunks(stride) {
                 self.io.rx_datagrams += 1;
+                if let Some(tap) = self.tap.as_mut() {
+                    tap.received(meta.src, meta.dst_ip, dm.ecn, d);
+                }
                 self.engine.handle_datagram(now, &dm, d);
             }
         }
@@ -231,6 +243,11 @@ impl Core {
                     }
                 }
                 Ok(n) => {
+                    if let Some(tap) = self.tap.as_mut() {
+                        for t in &transmits[sent..sent + n] {
+                            tap.sent(t.src_port, t.dst, t.ecn.bits(), t.contents);
+                        }
+                    }
                     sent += n;
                     self.io.tx_datagrams += n as u64;
                 }
@@ -243,6 +260,16 @@ impl Core {
                 }
             }
         }
+    }
+
+    /// The I/O counters, with the tap's.
+    pub(crate) fn io_counters(&self) -> IoCounters {
+        let mut io = self.io;
+        if let Some(tap) = &self.tap {
+            io.pcap_records = tap.records;
+            io.pcap_errors = tap.errors;
+        }
+        io
     }
 
     /// Wakes the waiters of every CQ that got completions; returns async wakers to call once
@@ -413,6 +440,12 @@ pub(crate) fn run(inner: Arc<Inner>, mut arena: RecvArena) {
         core.flush(now);
         core.notify_cqs(&mut wakers);
         let deadline = core.engine.poll_timeout();
+        if got == 0 {
+            // Going idle: make what the tap has seen visible in the file.
+            if let Some(tap) = core.tap.as_mut() {
+                tap.flush();
+            }
+        }
         inner.next_wake_ns.store(
             deadline.map_or(u64::MAX, Instant::as_nanos),
             Ordering::Release,

@@ -13,6 +13,7 @@
 //! [`PacketRepr`] ties them together through the [opcode table](opcode), which alone decides
 //! which extension headers a packet carries and where. The [`icrc`] module computes and checks
 //! the invariant CRC, including for datagrams whose IPv4 identification the receiver cannot see.
+//! The [`pcap`] module writes datagrams to capture files with synthesized IP/UDP headers.
 //!
 //! | header | module | on |
 //! |---|---|---|
@@ -41,6 +42,7 @@ pub mod imm_dt;
 pub mod ip;
 pub mod opcode;
 pub mod packet;
+pub mod pcap;
 mod pretty;
 pub mod psn;
 pub mod reth;

@@ -1,0 +1,405 @@
+//! The command line of `softrdma perf`: perftest's flags where they make sense, checked and
+//! resolved into a [`Config`] with perftest's defaults.
+
+use std::net::IpAddr;
+use std::path::PathBuf;
+use std::time::Duration;
+
+use clap::ValueEnum;
+use softrdma::Mtu;
+use softrdma_cm::perftest::Test;
+
+/// perftest's `MAX_SIZE`: the largest message, and the top of `-a`'s range (2^23).
+pub(crate) const MAX_SIZE: u64 = 8 * 1024 * 1024;
+/// perftest's `MIN_ITER` / `MAX_ITER`.
+const ITERS_RANGE: (u64, u64) = (5, 100_000_000);
+/// perftest's `DEF_RX_SEND`: receives posted by the receiving side of SEND tests.
+const DEF_RX_SEND: u32 = 512;
+/// Outstanding READ/atomic requests, the device's `max_qp_rd_atom` (128, like rxe).
+pub(crate) const MAX_OUT_READS: u16 = 128;
+
+/// Which benchmark (perftest's program name without `ib_`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub(crate) enum TestName {
+    /// `ib_write_bw`: RDMA WRITE bandwidth; the server is passive.
+    WriteBw,
+    /// `ib_read_bw`: RDMA READ bandwidth; the server is passive.
+    ReadBw,
+    /// `ib_send_bw`: SEND bandwidth; the server posts receives and measures too.
+    SendBw,
+    /// `ib_atomic_bw`: 8-byte atomics bandwidth; the server is passive.
+    AtomicBw,
+    /// `ib_write_lat`: RDMA WRITE ping-pong, each side polling the last byte of its buffer.
+    WriteLat,
+    /// `ib_read_lat`: RDMA READ round trips; the server is passive.
+    ReadLat,
+    /// `ib_send_lat`: SEND ping-pong.
+    SendLat,
+    /// `ib_atomic_lat`: atomic round trips; the server is passive.
+    AtomicLat,
+}
+
+/// The verb a test exercises (perftest's `VerbType`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Verb {
+    Send,
+    Write,
+    Read,
+    Atomic,
+}
+
+impl TestName {
+    pub(crate) fn verb(self) -> Verb {
+        match self {
+            TestName::SendBw | TestName::SendLat => Verb::Send,
+            TestName::WriteBw | TestName::WriteLat => Verb::Write,
+            TestName::ReadBw | TestName::ReadLat => Verb::Read,
+            TestName::AtomicBw | TestName::AtomicLat => Verb::Atomic,
+        }
+    }
+
+    pub(crate) fn is_bw(self) -> bool {
+        matches!(
+            self,
+            TestName::WriteBw | TestName::ReadBw | TestName::SendBw | TestName::AtomicBw
+        )
+    }
+
+    /// The out-of-band schedule this test follows.
+    pub(crate) fn cm_test(self) -> Test {
+        match self {
+            TestName::WriteBw => Test::WriteBw,
+            TestName::ReadBw => Test::ReadBw,
+            TestName::SendBw => Test::SendBw,
+            TestName::AtomicBw => Test::AtomicBw,
+            TestName::WriteLat => Test::WriteLat,
+            TestName::ReadLat => Test::ReadLat,
+            TestName::SendLat => Test::SendLat,
+            TestName::AtomicLat => Test::AtomicLat,
+        }
+    }
+
+    /// The name as typed on the command line.
+    pub(crate) fn as_str(self) -> &'static str {
+        match self {
+            TestName::WriteBw => "write-bw",
+            TestName::ReadBw => "read-bw",
+            TestName::SendBw => "send-bw",
+            TestName::AtomicBw => "atomic-bw",
+            TestName::WriteLat => "write-lat",
+            TestName::ReadLat => "read-lat",
+            TestName::SendLat => "send-lat",
+            TestName::AtomicLat => "atomic-lat",
+        }
+    }
+}
+
+/// perftest's `-A` values.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+#[allow(non_camel_case_types, clippy::upper_case_acronyms)]
+pub(crate) enum AtomicKind {
+    /// Fetch-and-add of 1 (perftest's default).
+    #[value(name = "FETCH_AND_ADD")]
+    FETCH_AND_ADD,
+    /// Compare-and-swap (compare 0, swap 0).
+    #[value(name = "CMP_AND_SWAP")]
+    CMP_AND_SWAP,
+}
+
+impl AtomicKind {
+    pub(crate) fn as_str(self) -> &'static str {
+        match self {
+            AtomicKind::FETCH_AND_ADD => "FETCH_AND_ADD",
+            AtomicKind::CMP_AND_SWAP => "CMP_AND_SWAP",
+        }
+    }
+}
+
+/// Run a perftest benchmark (ib_write_bw ... ib_atomic_lat) against perftest or softrdma.
+///
+/// Without SERVER this side is the server: it waits for a client on TCP port 18515 (`-p`).
+/// With SERVER it connects to a server there. Both sides must use the same test and flags
+/// (as with perftest). With `--loopback` both sides run in this process, over 127.0.0.1 and
+/// 127.0.0.2, and the client's results are printed.
+///
+/// Against Linux Soft-RoCE, give perftest `-x 1` (the IPv4-mapped GID).
+#[derive(Debug, clap::Args)]
+#[command(after_help = "Examples:\n  \
+    softrdma perf write-bw --loopback\n  \
+    softrdma perf send-lat --loopback -s 8 -n 10000\n  \
+    softrdma perf write-bw 10.88.0.11        # against `ib_write_bw -x 1` on that host\n  \
+    softrdma perf read-bw --bind 10.88.0.1   # server for `ib_read_bw -x 1 10.88.0.1`")]
+pub(crate) struct Args {
+    /// The benchmark.
+    #[arg(value_enum)]
+    pub test: TestName,
+    /// The server to connect to (host name or address); none: be the server.
+    pub server: Option<String>,
+    /// Message size in bytes (default 65536 for bandwidth tests, 2 for latency tests, 8 for
+    /// atomics).
+    #[arg(short = 's', long = "size")]
+    pub size: Option<u64>,
+    /// Run every size from 2 to 2^23 bytes (perftest's `-a`).
+    #[arg(short = 'a', long = "all")]
+    pub all: bool,
+    /// With -a: stop at this size instead of 2^23 (softrdma extension; a perftest peer must
+    /// run the same range, which it cannot: use it between softrdma peers only).
+    #[arg(long = "max-size", value_name = "BYTES", requires = "all")]
+    pub max_size: Option<u64>,
+    /// Iterations per size (default 5000 for bandwidth tests, 1000 for latency tests).
+    #[arg(short = 'n', long = "iters")]
+    pub iters: Option<u64>,
+    /// Run for this many seconds instead of a number of iterations.
+    #[arg(short = 'D', long = "duration", value_name = "SECS")]
+    pub duration: Option<u64>,
+    /// Number of queue pairs (bandwidth tests).
+    #[arg(short = 'q', long = "qp", default_value_t = 1)]
+    pub qps: u32,
+    /// Send queue depth: outstanding work requests per QP (default 128 for bandwidth tests,
+    /// 1 for latency tests).
+    #[arg(short = 't', long = "tx-depth")]
+    pub tx_depth: Option<u32>,
+    /// Receive queue depth of the receiving side in SEND tests.
+    #[arg(short = 'r', long = "rx-depth", default_value_t = DEF_RX_SEND)]
+    pub rx_depth: u32,
+    /// Completion moderation: request a completion every N sends (bandwidth tests).
+    #[arg(short = 'Q', long = "cq-mod", default_value_t = 100)]
+    pub cq_mod: u32,
+    /// GID index to advertise: 1 is the IPv4-mapped GID (as on rxe), 0 the link-local one.
+    #[arg(short = 'x', long = "gid-index", default_value_t = 1)]
+    pub gid_index: u32,
+    /// Path MTU in bytes (256..4096); the smaller of both sides' is used.
+    #[arg(short = 'm', long = "mtu")]
+    pub mtu: Option<u32>,
+    /// TCP port of the out-of-band exchange [default: 18515; with --loopback: any free port].
+    #[arg(short = 'p', long = "port")]
+    pub port: Option<u16>,
+    /// Accepted for perftest compatibility (no CPU frequency check is needed).
+    #[arg(short = 'F', long = "CPU-freq")]
+    pub cpu_freq: bool,
+    /// Atomic operation of atomic tests.
+    #[arg(short = 'A', long = "atomic_type", value_enum, value_name = "TYPE")]
+    pub atomic_type: Option<AtomicKind>,
+    /// Report bandwidth in Gb/s instead of MB/s.
+    #[arg(long = "report_gbits", alias = "report-gbits")]
+    pub report_gbits: bool,
+    /// Outstanding RDMA READ/atomic requests (read and atomic tests, 1..128).
+    #[arg(short = 'o', long = "outs")]
+    pub outs: Option<u16>,
+    /// Send payloads up to this size inline (0..256 bytes).
+    #[arg(short = 'I', long = "inline_size", alias = "inline-size")]
+    pub inline: Option<u32>,
+    /// Local IP address of the softrdma device (default: the address the out-of-band TCP
+    /// connection uses).
+    #[arg(long = "bind", value_name = "IP")]
+    pub bind: Option<IpAddr>,
+    /// Run both sides in this process over 127.0.0.1 (server) and 127.0.0.2 (client).
+    #[arg(long = "loopback", conflicts_with_all = ["server", "bind"])]
+    pub loopback: bool,
+    /// Print the results as one JSON object instead of perftest's text.
+    #[arg(long = "json")]
+    pub json: bool,
+    /// Check the data that arrived (pattern written by the peer); implied by --loopback,
+    /// meaningful only between softrdma peers.
+    #[arg(long = "check")]
+    pub check: bool,
+    /// Spin on the socket in the device's progress thread (lowest latency, burns a core).
+    #[arg(long = "busy-poll")]
+    pub busy_poll: bool,
+    /// Write every RoCEv2 packet the device sends and receives to this pcap file (with
+    /// --loopback: the client's device, which sees both directions).
+    #[arg(long = "pcap", value_name = "FILE")]
+    pub pcap: Option<PathBuf>,
+}
+
+/// What to run, resolved from [`Args`] with perftest's defaults and limits.
+#[derive(Debug, Clone)]
+pub(crate) struct Config {
+    pub test: TestName,
+    /// Message sizes, in order.
+    pub sizes: Vec<u64>,
+    /// Whether `-a` was given (the out-of-band schedule depends on it).
+    pub run_all: bool,
+    pub iters: u64,
+    pub duration: Option<Duration>,
+    pub qps: u32,
+    pub tx_depth: u32,
+    pub rx_depth: u32,
+    pub cq_mod: u32,
+    pub gid_index: u32,
+    pub mtu: Option<Mtu>,
+    /// `None`: 18515, or any free port with `--loopback`.
+    pub port: Option<u16>,
+    pub atomic: AtomicKind,
+    pub gbits: bool,
+    pub out_reads: u16,
+    pub inline: u32,
+    pub bind: Option<IpAddr>,
+    pub json: bool,
+    pub check: bool,
+    pub busy_poll: bool,
+    pub pcap: Option<PathBuf>,
+}
+
+impl Config {
+    /// The largest message of the run (buffers are sized for it).
+    pub(crate) fn max_size(&self) -> u64 {
+        self.sizes.iter().copied().max().unwrap_or(2)
+    }
+}
+
+/// A usage error: printed as `softrdma perf: error: ...`, exit status 2.
+#[derive(Debug)]
+pub(crate) struct UsageError(pub String);
+
+fn usage<T>(msg: impl Into<String>) -> Result<T, UsageError> {
+    Err(UsageError(msg.into()))
+}
+
+impl Args {
+    /// Checks the flags against each other and perftest's limits, filling in defaults.
+    pub(crate) fn resolve(&self) -> Result<Config, UsageError> {
+        let t = self.test;
+        let verb = t.verb();
+        let bw = t.is_bw();
+        if self.qps == 0 || self.qps > 16384 {
+            return usage("-q must be between 1 and 16384");
+        }
+        if !bw && self.qps != 1 {
+            return usage("latency tests use one QP (-q 1)");
+        }
+        let default_size = match (verb, bw) {
+            (Verb::Atomic, _) => 8,
+            (_, true) => 65536,
+            (_, false) => 2,
+        };
+        if verb == Verb::Atomic {
+            if self.size.is_some_and(|s| s != 8) {
+                return usage("atomic tests move 8 bytes: -s must be 8 (or left out)");
+            }
+            if self.all {
+                return usage("-a is not supported by atomic tests (their size is always 8)");
+            }
+        } else if self.atomic_type.is_some() {
+            return usage("-A applies to atomic tests only");
+        }
+        if self.all && self.size.is_some() {
+            return usage("-a runs every size: do not combine it with -s");
+        }
+        let sizes = if self.all {
+            let top = self.max_size.unwrap_or(MAX_SIZE);
+            if !top.is_power_of_two() || !(2..=MAX_SIZE).contains(&top) {
+                return usage(format!(
+                    "--max-size must be a power of two between 2 and {MAX_SIZE}"
+                ));
+            }
+            (1..=23)
+                .map(|i| 1u64 << i)
+                .take_while(|&s| s <= top)
+                .collect()
+        } else {
+            let s = self.size.unwrap_or(default_size);
+            if s == 0 || s > MAX_SIZE {
+                return usage(format!("-s must be between 1 and {MAX_SIZE} bytes"));
+            }
+            vec![s]
+        };
+        let duration = match self.duration {
+            None => None,
+            Some(0) => return usage("-D must be at least 1 second"),
+            Some(d) => {
+                if self.iters.is_some() {
+                    return usage("-D and -n exclude each other (a run is timed or counted)");
+                }
+                if self.all {
+                    return usage("-D cannot be combined with -a");
+                }
+                if matches!(t, TestName::SendLat | TestName::WriteLat) {
+                    return usage(format!(
+                        "{} does not support -D (ping-pong tests run a number of iterations)",
+                        t.as_str()
+                    ));
+                }
+                Some(Duration::from_secs(d))
+            }
+        };
+        let iters = self.iters.unwrap_or(if bw { 5000 } else { 1000 });
+        if !(ITERS_RANGE.0..=ITERS_RANGE.1).contains(&iters) {
+            return usage(format!(
+                "-n must be between {} and {}",
+                ITERS_RANGE.0, ITERS_RANGE.1
+            ));
+        }
+        let tx_depth = self.tx_depth.unwrap_or(if bw { 128 } else { 1 });
+        if !(1..=15000).contains(&tx_depth) {
+            return usage("-t must be between 1 and 15000");
+        }
+        if !(1..=16384).contains(&self.rx_depth) {
+            return usage("-r must be between 1 and 16384");
+        }
+        if !(1..=1024).contains(&self.cq_mod) {
+            return usage("-Q must be between 1 and 1024");
+        }
+        // perftest lowers the moderation to the queue depth, so a full queue always has a
+        // signaled request in it.
+        let cq_mod = self.cq_mod.min(tx_depth);
+        let mtu = match self.mtu {
+            None => None,
+            Some(m) => match Mtu::from_bytes(m) {
+                Some(m) => Some(m),
+                None => return usage("-m must be one of 256, 512, 1024, 2048, 4096"),
+            },
+        };
+        let out_reads = match (verb, self.outs) {
+            (Verb::Read | Verb::Atomic, None) => MAX_OUT_READS,
+            (Verb::Read | Verb::Atomic, Some(o)) if (1..=MAX_OUT_READS).contains(&o) => o,
+            (Verb::Read | Verb::Atomic, Some(_)) => {
+                return usage(format!("-o must be between 1 and {MAX_OUT_READS}"))
+            }
+            (_, Some(_)) => return usage("-o applies to read and atomic tests only"),
+            (_, None) => 1,
+        };
+        let inline = match (verb, self.inline) {
+            (_, None) => 0,
+            (Verb::Read | Verb::Atomic, Some(_)) => {
+                return usage("-I applies to write and send tests only")
+            }
+            (_, Some(i)) if i <= softrdma::MAX_INLINE_DATA => i,
+            (_, Some(_)) => {
+                return usage(format!(
+                    "-I must be at most {} bytes",
+                    softrdma::MAX_INLINE_DATA
+                ))
+            }
+        };
+        if self.gid_index > 1 {
+            return usage("-x must be 0 (link-local GID) or 1 (IPv4-mapped GID, as on rxe)");
+        }
+        if self.port == Some(0) {
+            return usage("-p must not be 0");
+        }
+        Ok(Config {
+            test: t,
+            sizes,
+            run_all: self.all,
+            iters,
+            duration,
+            qps: self.qps,
+            tx_depth,
+            rx_depth: self.rx_depth,
+            cq_mod,
+            gid_index: self.gid_index,
+            mtu,
+            port: self.port,
+            atomic: self.atomic_type.unwrap_or(AtomicKind::FETCH_AND_ADD),
+            gbits: self.report_gbits,
+            out_reads,
+            inline,
+            bind: self.bind,
+            json: self.json,
+            check: self.check || self.loopback,
+            busy_poll: self.busy_poll,
+            pcap: self.pcap.clone(),
+        })
+    }
+}

@@ -1,0 +1,447 @@
+//! Bandwidth tests (perftest's `run_iter_bw` and `run_iter_bw_server`): the client keeps up
+//! to `tx_depth` requests in flight per QP and asks for a completion every `cq_mod` of them;
+//! the server is passive for WRITE, READ and atomics (the device answers without it) and
+//! posts and re-posts receives for SEND.
+
+use std::time::{Duration, Instant};
+
+use softrdma::{wr, CompletionQueue, SendFlags, SendWr, WcStatus, WorkCompletion};
+
+use super::args::{AtomicKind, Verb};
+use super::oob::{pattern, stride, Ctx};
+use super::report::{self, Row};
+use super::{PerfError, Progress};
+
+/// No completion for this long means the peer or the path is gone.
+pub(crate) const STALL: Duration = Duration::from_secs(30);
+
+/// Bits of a work request ID that hold the sequence number; the QP index sits above.
+const SEQ_BITS: u32 = 40;
+
+pub(crate) fn wr_id(qp: usize, seq: u64) -> u64 {
+    ((qp as u64) << SEQ_BITS) | seq
+}
+
+pub(crate) fn split_id(id: u64) -> (usize, u64) {
+    ((id >> SEQ_BITS) as usize, id & ((1 << SEQ_BITS) - 1))
+}
+
+/// Polls up to `max` completions into `out`; if there are none, sleeps on the CQ until some
+/// arrive, failing after [`STALL`] without any.
+pub(crate) fn poll_wait(
+    cq: &CompletionQueue,
+    max: usize,
+    out: &mut Vec<WorkCompletion>,
+    what: &str,
+) -> Result<usize, PerfError> {
+    let n = cq.poll(max, out);
+    if n > 0 {
+        return Ok(n);
+    }
+    let start = Instant::now();
+    loop {
+        cq.wait(Some(Duration::from_millis(100)));
+        let n = cq.poll(max, out);
+        if n > 0 {
+            return Ok(n);
+        }
+        if start.elapsed() > STALL {
+            return Err(PerfError::new(format!(
+                "no completion for {} s while waiting for {what}: is the peer still running?",
+                STALL.as_secs()
+            )));
+        }
+    }
+}
+
+/// Fails on an error completion, naming the request.
+pub(crate) fn check_wc(wc: &WorkCompletion, what: &str) -> Result<(), PerfError> {
+    if wc.status == WcStatus::Success {
+        return Ok(());
+    }
+    let (qp, seq) = split_id(wc.wr_id);
+    Err(PerfError::new(format!(
+        "{what} completed with error {:?} (QP {:#x}, request {seq} of QP index {qp})",
+        wc.status, wc.qp_num
+    )))
+}
+
+/// Where message `seq` goes in a slot: perftest walks the first `cycle_buffer` bytes in
+/// cache-line-aligned strides when messages are at most half of it, else always offset 0.
+pub(crate) fn cycle_off(ctx: &Ctx, size: u64, seq: u64) -> u64 {
+    let inc = stride(size, ctx.cache_line);
+    if size <= ctx.cycle_buffer / 2 {
+        let slots = (ctx.cycle_buffer / inc).max(1);
+        (seq % slots) * inc
+    } else {
+        0
+    }
+}
+
+/// The send work request for message `seq` of QP `i`.
+fn build_wr(ctx: &Ctx, i: usize, size: u64, seq: u64, inline: &[u8]) -> SendWr {
+    let rem = &ctx.rem[i];
+    let off = cycle_off(ctx, size, seq);
+    let len = size as u32;
+    let local = (ctx.local_off(i) + off) as usize;
+    let id = wr_id(i, seq);
+    let mut w = match ctx.cfg.test.verb() {
+        Verb::Write => wr::write(id, vec![ctx.mr.sge(local, len)], rem.vaddr + off, rem.rkey),
+        Verb::Read => wr::read(id, vec![ctx.mr.sge(local, len)], rem.vaddr + off, rem.rkey),
+        Verb::Atomic => match ctx.cfg.atomic {
+            AtomicKind::FETCH_AND_ADD => {
+                wr::fetch_add(id, ctx.mr.sge(local, 8), rem.vaddr + off, rem.rkey, 1)
+            }
+            AtomicKind::CMP_AND_SWAP => {
+                wr::compare_swap(id, ctx.mr.sge(local, 8), rem.vaddr + off, rem.rkey, 0, 0)
+            }
+        },
+        // SENDs always leave from the start of the slot, so a receiver can check them.
+        Verb::Send => wr::send(id, vec![ctx.mr.sge(ctx.local_off(i) as usize, len)]),
+    };
+    if !inline.is_empty() {
+        w.sg_list.clear();
+        w.inline_data = Some(inline.into());
+        w.flags = w.flags | SendFlags::INLINE;
+    }
+    w
+}
+
+#[derive(Default, Clone, Copy)]
+struct QpState {
+    posted: u64,
+    completed: u64,
+}
+
+/// The client side of a bandwidth test for one message size.
+pub(crate) fn client(ctx: &mut Ctx, size: u64, progress: &mut Progress) -> Result<Row, PerfError> {
+    let cfg = ctx.cfg.clone();
+    let q = ctx.qps.len();
+    let iters = cfg.iters;
+    let cq_mod = u64::from(cfg.cq_mod);
+    let depth = u64::from(cfg.tx_depth);
+    let timed = cfg.duration;
+    let total = iters * q as u64;
+    let inline_ok =
+        size <= u64::from(cfg.inline) && matches!(cfg.test.verb(), Verb::Write | Verb::Send);
+    let mut state = vec![QpState::default(); q];
+    let (mut posted_at, mut completed_at) = if timed.is_none() {
+        (
+            Vec::with_capacity(total as usize),
+            Vec::with_capacity(total as usize),
+        )
+    } else {
+        (Vec::new(), Vec::new())
+    };
+    let mut batch = Vec::with_capacity(cfg.tx_depth as usize);
+    let mut wcs = Vec::with_capacity(256);
+    let mut done_msgs = 0u64;
+    let start = Instant::now();
+    let end = timed.map(|d| start + d);
+    let mut stopping = false;
+    progress.start(&format!("{} {size} B", cfg.test.as_str()));
+    loop {
+        if let Some(end) = end {
+            stopping = stopping || Instant::now() >= end;
+        }
+        for (i, st) in state.iter_mut().enumerate() {
+            batch.clear();
+            loop {
+                let more = match timed {
+                    None => st.posted < iters,
+                    // A timed run stops right after a signaled request, so every request
+                    // is accounted for by a completion.
+                    Some(_) => !stopping || st.posted % cq_mod != 0,
+                };
+                if !more || st.posted - st.completed >= depth {
+                    break;
+                }
+                let seq = st.posted;
+                let inline = if inline_ok {
+                    let off = if cfg.test.verb() == Verb::Send {
+                        0
+                    } else {
+                        cycle_off(ctx, size, seq)
+                    };
+                    pattern(off as usize, size as usize)
+                } else {
+                    Vec::new()
+                };
+                let mut w = build_wr(ctx, i, size, seq, &inline);
+                let last = timed.is_none() && seq + 1 == iters;
+                w.flags = if seq % cq_mod == cq_mod - 1 || last {
+                    w.flags | SendFlags::SIGNALED
+                } else {
+                    without_signaled(w.flags)
+                };
+                batch.push(w);
+                if timed.is_none() {
+                    posted_at.push(Instant::now());
+                }
+                st.posted += 1;
+            }
+            if !batch.is_empty() {
+                ctx.qps[i].post_send(batch.drain(..))?;
+            }
+        }
+        let all_done = state.iter().all(|s| s.completed == s.posted)
+            && (timed.is_some() && stopping || timed.is_none() && done_msgs == total);
+        if all_done {
+            break;
+        }
+        wcs.clear();
+        poll_wait(&ctx.send_cq, 256, &mut wcs, "send completions")?;
+        let now = Instant::now();
+        for wc in &wcs {
+            check_wc(wc, op_name(ctx))?;
+            let (i, seq) = split_id(wc.wr_id);
+            let st = &mut state[i];
+            let covered = (seq + 1).saturating_sub(st.completed);
+            st.completed = seq + 1;
+            done_msgs += covered;
+            if timed.is_none() {
+                completed_at.extend(std::iter::repeat(now).take(covered as usize));
+            }
+        }
+        progress.tick(done_msgs, timed.map_or(Some(total), |_| None));
+    }
+    progress.finish();
+    Ok(Row::Bw(match timed {
+        None => report::bw_row(size, &posted_at, &completed_at, cfg.gbits, cfg.cq_mod),
+        Some(_) => report::bw_row_duration(size, done_msgs, start.elapsed(), cfg.gbits),
+    }))
+}
+
+fn without_signaled(f: SendFlags) -> SendFlags {
+    if f.contains(SendFlags::INLINE) {
+        SendFlags::INLINE
+    } else {
+        SendFlags::empty()
+    }
+}
+
+fn op_name(ctx: &Ctx) -> &'static str {
+    match ctx.cfg.test.verb() {
+        Verb::Write => "RDMA WRITE",
+        Verb::Read => "RDMA READ",
+        Verb::Atomic => "atomic",
+        Verb::Send => "SEND",
+    }
+}
+
+/// Posts receives for messages of `size` on QP `i`, numbered from `from`.
+pub(crate) fn post_recvs(
+    ctx: &Ctx,
+    i: usize,
+    size: u64,
+    from: u64,
+    count: u64,
+) -> Result<(), PerfError> {
+    let slot = ctx.target_off(i);
+    let wrs = (from..from + count).map(|seq| {
+        let off = slot + cycle_off(ctx, size, seq);
+        wr::recv(wr_id(i, seq), vec![ctx.mr.sge(off as usize, size as u32)])
+    });
+    ctx.qps[i].post_recv(wrs)?;
+    Ok(())
+}
+
+/// Receives the server posts before the sync that starts each size of `ib_send_bw` (and of
+/// `ib_send_lat`, on both sides). Returns how many per QP.
+pub(crate) fn prepost(ctx: &Ctx, size: u64) -> Result<u64, PerfError> {
+    let n = u64::from(report::rx_depth(&ctx.cfg));
+    for i in 0..ctx.qps.len() {
+        post_recvs(ctx, i, size, 0, n)?;
+    }
+    Ok(n)
+}
+
+/// Checks a received message against the pattern a softrdma sender uses.
+pub(crate) fn check_recv(ctx: &Ctx, wc: &WorkCompletion, size: u64) -> Result<(), PerfError> {
+    if u64::from(wc.byte_len) != size {
+        return Err(PerfError::new(format!(
+            "received {} bytes, expected {size}",
+            wc.byte_len
+        )));
+    }
+    if !ctx.cfg.check {
+        return Ok(());
+    }
+    let (i, seq) = split_id(wc.wr_id);
+    let off = (ctx.target_off(i) + cycle_off(ctx, size, seq)) as usize;
+    let got = ctx.mr.read_vec(off, size as usize)?;
+    if got != pattern(0, size as usize) {
+        let at = got
+            .iter()
+            .zip(pattern(0, size as usize))
+            .position(|(a, b)| *a != b)
+            .unwrap_or(0);
+        return Err(PerfError::check(format!(
+            "message {seq} on QP index {i}: byte {at} differs from what was sent"
+        )));
+    }
+    Ok(())
+}
+
+/// The server side of `send-bw` for one size: receive every message, re-posting receives,
+/// and measure. `preposted` receives per QP are already posted.
+pub(crate) fn send_server(
+    ctx: &mut Ctx,
+    size: u64,
+    preposted: u64,
+    checks: &mut u64,
+) -> Result<Row, PerfError> {
+    let q = ctx.qps.len();
+    let iters = ctx.cfg.iters;
+    let timed = ctx.cfg.duration.is_some();
+    let mut posted = vec![preposted; q];
+    let mut received = vec![0u64; q];
+    let total = iters * q as u64;
+    let mut got = 0u64;
+    let mut wcs = Vec::with_capacity(256);
+    let start = Instant::now();
+    let mut last = start;
+    let mut idle_since = Instant::now();
+    while timed || got < total {
+        wcs.clear();
+        let n = ctx.recv_cq.poll(256, &mut wcs);
+        if n == 0 {
+            if timed {
+                // The client ends a timed run on its own clock; it then goes on to the
+                // next out-of-band step, which is how this side learns the run is over.
+                if ctx.peer_moved_on() {
+                    break;
+                }
+                ctx.recv_cq.wait(Some(Duration::from_millis(20)));
+                continue;
+            }
+            ctx.recv_cq.wait(Some(Duration::from_millis(100)));
+            if idle_since.elapsed() > STALL {
+                return Err(PerfError::new(format!(
+                    "received {got} of {total} messages, then nothing for {} s",
+                    STALL.as_secs()
+                )));
+            }
+            continue;
+        }
+        idle_since = Instant::now();
+        last = idle_since;
+        for wc in &wcs {
+            check_wc(wc, "receive")?;
+            let (i, seq) = split_id(wc.wr_id);
+            // Checking every message would measure memcpy; check a sample.
+            if seq % 16 == 0 || seq + 1 == iters {
+                check_recv(ctx, wc, size)?;
+                *checks += 1;
+            } else if u64::from(wc.byte_len) != size {
+                check_recv(ctx, wc, size)?;
+            }
+            received[i] += 1;
+            got += 1;
+            if timed || posted[i] < iters {
+                post_recvs(ctx, i, size, posted[i], 1)?;
+                posted[i] += 1;
+            }
+        }
+    }
+    let elapsed = last.duration_since(start);
+    let row = report::bw_row_duration(size, got, elapsed, ctx.cfg.gbits);
+    // Like perftest's server: no peak (0.00), the average over the receiving time.
+    Ok(Row::Bw(row))
+}
+
+/// What a passive RDMA server can verify once the client is done: the target slots hold
+/// the pattern where WRITEs landed, or the atomics added up.
+pub(crate) fn check_passive_server(ctx: &Ctx, sizes: &[u64]) -> Result<String, PerfError> {
+    let cfg = &ctx.cfg;
+    let q = ctx.qps.len();
+    match cfg.test.verb() {
+        Verb::Write => {
+            let mut bytes = 0u64;
+            for &size in sizes {
+                let n = written_slots(ctx, size);
+                for i in 0..q {
+                    for seq in 0..n {
+                        let off = cycle_off(ctx, size, seq);
+                        let at = (ctx.target_off(i) + off) as usize;
+                        let got = ctx.mr.read_vec(at, size as usize)?;
+                        if got != pattern(off as usize, size as usize) {
+                            return Err(PerfError::check(format!(
+                                "QP index {i}: the {size}-byte WRITE at offset {off} did not land intact"
+                            )));
+                        }
+                        bytes += size;
+                    }
+                }
+            }
+            Ok(format!("OK ({bytes} bytes of WRITE data verified)"))
+        }
+        Verb::Atomic => {
+            let size = 8;
+            let slots = written_slots(ctx, size);
+            let mut sum = 0u64;
+            for i in 0..q {
+                for seq in 0..slots {
+                    let at = (ctx.target_off(i) + cycle_off(ctx, size, seq)) as usize;
+                    sum = sum.wrapping_add(ctx.mr.read_u64(at)?);
+                }
+            }
+            let expect = match (cfg.atomic, cfg.duration, cfg.test.is_bw()) {
+                (AtomicKind::CMP_AND_SWAP, ..) => Some(0),
+                (_, Some(_), _) => None,
+                (_, None, true) => Some(cfg.iters * q as u64),
+                (_, None, false) => Some(cfg.iters),
+            };
+            match expect {
+                Some(e) if e != sum => Err(PerfError::check(format!(
+                    "the atomic targets add up to {sum}, expected {e}"
+                ))),
+                Some(e) => Ok(format!("OK (atomic targets add up to {e})")),
+                None => Ok(format!("OK (atomic targets add up to {sum})")),
+            }
+        }
+        _ => Ok("OK".into()),
+    }
+}
+
+/// How many distinct target positions a run of `size` touches per QP.
+fn written_slots(ctx: &Ctx, size: u64) -> u64 {
+    let slots = if size <= ctx.cycle_buffer / 2 && ctx.cfg.test.is_bw() {
+        (ctx.cycle_buffer / stride(size, ctx.cache_line)).max(1)
+    } else {
+        1
+    };
+    match ctx.cfg.duration {
+        Some(_) => slots,
+        None => slots.min(ctx.cfg.iters),
+    }
+}
+
+/// What a READ client can verify: its landing buffer holds the pattern the server serves.
+pub(crate) fn check_read_client(ctx: &Ctx, size: u64) -> Result<String, PerfError> {
+    let n = if ctx.cfg.test.is_bw() {
+        written_slots(ctx, size)
+    } else {
+        1
+    };
+    let mut bytes = 0;
+    for i in 0..ctx.qps.len() {
+        for seq in 0..n {
+            let off = if ctx.cfg.test.is_bw() {
+                cycle_off(ctx, size, seq)
+            } else {
+                0
+            };
+            let got = ctx
+                .mr
+                .read_vec((ctx.local_off(i) + off) as usize, size as usize)?;
+            if got != pattern(off as usize, size as usize) {
+                return Err(PerfError::check(format!(
+                    "QP index {i}: the {size}-byte READ at offset {off} returned other bytes than the server holds"
+                )));
+            }
+            bytes += size;
+        }
+    }
+    Ok(format!("OK ({bytes} bytes of READ data verified)"))
+}

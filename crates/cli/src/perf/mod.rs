@@ -1,0 +1,422 @@
+//! `softrdma perf`: perftest's benchmarks (`ib_write_bw` ... `ib_atomic_lat`) on a softrdma
+//! device, speaking perftest's out-of-band protocol so either side can be the real perftest
+//! on Linux Soft-RoCE or a RoCE NIC, and printing perftest's tables.
+//!
+//! - [`args`]: the command line, perftest's defaults and limits;
+//! - [`oob`]: connection, resources and key exchanges (via `softrdma_cm::perftest`);
+//! - [`bw`]: bandwidth traffic; [`lat`]: latency traffic;
+//! - [`report`]: banner, address lines, tables, statistics, JSON.
+//!
+//! `--loopback` runs the server side on a thread of this process (127.0.0.1) and the client
+//! on the main thread (127.0.0.2), over real UDP and TCP on the loopback interface.
+
+mod args;
+mod bw;
+mod lat;
+mod oob;
+mod report;
+
+use std::fmt;
+use std::io::{IsTerminal, Write};
+use std::net::{IpAddr, Ipv4Addr, TcpListener};
+use std::process::ExitCode;
+use std::time::{Duration, Instant};
+
+use softrdma_cm::perftest::{BwReport, Role};
+
+pub(crate) use args::Args;
+use args::{Config, UsageError, Verb};
+use oob::Conn;
+use report::{BwRow, Outcome, Row, RESULT_LINE};
+
+/// A failed run, with the message to print.
+#[derive(Debug)]
+pub(crate) struct PerfError {
+    msg: String,
+}
+
+impl PerfError {
+    pub(crate) fn new(msg: impl Into<String>) -> PerfError {
+        PerfError { msg: msg.into() }
+    }
+
+    /// A data-check failure.
+    pub(crate) fn check(msg: impl Into<String>) -> PerfError {
+        PerfError {
+            msg: format!("data check failed: {}", msg.into()),
+        }
+    }
+}
+
+impl fmt::Display for PerfError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(&self.msg)
+    }
+}
+
+impl<E: std::error::Error> From<E> for PerfError {
+    fn from(e: E) -> PerfError {
+        PerfError::new(e.to_string())
+    }
+}
+
+/// Where perftest's text goes: stdout, or nowhere (the loopback server, `--json`).
+pub(crate) struct Printer {
+    on: bool,
+}
+
+impl Printer {
+    pub(crate) fn line(&mut self, s: &str) {
+        if self.on {
+            let mut out = std::io::stdout().lock();
+            let _ = writeln!(out, "{s}");
+            let _ = out.flush();
+        }
+    }
+}
+
+/// A one-line progress display for long runs, on stderr when it is a terminal.
+pub(crate) struct Progress {
+    on: bool,
+    label: String,
+    started: Instant,
+    last: Instant,
+    shown: bool,
+}
+
+impl Progress {
+    fn new(on: bool) -> Progress {
+        let now = Instant::now();
+        Progress {
+            on,
+            label: String::new(),
+            started: now,
+            last: now,
+            shown: false,
+        }
+    }
+
+    pub(crate) fn start(&mut self, label: &str) {
+        if self.on {
+            self.label = label.to_owned();
+            self.started = Instant::now();
+            self.last = self.started;
+        }
+    }
+
+    /// Shows `done` of `total` messages, at most four times a second and only once the run
+    /// has lasted a second.
+    pub(crate) fn tick(&mut self, done: u64, total: Option<u64>) {
+        if !self.on {
+            return;
+        }
+        let now = Instant::now();
+        if now.duration_since(self.last) < Duration::from_millis(250)
+            || now.duration_since(self.started) < Duration::from_secs(1)
+        {
+            return;
+        }
+        self.last = now;
+        let secs = now.duration_since(self.started).as_secs();
+        let text = match total {
+            Some(t) => format!(
+                " {}: {done}/{t} ({}%), {secs} s",
+                self.label,
+                done * 100 / t.max(1)
+            ),
+            None => format!(" {}: {done} messages, {secs} s", self.label),
+        };
+        eprint!("\r{text}\x1b[K");
+        self.shown = true;
+    }
+
+    pub(crate) fn finish(&mut self) {
+        if self.shown {
+            eprint!("\r\x1b[K");
+            self.shown = false;
+        }
+    }
+}
+
+/// The report a bandwidth client sends its server (perftest's `bw_report_data`).
+fn to_report(row: Option<&Row>) -> BwReport {
+    match row {
+        Some(Row::Bw(r)) => BwReport {
+            size: r.size,
+            iters: r.iters,
+            bw_peak: r.bw_peak,
+            bw_avg: r.bw_avg,
+            msg_rate_avg: r.msg_rate,
+        },
+        _ => BwReport::default(),
+    }
+}
+
+/// One side of a run, start to end.
+fn run_side(
+    cfg: &Config,
+    conn: Conn,
+    p: &mut Printer,
+    progress: &mut Progress,
+) -> Result<Outcome, PerfError> {
+    let mut ctx = oob::setup(cfg, conn, p)?;
+    let role = ctx.role;
+    let test = cfg.test;
+    let verb = test.verb();
+    let schedule = ctx.schedule;
+    // The server of WRITE/READ/atomic bandwidth and of READ/atomic latency takes no part in
+    // the traffic: the device serves it.
+    let passive = role == Role::Server
+        && (matches!(verb, Verb::Read | Verb::Atomic) || verb == Verb::Write && test.is_bw());
+    // A passive latency server prints no table (its client measures everything).
+    let shows_table = !passive || test.is_bw();
+    let mut out = Outcome {
+        mtu: ctx.mtu.bytes(),
+        ..Outcome::default()
+    };
+    if shows_table {
+        p.line(RESULT_LINE);
+        p.line(report::table_header(cfg));
+    }
+    let mut checks = Vec::new();
+    let mut sampled = 0u64;
+    if !passive {
+        for &size in &cfg.sizes {
+            let pre = if verb == Verb::Send && (role == Role::Server || !test.is_bw()) {
+                bw::prepost(&ctx, size)?
+            } else {
+                0
+            };
+            for _ in 0..schedule.keys_before_size {
+                ctx.sync()?;
+            }
+            let row = match test {
+                _ if test.is_bw() && role == Role::Client => bw::client(&mut ctx, size, progress)?,
+                args::TestName::SendBw => bw::send_server(&mut ctx, size, pre, &mut sampled)?,
+                args::TestName::SendLat => lat::send_lat(&mut ctx, size, pre, progress)?,
+                args::TestName::WriteLat => lat::write_lat(&mut ctx, size, progress)?,
+                _ => lat::read_lat(&mut ctx, size, progress)?,
+            };
+            p.line(&row.render(cfg.gbits));
+            out.rows.push(row);
+            for _ in 0..schedule.keys_after_size {
+                ctx.sync()?;
+            }
+            if cfg.check && role == Role::Client && verb == Verb::Read {
+                checks.push(bw::check_read_client(&ctx, size)?);
+            }
+            if cfg.check && test == args::TestName::WriteLat {
+                checks.push(lat::check_write_lat(&ctx, size)?);
+            }
+        }
+        if cfg.check && verb == Verb::Send && (role == Role::Server || !test.is_bw()) {
+            let n = if test.is_bw() {
+                format!("{sampled} sampled messages")
+            } else {
+                "every message".into()
+            };
+            checks.push(format!("OK ({n} verified)"));
+        }
+    }
+    if schedule.bw_report {
+        ctx.sync()?;
+        let mine = if role == Role::Client {
+            to_report(out.rows.last())
+        } else {
+            BwReport::default()
+        };
+        let theirs = ctx.sess()?.exchange_bw_report(&mine)?;
+        if passive {
+            // A passive server shows the client's figures, as perftest does.
+            let row = Row::Bw(BwRow {
+                size: theirs.size,
+                iters: theirs.iters,
+                bw_peak: theirs.bw_peak,
+                bw_avg: theirs.bw_avg,
+                msg_rate: theirs.msg_rate_avg,
+            });
+            p.line(&row.render(cfg.gbits));
+            out.rows.push(row);
+            if cfg.check && verb != Verb::Read {
+                checks.push(bw::check_passive_server(&ctx, &cfg.sizes)?);
+            }
+        }
+    }
+    if shows_table {
+        p.line(RESULT_LINE);
+    }
+    let sess = ctx.sess.take();
+    if schedule.close {
+        if let Some(s) = sess {
+            s.finish(&ctx.my[0])?;
+        }
+    } else {
+        // ib_write_lat just exits; give our device a moment to acknowledge the peer's last
+        // WRITE before it goes away.
+        drop(sess);
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    if passive && !test.is_bw() && cfg.check && verb == Verb::Atomic {
+        checks.push(bw::check_passive_server(&ctx, &cfg.sizes)?);
+    }
+    if !checks.is_empty() {
+        out.check = Some(checks.join("; "));
+    }
+    Ok(out)
+}
+
+/// `softrdma perf`: exit status 0 on success, 1 if the run failed, 2 on usage errors.
+pub(crate) fn run(args: &Args) -> ExitCode {
+    let cfg = match args.resolve() {
+        Ok(c) => c,
+        Err(UsageError(m)) => {
+            eprintln!("softrdma perf: error: {m}");
+            return ExitCode::from(2);
+        }
+    };
+    let progress_on = std::io::stderr().is_terminal();
+    if args.loopback {
+        return loopback(&cfg, progress_on);
+    }
+    let (conn, role) = match &args.server {
+        Some(host) => (
+            Conn::Connect(host.clone(), cfg.port.unwrap_or(softrdma_cm::DEFAULT_PORT)),
+            Role::Client,
+        ),
+        None => {
+            let port = cfg.port.unwrap_or(softrdma_cm::DEFAULT_PORT);
+            let l = match cfg.bind {
+                Some(ip) => softrdma_cm::listen((ip, port)),
+                None => softrdma_cm::listen_any(port),
+            };
+            match l {
+                Ok(l) => (Conn::Listen(l), Role::Server),
+                Err(e) => {
+                    eprintln!("softrdma perf: cannot listen on TCP port {port}: {e}");
+                    return ExitCode::FAILURE;
+                }
+            }
+        }
+    };
+    let mut p = Printer { on: !cfg.json };
+    let mut progress = Progress::new(progress_on);
+    match run_side(&cfg, conn, &mut p, &mut progress) {
+        Ok(out) => {
+            finish_text(&cfg, &mut p, out.check.as_deref(), None);
+            if cfg.json {
+                println!("{}", report::json(&cfg, role, &out));
+            }
+            ExitCode::SUCCESS
+        }
+        Err(e) => {
+            progress.finish();
+            eprintln!("softrdma perf: {e}");
+            ExitCode::FAILURE
+        }
+    }
+}
+
+/// The data-check lines after the table.
+fn finish_text(cfg: &Config, p: &mut Printer, mine: Option<&str>, server: Option<&str>) {
+    if !cfg.check {
+        return;
+    }
+    if let Some(c) = mine {
+        p.line(&format!(" Data check      : {c}"));
+    }
+    if let Some(c) = server {
+        p.line(&format!(" Data check (server side): {c}"));
+    }
+}
+
+/// Both sides in this process: server on 127.0.0.1 (a thread), client on 127.0.0.2.
+fn loopback(cfg: &Config, progress_on: bool) -> ExitCode {
+    let server_ip = IpAddr::V4(Ipv4Addr::new(127, 0, 0, 1));
+    let client_ip = IpAddr::V4(Ipv4Addr::new(127, 0, 0, 2));
+    let listener = match TcpListener::bind((server_ip, cfg.port.unwrap_or(0))) {
+        Ok(l) => l,
+        Err(e) => {
+            eprintln!("softrdma perf: cannot listen on {server_ip}: {e}");
+            return ExitCode::FAILURE;
+        }
+    };
+    let port = match listener.local_addr() {
+        Ok(a) => a.port(),
+        Err(e) => {
+            eprintln!("softrdma perf: {e}");
+            return ExitCode::FAILURE;
+        }
+    };
+    let server_cfg = Config {
+        bind: Some(server_ip),
+        pcap: None,
+        ..cfg.clone()
+    };
+    let server = std::thread::Builder::new()
+        .name("perf-server".into())
+        .spawn(move || {
+            let mut p = Printer { on: false };
+            let mut progress = Progress::new(false);
+            run_side(&server_cfg, Conn::Listen(listener), &mut p, &mut progress)
+        });
+    let server = match server {
+        Ok(h) => h,
+        Err(e) => {
+            eprintln!("softrdma perf: cannot start the server thread: {e}");
+            return ExitCode::FAILURE;
+        }
+    };
+    let client_cfg = Config {
+        bind: Some(client_ip),
+        ..cfg.clone()
+    };
+    let mut p = Printer { on: !cfg.json };
+    let mut progress = Progress::new(progress_on);
+    let client = run_side(
+        &client_cfg,
+        Conn::Connect(server_ip.to_string(), port),
+        &mut p,
+        &mut progress,
+    );
+    if client.is_err() {
+        // The server notices the client's socket closing; do not wait long for it.
+        let t = Instant::now();
+        while !server.is_finished() && t.elapsed() < Duration::from_secs(2) {
+            std::thread::sleep(Duration::from_millis(10));
+        }
+    }
+    let server = if server.is_finished() || client.is_ok() {
+        server
+            .join()
+            .unwrap_or_else(|_| Err(PerfError::new("the server thread panicked")))
+    } else {
+        Err(PerfError::new("the server side did not finish"))
+    };
+    match (client, server) {
+        (Ok(mut out), Ok(s)) => {
+            finish_text(cfg, &mut p, out.check.as_deref(), s.check.as_deref());
+            if let Some(sc) = s.check {
+                out.check = Some(match out.check {
+                    Some(c) => format!("client: {c}; server: {sc}"),
+                    None => format!("server: {sc}"),
+                });
+            }
+            if cfg.json {
+                println!("{}", report::json(cfg, Role::Client, &out));
+            }
+            ExitCode::SUCCESS
+        }
+        (Err(e), s) => {
+            progress.finish();
+            eprintln!("softrdma perf: {e}");
+            if let Err(se) = s {
+                eprintln!("softrdma perf: server side: {se}");
+            }
+            ExitCode::FAILURE
+        }
+        (Ok(_), Err(e)) => {
+            eprintln!("softrdma perf: server side: {e}");
+            ExitCode::FAILURE
+        }
+    }
+}

@@ -1,0 +1,321 @@
+//! The out-of-band side of a run, driven through `softrdma_cm::perftest`: connecting or
+//! accepting, the version/sys-data/MTU steps, creating the verbs resources, and the key
+//! exchanges in the order perftest makes them (checked against captures: RDMA `*_bw` send
+//! every QP's keys twice and then sync; `ib_send_bw` syncs between the two rounds).
+
+use std::io::Write;
+use std::net::{IpAddr, SocketAddr, TcpListener, TcpStream};
+use std::time::Duration;
+
+use softrdma::{
+    AccessFlags, CompletionQueue, ConnectOptions, Device, DeviceConfig, MemoryRegion, Mtu, QpCaps,
+    QpEndpoint, QpInitAttr, QpType, QueuePair, MAX_CQE,
+};
+use softrdma_cm::perftest::{
+    KeySchedule, PerftestDest, PerftestSession, Role, SysData, DEFAULT_TIMEOUT,
+};
+
+use super::args::{Config, Verb};
+use super::report;
+use super::{PerfError, Printer};
+
+/// How this side meets its peer.
+pub(crate) enum Conn {
+    /// Connect to a server (`host`, port).
+    Connect(String, u16),
+    /// Wait for a client on a bound listener.
+    Listen(TcpListener),
+}
+
+/// perftest's `INC(size, cache_line)`: the stride between consecutive messages' addresses.
+pub(crate) fn stride(size: u64, cache_line: u64) -> u64 {
+    size.div_ceil(cache_line) * cache_line
+}
+
+/// The byte the data pattern has at `offset` of a region (what a softrdma peer writes, sends,
+/// or serves to READs; `--check` compares against it).
+pub(crate) fn pattern_byte(offset: usize) -> u8 {
+    ((offset % 251) as u8) ^ ((offset / 251) as u8)
+}
+
+/// `len` pattern bytes from `offset`.
+pub(crate) fn pattern(offset: usize, len: usize) -> Vec<u8> {
+    (offset..offset + len).map(pattern_byte).collect()
+}
+
+/// Everything a side holds once connected: the device, the resources and both sides' keys.
+///
+/// Memory layout of the one registered region, per QP `i` of `q`, each slot `buf` bytes:
+/// the *local* slot `i` (what this side sends or WRITEs from, and where READ and atomic
+/// results land) and the *target* slot `q + i`, whose address the peer gets (the target of
+/// its WRITEs, SENDs and atomics, the source of its READs) — perftest's layout.
+pub(crate) struct Ctx {
+    pub cfg: Config,
+    pub role: Role,
+    /// The out-of-band session (taken at the end to close it).
+    pub sess: Option<PerftestSession>,
+    /// A second handle on the TCP connection, to notice the peer moving on (timed runs).
+    pub peek: TcpStream,
+    pub mr: MemoryRegion,
+    pub buf: u64,
+    pub cycle_buffer: u64,
+    pub cache_line: u64,
+    pub send_cq: CompletionQueue,
+    pub recv_cq: CompletionQueue,
+    pub qps: Vec<QueuePair>,
+    pub my: Vec<PerftestDest>,
+    pub rem: Vec<PerftestDest>,
+    pub mtu: Mtu,
+    pub schedule: KeySchedule,
+}
+
+impl Ctx {
+    /// Offset in the region of QP `i`'s local slot.
+    pub(crate) fn local_off(&self, i: usize) -> u64 {
+        i as u64 * self.buf
+    }
+
+    /// Offset in the region of QP `i`'s target slot.
+    pub(crate) fn target_off(&self, i: usize) -> u64 {
+        (self.qps.len() + i) as u64 * self.buf
+    }
+
+    /// The open out-of-band session.
+    pub(crate) fn sess(&mut self) -> Result<&mut PerftestSession, PerfError> {
+        self.sess
+            .as_mut()
+            .ok_or_else(|| PerfError::new("the out-of-band connection is closed"))
+    }
+
+    /// A key exchange with QP 0's keys: perftest's barrier.
+    pub(crate) fn sync(&mut self) -> Result<(), PerfError> {
+        let my = self.my[0];
+        self.sess()?.exchange_keys(&my)?;
+        Ok(())
+    }
+
+    /// Whether the peer has sent something on the out-of-band connection (it finished its
+    /// part of the traffic and moved on), without consuming it.
+    pub(crate) fn peer_moved_on(&self) -> bool {
+        let _ = self.peek.set_read_timeout(Some(Duration::from_micros(200)));
+        let r = matches!(self.peek.peek(&mut [0u8; 1]), Ok(n) if n > 0);
+        let _ = self.peek.set_read_timeout(None);
+        r
+    }
+}
+
+fn tcp_timeouts(s: &TcpStream, t: Option<Duration>) -> Result<(), PerfError> {
+    s.set_read_timeout(t)?;
+    s.set_write_timeout(t)?;
+    Ok(())
+}
+
+/// Connects or accepts, opens the device, runs versions, sys data and MTU, prints the banner,
+/// creates the resources and exchanges the keys up to the first byte of traffic.
+pub(crate) fn setup(cfg: &Config, conn: Conn, p: &mut Printer) -> Result<Ctx, PerfError> {
+    let (stream, role) = match conn {
+        Conn::Connect(host, port) => {
+            let s = softrdma_cm::connect((host.as_str(), port), Some(DEFAULT_TIMEOUT))
+                .map_err(|e| PerfError::new(format!("cannot connect to {host}:{port}: {e}")))?;
+            (s, Role::Client)
+        }
+        Conn::Listen(l) => {
+            p.line(report::WAITING);
+            let (s, _) = l
+                .accept()
+                .map_err(|e| PerfError::new(format!("accept: {e}")))?;
+            s.set_nodelay(true)?;
+            (s, Role::Server)
+        }
+    };
+    tcp_timeouts(&stream, Some(DEFAULT_TIMEOUT))?;
+    let local: SocketAddr = stream.local_addr()?;
+    let ip: IpAddr = cfg.bind.unwrap_or(local.ip().to_canonical());
+    let peek = stream.try_clone()?;
+    let mut sess = PerftestSession::from_stream(stream, role);
+
+    let mut dcfg = DeviceConfig::new(ip).busy_poll(cfg.busy_poll);
+    if let Some(path) = &cfg.pcap {
+        dcfg = dcfg.pcap(path);
+    }
+    let device = Device::open(dcfg)
+        .map_err(|e| PerfError::new(format!("cannot open a softrdma device on {ip}: {e}")))?;
+    let gid = device.query_gid(1, cfg.gid_index).map_err(|e| {
+        PerfError::new(format!(
+            "GID index {} does not exist on {} ({e}); use -x 1",
+            cfg.gid_index,
+            device.name()
+        ))
+    })?;
+
+    sess.exchange_versions()?;
+    let sys = sess.exchange_sys_data(SysData::default())?;
+    let active = device.query_port(1)?.active_mtu;
+    let local_mtu = match cfg.mtu {
+        Some(m) if m.bytes() > active.bytes() => {
+            eprintln!(
+                " Requested mtu is higher than active mtu \n Changing to active mtu - {}",
+                active.ibv_enum()
+            );
+            active
+        }
+        Some(m) => m,
+        None => active,
+    };
+    let mtu = sess.exchange_mtu(local_mtu.ibv_enum())?;
+    let mtu = Mtu::from_ibv_enum(mtu).unwrap_or(local_mtu);
+    p.line(&report::banner(cfg, role, device.name(), mtu.bytes()));
+
+    // Resources, sized for the largest message (perftest's BUFF_SIZE per QP, two halves).
+    let q = cfg.qps as usize;
+    let cycle_buffer = u64::from(sys.cycle_buffer.max(64));
+    let cache_line = u64::from(sys.cache_line_size.clamp(1, 4096));
+    let buf = cfg.max_size().max(cycle_buffer).div_ceil(cycle_buffer) * cycle_buffer;
+    let total = usize::try_from(buf * 2 * q as u64)
+        .map_err(|_| PerfError::new("buffers too large for this machine"))?;
+    let pd = device.alloc_pd();
+    let access = AccessFlags::LOCAL_WRITE
+        | AccessFlags::REMOTE_WRITE
+        | AccessFlags::REMOTE_READ
+        | AccessFlags::REMOTE_ATOMIC;
+    let mr = pd
+        .reg_mr(total, access)
+        .map_err(|e| PerfError::new(format!("cannot register {total} bytes: {e}")))?;
+    // Sources hold the pattern, targets start zeroed (see `Ctx`).
+    let verb = cfg.test.verb();
+    let fill_local = matches!(verb, Verb::Write | Verb::Send);
+    for i in 0..q {
+        let (local, target) = (i as u64 * buf, (q + i) as u64 * buf);
+        let slot = usize::try_from(buf).unwrap_or(usize::MAX);
+        if fill_local {
+            mr.write(local as usize, &pattern(0, slot))?;
+        }
+        if verb == Verb::Read {
+            mr.write(target as usize, &pattern(0, slot))?;
+        }
+    }
+    let bw = cfg.test.is_bw();
+    let tx = if bw {
+        cfg.tx_depth
+    } else {
+        cfg.tx_depth.max(64)
+    };
+    let rx = if verb == Verb::Send {
+        report::rx_depth(cfg)
+    } else {
+        1
+    };
+    let cqe = |per_qp: u32| (per_qp.saturating_mul(cfg.qps)).clamp(1, MAX_CQE);
+    let send_cq = device.create_cq(cqe(tx))?;
+    let recv_cq = device.create_cq(cqe(rx))?;
+    let mut qps = Vec::with_capacity(q);
+    let mut my = Vec::with_capacity(q);
+    for i in 0..q {
+        let qp = pd.create_qp(&QpInitAttr {
+            send_cq: send_cq.clone(),
+            recv_cq: recv_cq.clone(),
+            qp_type: QpType::Rc,
+            cap: QpCaps {
+                max_send_wr: tx,
+                max_recv_wr: rx,
+                max_send_sge: 1,
+                max_recv_sge: 1,
+                max_inline_data: cfg.inline,
+            },
+            sq_sig_all: false,
+        })?;
+        my.push(PerftestDest {
+            lid: 0,
+            out_reads: cfg.out_reads,
+            qpn: qp.qp_num(),
+            psn: qp.local_psn(),
+            // perftest sends no rkey in SEND tests.
+            rkey: if verb == Verb::Send { 0 } else { mr.rkey() },
+            vaddr: mr.addr() + (q + i) as u64 * buf,
+            gid,
+            srqn: 0,
+        });
+        qps.push(qp);
+    }
+    for d in &my {
+        p.line(&report::address("local", verb, d));
+    }
+
+    // Keys, in perftest's order.
+    let schedule = cfg.test.cm_test().schedule(q, cfg.run_all);
+    let mut rem = Vec::with_capacity(q);
+    for d in &my {
+        rem.push(sess.exchange_keys(d)?);
+    }
+    let opts = |r: &PerftestDest| ConnectOptions {
+        path_mtu: Some(mtu),
+        timeout: 14,
+        retry_cnt: 7,
+        rnr_retry: 7,
+        min_rnr_timer: 12,
+        max_rd_atomic: cfg
+            .out_reads
+            .min(r.out_reads)
+            .clamp(1, super::args::MAX_OUT_READS) as u8,
+        max_dest_rd_atomic: cfg.out_reads.clamp(1, super::args::MAX_OUT_READS) as u8,
+        ..ConnectOptions::default()
+    };
+    for (qp, r) in qps.iter().zip(&rem) {
+        if !matches!(r.gid.to_ip(), Some(rip) if rip.is_ipv4() == ip.is_ipv4()) {
+            return Err(PerfError::new(format!(
+                "the peer's GID {} is not reachable from {ip} (is it using the IPv4-mapped GID? perftest needs -x 1 on rxe)",
+                r.gid
+            )));
+        }
+        let ep = QpEndpoint {
+            gid: r.gid,
+            qpn: r.qpn,
+            psn: r.psn,
+        };
+        qp.connect(&ep, &opts(r))
+            .map_err(|e| PerfError::new(format!("cannot connect QP {:#x}: {e}", qp.qp_num())))?;
+    }
+    for r in &rem {
+        p.line(&report::address("remote", verb, r));
+    }
+    let rest = schedule.setup_keys.saturating_sub(q);
+    if cfg.test.is_bw() && verb == Verb::Send {
+        // ib_send_bw: sync, then every QP's keys again.
+        sess.exchange_keys(&my[0])?;
+        for d in my.iter().take(rest.saturating_sub(1)) {
+            sess.exchange_keys(d)?;
+        }
+    } else if cfg.test.is_bw() {
+        // RDMA *_bw: every QP's keys again, then sync.
+        for d in my.iter().take(rest.saturating_sub(1)) {
+            sess.exchange_keys(d)?;
+        }
+        sess.exchange_keys(&my[0])?;
+    } else {
+        for _ in 0..rest {
+            sess.exchange_keys(&my[0])?;
+        }
+    }
+    debug_assert_eq!(sess.keys_exchanged(), schedule.setup_keys);
+    // From here on the peer may be busy with traffic for as long as the run lasts: wait for
+    // it without limit, as perftest does (the traffic loops have their own stall checks).
+    sess.set_timeout(None)?;
+    let _ = std::io::stdout().flush();
+    Ok(Ctx {
+        cfg: cfg.clone(),
+        role,
+        sess: Some(sess),
+        peek,
+        mr,
+        buf,
+        cycle_buffer,
+        cache_line,
+        send_cq,
+        recv_cq,
+        qps,
+        my,
+        rem,
+        mtu,
+        schedule,
+    })
+}

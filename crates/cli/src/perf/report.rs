@@ -1,0 +1,508 @@
+//! perftest's output: the banner, the address lines, the result tables (column layout from
+//! perftest's `RESULT_FMT*` / `REPORT_FMT*` printf formats), the statistics behind them, and
+//! the `--json` rendering.
+
+use std::fmt::Write as _;
+use std::time::{Duration, Instant};
+
+use hdrhistogram::Histogram;
+use softrdma_cm::perftest::{PerftestDest, Role};
+
+use super::args::{Config, TestName, Verb};
+
+/// perftest's `RESULT_LINE`.
+pub(crate) const RESULT_LINE: &str =
+    "---------------------------------------------------------------------------------------";
+const RESULT_FMT: &str =
+    " #bytes     #iterations    BW peak[MB/sec]    BW average[MB/sec]   MsgRate[Mpps]";
+const RESULT_FMT_G: &str =
+    " #bytes     #iterations    BW peak[Gb/sec]    BW average[Gb/sec]   MsgRate[Mpps]";
+const RESULT_FMT_LAT: &str = " #bytes #iterations    t_min[usec]    t_max[usec]  t_typical[usec]    t_avg[usec]    t_stdev[usec]   99% percentile[usec]   99.9% percentile[usec] ";
+const RESULT_FMT_LAT_DUR: &str = " #bytes        #iterations       t_avg[usec]    tps average";
+
+/// The server's greeting while it waits (perftest prints it before accepting).
+pub(crate) const WAITING: &str = "\n************************************\n\
+    * Waiting for client to connect... *\n\
+    ************************************";
+
+/// C's `%#0Nx`: zero-padded to `width` including the `0x`, which C omits for zero.
+fn alt_hex(v: u64, width: usize) -> String {
+    if v == 0 {
+        format!("{:0width$}", 0)
+    } else {
+        format!("{v:#0width$x}")
+    }
+}
+
+/// The title of the banner: `RDMA_Write BW Test`, `Atomic FETCH_AND_ADD Latency Test`, ...
+pub(crate) fn title(cfg: &Config) -> String {
+    let verb = match cfg.test.verb() {
+        Verb::Send => "Send",
+        Verb::Write => "RDMA_Write",
+        Verb::Read => "RDMA_Read",
+        Verb::Atomic => "Atomic",
+    };
+    let mut t = verb.to_string();
+    if cfg.test.verb() == Verb::Atomic {
+        t.push(' ');
+        t.push_str(cfg.atomic.as_str());
+    }
+    t.push_str(if cfg.test.is_bw() {
+        " BW Test"
+    } else {
+        " Latency Test"
+    });
+    t
+}
+
+/// `ctx_print_test_info`: the block describing the run.
+pub(crate) fn banner(cfg: &Config, role: Role, device: &str, mtu: u32) -> String {
+    let mut s = String::new();
+    let w = &mut s;
+    let _ = writeln!(w, "{RESULT_LINE}");
+    let _ = writeln!(w, "                    {}", title(cfg));
+    let _ = writeln!(w, " Dual-port       : OFF\t\tDevice         : {device}");
+    let _ = writeln!(w, " Number of qps   : {}\t\tTransport type : IB", cfg.qps);
+    let _ = writeln!(w, " Connection type : RC\t\tUsing SRQ      : OFF");
+    if role == Role::Client {
+        let _ = writeln!(w, " TX depth        : {}", cfg.tx_depth);
+    }
+    if cfg.test.verb() == Verb::Send && role == Role::Server {
+        let _ = writeln!(w, " RX depth        : {}", rx_depth(cfg));
+    }
+    if cfg.test.is_bw() {
+        let _ = writeln!(w, " CQ Moderation   : {}", cfg.cq_mod);
+    }
+    let _ = writeln!(w, " Mtu             : {mtu}[B]");
+    let _ = writeln!(w, " Link type       : Ethernet");
+    let _ = writeln!(w, " GID index       : {}", cfg.gid_index);
+    match cfg.test.verb() {
+        Verb::Read | Verb::Atomic => {
+            let _ = writeln!(w, " Outstand reads  : {}", cfg.out_reads);
+        }
+        _ => {
+            let _ = writeln!(w, " Max inline data : {}[B]", cfg.inline);
+        }
+    }
+    let _ = writeln!(w, " rdma_cm QPs\t : OFF");
+    let _ = writeln!(w, " Data ex. method : Ethernet");
+    let _ = write!(w, "{RESULT_LINE}");
+    s
+}
+
+/// Receives the receiving side of a SEND test keeps posted.
+pub(crate) fn rx_depth(cfg: &Config) -> u32 {
+    let iters = u32::try_from(cfg.iters).unwrap_or(u32::MAX);
+    if cfg.duration.is_some() {
+        cfg.rx_depth
+    } else {
+        cfg.rx_depth.min(iters)
+    }
+}
+
+/// `ctx_print_pingpong_data`: ` local address: LID 0000 QPN 0x0011 PSN 0x... [OUT ..] [RKey
+/// .. VAddr ..]` and the GID line (decimal bytes, as perftest prints them).
+pub(crate) fn address(side: &str, verb: Verb, d: &PerftestDest) -> String {
+    let mut s = format!(
+        " {side} address: LID {} QPN {} PSN {}",
+        alt_hex(u64::from(d.lid), 4),
+        alt_hex(u64::from(d.qpn), 6),
+        alt_hex(u64::from(d.psn), 6)
+    );
+    if verb == Verb::Read {
+        let _ = write!(s, " OUT {}", alt_hex(u64::from(d.out_reads), 4));
+    }
+    if matches!(verb, Verb::Read | Verb::Write) {
+        let _ = write!(
+            s,
+            " RKey {} VAddr {}",
+            alt_hex(u64::from(d.rkey), 8),
+            alt_hex(d.vaddr, 16)
+        );
+    }
+    let gid: Vec<String> = d.gid.0.iter().map(|b| format!("{b:02}")).collect();
+    let _ = write!(s, "\n GID: {}", gid.join(":"));
+    s
+}
+
+/// The header line of the result table.
+pub(crate) fn table_header(cfg: &Config) -> &'static str {
+    match (cfg.test.is_bw(), cfg.gbits, cfg.duration.is_some()) {
+        (true, false, _) => RESULT_FMT,
+        (true, true, _) => RESULT_FMT_G,
+        (false, _, false) => RESULT_FMT_LAT,
+        (false, _, true) => RESULT_FMT_LAT_DUR,
+    }
+}
+
+/// One row of a bandwidth table (`struct bw_report_data`).
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub(crate) struct BwRow {
+    pub size: u64,
+    pub iters: u64,
+    /// In the run's unit (MB/s = MiB/s as perftest counts, or Gb/s).
+    pub bw_peak: f64,
+    pub bw_avg: f64,
+    /// Millions of messages per second.
+    pub msg_rate: f64,
+}
+
+impl BwRow {
+    /// `REPORT_FMT` (or `REPORT_FMT_EXT` for tiny Gb/s figures, as perftest does).
+    pub(crate) fn render(&self, gbits: bool) -> String {
+        if gbits && self.bw_avg < 0.1 {
+            format!(
+                " {:<7}    {}           {:<7.6}            {:<7.6}            {:<7.6}",
+                self.size, self.iters, self.bw_peak, self.bw_avg, self.msg_rate
+            )
+        } else {
+            format!(
+                " {:<7}    {:<10}       {:<7.2}            {:<7.2}\t\t   {:<7.6}",
+                self.size, self.iters, self.bw_peak, self.bw_avg, self.msg_rate
+            )
+        }
+    }
+
+    fn json(&self, gbits: bool) -> String {
+        let unit = if gbits { "gbps" } else { "mbps" };
+        format!(
+            "{{\"bytes\":{},\"iterations\":{},\"bw_peak_{unit}\":{},\"bw_avg_{unit}\":{},\"msg_rate_mpps\":{}}}",
+            self.size,
+            self.iters,
+            num(self.bw_peak),
+            num(self.bw_avg),
+            num(self.msg_rate)
+        )
+    }
+}
+
+/// A finite JSON number (NaN and infinities become `null`).
+fn num(v: f64) -> String {
+    if v.is_finite() {
+        format!("{v}")
+    } else {
+        "null".into()
+    }
+}
+
+/// perftest's bandwidth unit divisor: MB/s are MiB/s; Gb/s are 10^9 bits.
+fn format_factor(gbits: bool) -> f64 {
+    if gbits {
+        125_000_000.0
+    } else {
+        f64::from(0x10_0000)
+    }
+}
+
+/// `print_report_bw`: average over the whole run and perftest's peak, the best rate over any
+/// window from a post to a moderated completion (`tposted[i]`, `tcompleted[j]`).
+pub(crate) fn bw_row(
+    size: u64,
+    posted: &[Instant],
+    completed: &[Instant],
+    gbits: bool,
+    cq_mod: u32,
+) -> BwRow {
+    let n = posted.len().min(completed.len());
+    if n == 0 {
+        return BwRow {
+            size,
+            iters: 0,
+            bw_peak: 0.0,
+            bw_avg: 0.0,
+            msg_rate: 0.0,
+        };
+    }
+    let total = completed[n - 1].duration_since(posted[0]).as_secs_f64();
+    let ff = format_factor(gbits);
+    let bw_avg = size as f64 * n as f64 / total / ff;
+    let msg_rate = n as f64 / total / 1e6;
+    // The shortest time per message over any [post i, completion j] window, with j on the
+    // moderation grid (where completion times are real), as perftest computes it. For long
+    // runs the starts are taken on the same grid to keep this quadratic loop short.
+    let m = cq_mod.max(1) as usize;
+    let step_i = if n > 50_000 { m } else { 1 };
+    let mut best = f64::INFINITY;
+    let mut i = 0;
+    while i < n {
+        let mut j = (i + 1).div_ceil(m) * m - 1;
+        while j < n {
+            let t = completed[j].duration_since(posted[i]).as_secs_f64() / (j - i + 1) as f64;
+            best = best.min(t);
+            j += m;
+        }
+        if n % m != 0 {
+            let j = n - 1;
+            let t = completed[j].duration_since(posted[i]).as_secs_f64() / (j - i + 1) as f64;
+            best = best.min(t);
+        }
+        i += step_i;
+    }
+    let bw_peak = if best.is_finite() && best > 0.0 {
+        size as f64 / best / ff
+    } else {
+        bw_avg
+    };
+    BwRow {
+        size,
+        iters: n as u64,
+        bw_peak,
+        bw_avg,
+        msg_rate,
+    }
+}
+
+/// A timed run (`-D`): rates over the measured interval; perftest reports no peak then.
+pub(crate) fn bw_row_duration(size: u64, msgs: u64, elapsed: Duration, gbits: bool) -> BwRow {
+    let secs = elapsed.as_secs_f64().max(1e-9);
+    BwRow {
+        size,
+        iters: msgs,
+        bw_peak: 0.0,
+        bw_avg: size as f64 * msgs as f64 / secs / format_factor(gbits),
+        msg_rate: msgs as f64 / secs / 1e6,
+    }
+}
+
+/// One row of a latency table, in microseconds.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub(crate) struct LatRow {
+    pub size: u64,
+    pub iters: u64,
+    pub min: f64,
+    pub max: f64,
+    pub typical: f64,
+    pub avg: f64,
+    pub stdev: f64,
+    pub p99: f64,
+    pub p999: f64,
+}
+
+/// perftest drops this many of the largest samples (`LAT_MEASURE_TAIL`).
+const LAT_MEASURE_TAIL: usize = 2;
+
+impl LatRow {
+    /// `print_report_lat`: samples are the intervals between consecutive posts, divided by
+    /// `rtt_factor` (2 for ping-pong tests, which report one-way latency). The two largest
+    /// samples are dropped, as perftest does; median and percentiles come from an
+    /// HdrHistogram (3 significant digits), min, max, average and deviation from the samples.
+    pub(crate) fn from_posts(size: u64, posted: &[Instant], rtt_factor: u32) -> LatRow {
+        let mut ns: Vec<u64> = posted
+            .windows(2)
+            .map(|w| u64::try_from(w[1].duration_since(w[0]).as_nanos()).unwrap_or(u64::MAX))
+            .collect();
+        ns.sort_unstable();
+        if ns.len() > LAT_MEASURE_TAIL + 1 {
+            ns.truncate(ns.len() - LAT_MEASURE_TAIL);
+        }
+        let f = 1000.0 * f64::from(rtt_factor.max(1));
+        let us = |v: u64| v as f64 / f;
+        let iters = posted.len() as u64;
+        if ns.is_empty() {
+            return LatRow {
+                size,
+                iters,
+                min: 0.0,
+                max: 0.0,
+                typical: 0.0,
+                avg: 0.0,
+                stdev: 0.0,
+                p99: 0.0,
+                p999: 0.0,
+            };
+        }
+        let mut h = Histogram::<u64>::new_with_bounds(1, 3_600_000_000_000, 3)
+            .expect("valid histogram bounds");
+        for &v in &ns {
+            h.saturating_record(v.max(1));
+        }
+        let avg = ns.iter().map(|&v| us(v)).sum::<f64>() / ns.len() as f64;
+        let var = ns.iter().map(|&v| (us(v) - avg).powi(2)).sum::<f64>() / ns.len() as f64;
+        LatRow {
+            size,
+            iters,
+            min: us(ns[0]),
+            max: us(ns[ns.len() - 1]),
+            typical: us(h.value_at_quantile(0.5)),
+            avg,
+            stdev: var.sqrt(),
+            p99: us(h.value_at_quantile(0.99)),
+            p999: us(h.value_at_quantile(0.999)),
+        }
+    }
+
+    /// `REPORT_FMT_LAT`.
+    pub(crate) fn render(&self) -> String {
+        format!(
+            " {:<7} {}          {:<7.2}        {:<7.2}      {:<7.2}  \t       {:<7.2}     \t{:<7.2}\t\t{:<7.2} \t\t{:<7.2}",
+            self.size,
+            self.iters,
+            self.min,
+            self.max,
+            self.typical,
+            self.avg,
+            self.stdev,
+            self.p99,
+            self.p999
+        )
+    }
+
+    fn json(&self) -> String {
+        format!(
+            "{{\"bytes\":{},\"iterations\":{},\"t_min_us\":{},\"t_max_us\":{},\"t_typical_us\":{},\"t_avg_us\":{},\"t_stdev_us\":{},\"p99_us\":{},\"p99_9_us\":{}}}",
+            self.size,
+            self.iters,
+            num(self.min),
+            num(self.max),
+            num(self.typical),
+            num(self.avg),
+            num(self.stdev),
+            num(self.p99),
+            num(self.p999)
+        )
+    }
+}
+
+/// A timed latency run (`-D`, read/atomic tests): average only, and transactions per second.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub(crate) struct LatDurRow {
+    pub size: u64,
+    pub iters: u64,
+    pub avg: f64,
+    pub tps: f64,
+}
+
+impl LatDurRow {
+    /// `REPORT_FMT_LAT_DUR`.
+    pub(crate) fn render(&self) -> String {
+        format!(
+            " {:<7}       {}            {:<7.2}        {:<7.2}",
+            self.size, self.iters, self.avg, self.tps
+        )
+    }
+
+    fn json(&self) -> String {
+        format!(
+            "{{\"bytes\":{},\"iterations\":{},\"t_avg_us\":{},\"tps\":{}}}",
+            self.size,
+            self.iters,
+            num(self.avg),
+            num(self.tps)
+        )
+    }
+}
+
+/// A result row of any test.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub(crate) enum Row {
+    Bw(BwRow),
+    Lat(LatRow),
+    LatDur(LatDurRow),
+}
+
+impl Row {
+    pub(crate) fn render(&self, gbits: bool) -> String {
+        match self {
+            Row::Bw(r) => r.render(gbits),
+            Row::Lat(r) => r.render(),
+            Row::LatDur(r) => r.render(),
+        }
+    }
+
+    fn json(&self, gbits: bool) -> String {
+        match self {
+            Row::Bw(r) => r.json(gbits),
+            Row::Lat(r) => r.json(),
+            Row::LatDur(r) => r.json(),
+        }
+    }
+}
+
+/// What one side of a run produced.
+#[derive(Debug, Clone, Default)]
+pub(crate) struct Outcome {
+    /// The table rows, in size order (a passive RDMA server shows the client's report).
+    pub rows: Vec<Row>,
+    /// What the data check found, if one ran (`--check`).
+    pub check: Option<String>,
+    /// The negotiated path MTU, bytes.
+    pub mtu: u32,
+}
+
+/// The `--json` document for a finished run.
+pub(crate) fn json(cfg: &Config, role: Role, out: &Outcome) -> String {
+    let rows: Vec<String> = out.rows.iter().map(|r| r.json(cfg.gbits)).collect();
+    let role = match role {
+        Role::Client => "client",
+        Role::Server => "server",
+    };
+    let check = match &out.check {
+        Some(c) => format!("\"{}\"", c.replace('\\', "\\\\").replace('"', "\\\"")),
+        None => "null".into(),
+    };
+    let atomic = if cfg.test.verb() == Verb::Atomic {
+        format!("\"{}\"", cfg.atomic.as_str())
+    } else {
+        "null".into()
+    };
+    format!(
+        "{{\"test\":\"{}\",\"role\":\"{role}\",\"qps\":{},\"mtu\":{},\"tx_depth\":{},\"cq_mod\":{},\"atomic_type\":{atomic},\"check\":{check},\"results\":[{}]}}",
+        cfg.test.as_str(),
+        cfg.qps,
+        out.mtu,
+        cfg.tx_depth,
+        cfg.cq_mod,
+        rows.join(",")
+    )
+}
+
+/// perftest's `rtt_factor`: ping-pong tests report half the round trip, READ and atomic
+/// tests the whole one.
+pub(crate) fn one_way_factor(t: TestName) -> u32 {
+    match t.verb() {
+        Verb::Read | Verb::Atomic => 1,
+        _ => 2,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn c_alt_hex() {
+        assert_eq!(alt_hex(0, 4), "0000");
+        assert_eq!(alt_hex(0x11, 6), "0x0011");
+        assert_eq!(alt_hex(0x928761, 6), "0x928761");
+        assert_eq!(alt_hex(0x202, 8), "0x000202");
+        assert_eq!(alt_hex(0x55fa_6b64_b000, 16), "0x0055fa6b64b000");
+    }
+
+    #[test]
+    fn bw_row_layout_matches_perftest() {
+        let r = BwRow {
+            size: 65536,
+            iters: 5000,
+            bw_peak: 11030.78,
+            bw_avg: 11030.45,
+            msg_rate: 0.176487,
+        };
+        assert_eq!(
+            r.render(false),
+            " 65536      5000             11030.78            11030.45\t\t   0.176487"
+        );
+    }
+
+    #[test]
+    fn latency_stats() {
+        let t0 = Instant::now();
+        let posted: Vec<Instant> = (0..=100u64)
+            .map(|i| t0 + Duration::from_micros(10 * i))
+            .collect();
+        let r = LatRow::from_posts(8, &posted, 2);
+        assert_eq!(r.iters, 101);
+        assert!((r.avg - 5.0).abs() < 1e-6, "{r:?}");
+        assert!((r.typical - 5.0).abs() < 0.01);
+        assert!(r.stdev < 1e-6);
+    }
+}

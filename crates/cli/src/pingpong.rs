@@ -1,0 +1,586 @@
+//! `softrdma pingpong`: a drop-in peer for rdma-core's `ibv_rc_pingpong` (rdma-core 44).
+//!
+//! Same out-of-band exchange (TCP 18515, `LID:QPN:PSN:GID`, via [`softrdma_cm::pingpong`]),
+//! same flags where they make sense, same protocol on the wire and the same output lines, so
+//! either side can be the real program on a Linux Soft-RoCE (rxe) host:
+//!
+//! - both sides post `rx_depth` receives of `size` bytes into their one buffer, and re-post
+//!   when only one is left (`routs`);
+//! - the client posts the first SEND right after connecting; then each side posts its next
+//!   SEND only when both its previous SEND and a RECV have completed (the `pending` bits of
+//!   `PINGPONG_SEND_WRID` = 2 and `PINGPONG_RECV_WRID` = 1), every SEND signaled, until it has
+//!   sent `iters` messages and received `iters`;
+//! - the server connects its QP (RTR, RTS) before it answers the client's address message, so
+//!   the client may start sending the moment the answer arrives;
+//! - QP attributes as rc_pingpong sets them: access flags 0, `max_dest_rd_atomic` 1,
+//!   `min_rnr_timer` 12, timeout 14, `retry_cnt` 7, `rnr_retry` 7, `max_rd_atomic` 1, the
+//!   path MTU from `-m`.
+//!
+//! Deliberate differences, all documented in `--help`:
+//! - `-g` defaults to 1 (the IPv4-mapped GID, as on rxe) instead of none: RoCE needs a GID.
+//!   `-g -1` sends the all-zero GID like rc_pingpong without `-g`; a softrdma peer then falls
+//!   back to the address of the TCP connection.
+//! - `--bind IP` picks the device's address. Without it, a client uses the address that routes
+//!   to the server (see [`crate::route::device_ip`]) and a server the address the client's TCP
+//!   connection arrived at (so a server without `--bind` prints its local address only after a
+//!   client connected).
+//! - `-c` fills and checks exactly like rc_pingpong (0x7b everywhere, 0 at the start of each
+//!   4 KiB page of the client's buffer; the server reports `invalid data in page N`), but
+//!   checks every byte of each page, on both sides, and exits 1 on a mismatch.
+//! - `--timeout SECS` bounds every wait (default: wait forever, like rc_pingpong).
+//! - `-d` is accepted and ignored (a softrdma device is chosen by address), `-l` is accepted.
+
+use std::io::Write;
+use std::net::{IpAddr, SocketAddr, TcpListener, TcpStream};
+use std::path::PathBuf;
+use std::process::ExitCode;
+use std::time::{Duration, Instant};
+
+use clap::Args as ClapArgs;
+use softrdma::{
+    wr, AccessFlags, CompletionQueue, ConnectOptions, Device, DeviceConfig, Gid, MemoryRegion, Mtu,
+    QpCaps, QpEndpoint, QpInitAttr, QueuePair, WcStatus, WorkCompletion,
+};
+use softrdma_cm::pingpong::{self, PingpongDest};
+
+use crate::route;
+
+/// `wr_id` of receives (rc_pingpong's `PINGPONG_RECV_WRID`).
+const RECV_WRID: u64 = 1;
+/// `wr_id` of sends (`PINGPONG_SEND_WRID`).
+const SEND_WRID: u64 = 2;
+/// The fill byte of rc_pingpong's buffer (`memset(ctx->buf, 0x7b, size)`).
+const FILL: u8 = 0x7b;
+/// The page size rc_pingpong's `-c` pattern steps by (`sysconf(_SC_PAGESIZE)` on x86-64 and
+/// the lab's guests).
+const PAGE: usize = 4096;
+
+/// Arguments of `softrdma pingpong`.
+#[derive(Debug, ClapArgs)]
+#[command(after_help = "\
+Without SERVER, waits for a client (like `ibv_rc_pingpong`); with SERVER, connects to it.
+Either side may be rdma-core's ibv_rc_pingpong on a Soft-RoCE host, e.g.
+  guest:    ibv_rc_pingpong -d rxe0 -g 1 -c -s 4096 -n 100
+  softrdma: softrdma pingpong --bind 10.88.0.1 -c -s 4096 -n 100 10.88.0.11")]
+pub(crate) struct Args {
+    /// Server to connect to; without it, run as the server.
+    server: Option<String>,
+    /// Listen on / connect to TCP port PORT for the address exchange.
+    #[arg(short = 'p', long = "port", default_value_t = softrdma_cm::DEFAULT_PORT)]
+    port: u16,
+    /// Device name (accepted for compatibility and ignored: softrdma picks its device by
+    /// address, see --bind).
+    #[arg(short = 'd', long = "ib-dev", value_name = "DEV")]
+    ib_dev: Option<String>,
+    /// Port of the device (only 1 exists).
+    #[arg(short = 'i', long = "ib-port", default_value_t = 1)]
+    ib_port: u8,
+    /// Size of each message in bytes.
+    #[arg(short = 's', long = "size", default_value_t = 4096)]
+    size: u32,
+    /// Path MTU: 256, 512, 1024, 2048 or 4096.
+    #[arg(short = 'm', long = "mtu", default_value_t = 1024)]
+    mtu: u32,
+    /// Number of receives to post at a time.
+    #[arg(short = 'r', long = "rx-depth", default_value_t = 500)]
+    rx_depth: u32,
+    /// Number of exchanges.
+    #[arg(short = 'n', long = "iters", default_value_t = 1000)]
+    iters: u32,
+    /// Service level (accepted; RoCEv2 over UDP carries none).
+    #[arg(short = 'l', long = "sl", default_value_t = 0)]
+    sl: u8,
+    /// Sleep on completion events instead of busy polling.
+    #[arg(short = 'e', long = "events")]
+    events: bool,
+    /// Local GID index to advertise: 1 is the IPv4-mapped GID as on rxe, 0 the link-local one;
+    /// -1 advertises no GID (all zeros) like ibv_rc_pingpong without -g. Default 1, because
+    /// RoCE cannot work without a GID.
+    #[arg(
+        short = 'g',
+        long = "gid-idx",
+        default_value_t = 1,
+        allow_negative_numbers = true
+    )]
+    gid_idx: i32,
+    /// Validate the received buffer (rc_pingpong's pattern; see the module docs).
+    #[arg(short = 'c', long = "chk")]
+    chk: bool,
+    /// Local IP address of the softrdma device. Default: for a client, the address that
+    /// routes to the server; for a server, the address the client connects to.
+    #[arg(long, value_name = "IP")]
+    bind: Option<IpAddr>,
+    /// Write every RoCEv2 datagram the device sends and receives to this pcap file.
+    #[arg(long, value_name = "FILE")]
+    pcap: Option<PathBuf>,
+    /// Print the device's counters (drops, NAKs, retransmissions, opcodes) at the end.
+    #[arg(long)]
+    counters: bool,
+    /// Give up after SECS seconds without progress (TCP steps, completions); 0 = never.
+    #[arg(long, value_name = "SECS", default_value_t = 0.0)]
+    timeout: f64,
+}
+
+/// A fatal error: the message rc_pingpong would print (to stderr), exit status 1.
+struct Fail(String);
+
+impl<E: std::fmt::Display> From<E> for Fail {
+    fn from(e: E) -> Fail {
+        Fail(e.to_string())
+    }
+}
+
+fn fail<T>(msg: impl Into<String>) -> Result<T, Fail> {
+    Err(Fail(msg.into()))
+}
+
+/// Runs `softrdma pingpong`.
+pub(crate) fn run(args: &Args) -> ExitCode {
+    match run_inner(args) {
+        Ok(code) => code,
+        Err(Fail(msg)) => {
+            let _ = std::io::stdout().flush();
+            eprintln!("{msg}");
+            ExitCode::FAILURE
+        }
+    }
+}
+
+/// The rc_pingpong `-c` pattern byte at offset `i` of the client's buffer.
+fn pattern_byte(i: usize) -> u8 {
+    if i % PAGE == 0 {
+        0
+    } else {
+        FILL
+    }
+}
+
+/// Pages of `buf` that differ from the pattern, in order.
+pub(crate) fn invalid_pages(buf: &[u8]) -> Vec<usize> {
+    buf.chunks(PAGE)
+        .enumerate()
+        .filter(|(page, chunk)| {
+            chunk
+                .iter()
+                .enumerate()
+                .any(|(j, &b)| b != pattern_byte(page * PAGE + j))
+        })
+        .map(|(page, _)| page)
+        .collect()
+}
+
+/// The `  local address:  LID 0x0000, QPN 0x000011, PSN 0x..., GID ...` line.
+fn address_line(label: &str, d: &PingpongDest) -> String {
+    format!(
+        "  {label} LID 0x{:04x}, QPN 0x{:06x}, PSN 0x{:06x}, GID {}",
+        d.lid, d.qpn, d.psn, d.gid
+    )
+}
+
+/// The device side of one run: everything rc_pingpong's `pp_init_ctx` creates.
+struct Ctx {
+    device: Device,
+    mr: MemoryRegion,
+    cq: CompletionQueue,
+    qp: QueuePair,
+    size: u32,
+    rx_depth: u32,
+}
+
+impl Ctx {
+    fn open(args: &Args, ip: IpAddr) -> Result<Ctx, Fail> {
+        let mut config = DeviceConfig::new(ip);
+        if let Some(p) = &args.pcap {
+            config = config.pcap(p);
+        }
+        let device = Device::open(config)
+            .map_err(|e| Fail(format!("Couldn't get context for {ip}: {e}")))?;
+        let pd = device.alloc_pd();
+        let len = args.size.max(1) as usize;
+        let mr = pd
+            .reg_mr(len, AccessFlags::LOCAL_WRITE)
+            .map_err(|e| Fail(format!("Couldn't register MR: {e}")))?;
+        mr.fill(0, len, FILL)
+            .map_err(|e| Fail(format!("Couldn't fill buffer: {e}")))?;
+        let cq = device
+            .create_cq(args.rx_depth + 1)
+            .map_err(|e| Fail(format!("Couldn't create CQ: {e}")))?;
+        let init = QpInitAttr {
+            cap: QpCaps {
+                max_send_wr: 1,
+                max_recv_wr: args.rx_depth,
+                max_send_sge: 1,
+                max_recv_sge: 1,
+                ..QpCaps::default()
+            },
+            sq_sig_all: false,
+            ..QpInitAttr::rc(&cq)
+        };
+        let qp = pd
+            .create_qp(&init)
+            .map_err(|e| Fail(format!("Couldn't create QP: {e}")))?;
+        qp.to_init(AccessFlags::empty())
+            .map_err(|e| Fail(format!("Failed to modify QP to INIT: {e}")))?;
+        Ok(Ctx {
+            device,
+            mr,
+            cq,
+            qp,
+            size: args.size,
+            rx_depth: args.rx_depth,
+        })
+    }
+
+    /// `pp_post_recv`: posts up to `n` receives, returns how many were posted.
+    fn post_recv(&self, n: u32) -> u32 {
+        let mut posted = 0;
+        for _ in 0..n {
+            let r = wr::recv(RECV_WRID, vec![self.mr.sge(0, self.size)]);
+            if self.qp.post_recv([r]).is_err() {
+                break;
+            }
+            posted += 1;
+        }
+        posted
+    }
+
+    /// `pp_post_send`: one signaled SEND of the whole buffer.
+    fn post_send(&self) -> Result<(), Fail> {
+        let mut s = wr::send(SEND_WRID, vec![self.mr.sge(0, self.size)]);
+        s.flags = s.flags | softrdma::SendFlags::SIGNALED;
+        self.qp
+            .post_send([s])
+            .map_err(|e| Fail(format!("Couldn't post send: {e}")))
+    }
+
+    /// `pp_connect_ctx`: INIT → RTR → RTS towards `remote`.
+    fn connect(&self, remote: &QpEndpoint, mtu: Mtu) -> Result<(), Fail> {
+        let opts = ConnectOptions {
+            access: AccessFlags::empty(),
+            path_mtu: Some(mtu),
+            timeout: 14,
+            retry_cnt: 7,
+            rnr_retry: 7,
+            min_rnr_timer: 12,
+            max_rd_atomic: 1,
+            max_dest_rd_atomic: 1,
+            ..ConnectOptions::default()
+        };
+        self.qp
+            .to_rtr(remote, &opts)
+            .map_err(|e| Fail(format!("Failed to modify QP to RTR: {e}")))?;
+        self.qp
+            .to_rts(&opts)
+            .map_err(|e| Fail(format!("Failed to modify QP to RTS: {e}")))
+    }
+
+    fn local_dest(&self, gid_idx: i32) -> Result<PingpongDest, Fail> {
+        let gid = if gid_idx >= 0 {
+            self.device
+                .query_gid(1, gid_idx as u32)
+                .map_err(|_| Fail(format!("can't read sgid of index {gid_idx}")))?
+        } else {
+            Gid::ZERO
+        };
+        Ok(PingpongDest {
+            lid: 0,
+            qpn: self.qp.qp_num(),
+            psn: self.qp.local_psn(),
+            gid,
+        })
+    }
+}
+
+/// The QP endpoint of a peer: its GID, or the address of its TCP connection when it sent
+/// the all-zero GID.
+fn remote_endpoint(d: &PingpongDest, tcp_peer: IpAddr) -> QpEndpoint {
+    let gid = if d.gid.is_zero() {
+        Gid::from_ip(tcp_peer)
+    } else {
+        d.gid
+    };
+    QpEndpoint {
+        gid,
+        qpn: d.qpn,
+        psn: d.psn,
+    }
+}
+
+fn set_stream_timeout(s: &TcpStream, t: Option<Duration>) -> Result<(), Fail> {
+    s.set_read_timeout(t)?;
+    s.set_write_timeout(t)?;
+    Ok(())
+}
+
+fn run_inner(args: &Args) -> Result<ExitCode, Fail> {
+    let Some(mtu) = Mtu::from_bytes(args.mtu) else {
+        return fail(format!(
+            "invalid MTU {} (256, 512, 1024, 2048 or 4096)",
+            args.mtu
+        ));
+    };
+    if args.ib_port != 1 {
+        return fail("Couldn't get port info");
+    }
+    if args.rx_depth == 0 {
+        return fail("Couldn't post receive (0)");
+    }
+    let timeout = (args.timeout > 0.0).then(|| Duration::from_secs_f64(args.timeout));
+    let _ = (&args.ib_dev, args.sl);
+
+    let ctx;
+    let remote;
+    if let Some(host) = &args.server {
+        let server = route::resolve(host, args.port)
+            .map_err(|e| Fail(format!("{e} for {host}:{}", args.port)))?;
+        let ip = route::device_ip(args.bind, server.ip())
+            .map_err(|e| Fail(format!("no local address towards {server}: {e}")))?;
+        ctx = Ctx::open(args, ip)?;
+        let routs = ctx.post_recv(ctx.rx_depth);
+        if routs < ctx.rx_depth {
+            return fail(format!("Couldn't post receive ({routs})"));
+        }
+        let local = ctx.local_dest(args.gid_idx)?;
+        println!("{}", address_line("local address: ", &local));
+        let mut stream = softrdma_cm::connect(server, timeout)
+            .map_err(|_| Fail(format!("Couldn't connect to {host}:{}", args.port)))?;
+        set_stream_timeout(&stream, timeout)?;
+        let dest = pingpong::client_exchange(&mut stream, &local)
+            .map_err(|e| Fail(format!("Couldn't read/write remote address: {e}")))?;
+        drop(stream);
+        println!("{}", address_line("remote address:", &dest));
+        ctx.connect(&remote_endpoint(&dest, server.ip()), mtu)?;
+        remote = dest;
+        return pingpong_loop(args, &ctx, &remote, true, timeout);
+    }
+
+    // Server.
+    let listen_addr: Option<SocketAddr> = args.bind.map(|ip| SocketAddr::new(ip, args.port));
+    let mut early = None;
+    if let Some(ip) = args.bind {
+        // Like rc_pingpong: device, receives and the local address line before listening.
+        let c = Ctx::open(args, ip)?;
+        let routs = c.post_recv(c.rx_depth);
+        if routs < c.rx_depth {
+            return fail(format!("Couldn't post receive ({routs})"));
+        }
+        let local = c.local_dest(args.gid_idx)?;
+        println!("{}", address_line("local address: ", &local));
+        let _ = std::io::stdout().flush();
+        early = Some((c, local));
+    }
+    let listener = match listen_addr {
+        Some(a) => TcpListener::bind(a),
+        None => softrdma_cm::listen_any(args.port).map_err(|e| match e {
+            softrdma_cm::Error::Io { source, .. } => source,
+            other => std::io::Error::other(other.to_string()),
+        }),
+    }
+    .map_err(|_| Fail(format!("Couldn't listen to port {}", args.port)))?;
+    let (mut stream, peer) = listener
+        .accept()
+        .map_err(|_| Fail("accept() failed".to_string()))?;
+    drop(listener);
+    stream.set_nodelay(true)?;
+    set_stream_timeout(&stream, timeout)?;
+    let (c, local) = match early {
+        Some(e) => e,
+        None => {
+            let ip = stream.local_addr()?.ip().to_canonical();
+            let c = Ctx::open(args, ip)?;
+            let routs = c.post_recv(c.rx_depth);
+            if routs < c.rx_depth {
+                return fail(format!("Couldn't post receive ({routs})"));
+            }
+            let local = c.local_dest(args.gid_idx)?;
+            println!("{}", address_line("local address: ", &local));
+            (c, local)
+        }
+    };
+    ctx = c;
+    let dest = pingpong::server_read_remote(&mut stream)
+        .map_err(|e| Fail(format!("Couldn't read remote address: {e}")))?;
+    ctx.connect(&remote_endpoint(&dest, peer.ip().to_canonical()), mtu)
+        .map_err(|Fail(m)| Fail(format!("{m}\nCouldn't connect to remote QP")))?;
+    pingpong::server_reply(&mut stream, &local)
+        .and_then(|()| pingpong::server_wait_done(&mut stream))
+        .map_err(|e| Fail(format!("Couldn't send/recv local address: {e}")))?;
+    drop(stream);
+    println!("{}", address_line("remote address:", &dest));
+    remote = dest;
+    pingpong_loop(args, &ctx, &remote, false, timeout)
+}
+
+/// The traffic phase (rc_pingpong's main loop and `parse_single_wc`), then the report.
+fn pingpong_loop(
+    args: &Args,
+    ctx: &Ctx,
+    _remote: &PingpongDest,
+    client: bool,
+    timeout: Option<Duration>,
+) -> Result<ExitCode, Fail> {
+    let iters = u64::from(args.iters);
+    let mut pending = RECV_WRID;
+    if client {
+        if args.chk {
+            for i in (0..args.size as usize).step_by(PAGE) {
+                ctx.mr.write(i, &[0])?;
+            }
+        }
+        ctx.post_send()?;
+        pending |= SEND_WRID;
+    }
+    let start = Instant::now();
+    let mut routs = ctx.rx_depth;
+    let (mut rcnt, mut scnt) = (0u64, 0u64);
+    let mut wcs: Vec<WorkCompletion> = Vec::with_capacity(2);
+    let mut last_progress = Instant::now();
+    while rcnt < iters || scnt < iters {
+        wcs.clear();
+        let mut spins = 0u32;
+        loop {
+            if ctx.cq.poll(2, &mut wcs) > 0 {
+                break;
+            }
+            if let Some(t) = timeout {
+                let idle = last_progress.elapsed();
+                if idle >= t {
+                    return fail(format!(
+                        "no completion for {:.1} seconds (sent {scnt}, received {rcnt} of {iters}); giving up",
+                        idle.as_secs_f64()
+                    ));
+                }
+            }
+            if args.events {
+                let left = timeout.map(|t| t.saturating_sub(last_progress.elapsed()));
+                ctx.cq.wait(left);
+            } else {
+                spins += 1;
+                if spins % 64 == 0 {
+                    std::thread::yield_now();
+                } else {
+                    std::hint::spin_loop();
+                }
+            }
+        }
+        last_progress = Instant::now();
+        for wc in &wcs {
+            if wc.status != WcStatus::Success {
+                return fail(format!(
+                    "Failed status {} ({}) for wr_id {}\nparse WC failed {}",
+                    wc.status.as_str(),
+                    ibv_status_code(wc.status),
+                    wc.wr_id,
+                    wcs.len()
+                ));
+            }
+            match wc.wr_id {
+                SEND_WRID => scnt += 1,
+                RECV_WRID => {
+                    routs -= 1;
+                    if routs <= 1 {
+                        routs += ctx.post_recv(ctx.rx_depth - routs);
+                        if routs < ctx.rx_depth {
+                            return fail(format!("Couldn't post receive ({routs})"));
+                        }
+                    }
+                    rcnt += 1;
+                }
+                other => {
+                    return fail(format!("Completion for unknown wr_id {other}"));
+                }
+            }
+            pending &= !wc.wr_id;
+            if scnt < iters && pending == 0 {
+                ctx.post_send()?;
+                pending = RECV_WRID | SEND_WRID;
+            }
+        }
+    }
+    let elapsed = start.elapsed();
+
+    // rc_pingpong computes in float microseconds.
+    let usec = elapsed.as_secs_f64() * 1e6;
+    let bytes = u64::from(args.size) * iters * 2;
+    println!(
+        "{bytes} bytes in {:.2} seconds = {:.2} Mbit/sec",
+        usec / 1e6,
+        bytes as f64 * 8.0 / usec
+    );
+    println!(
+        "{iters} iters in {:.2} seconds = {:.2} usec/iter",
+        usec / 1e6,
+        usec / iters as f64
+    );
+    let mut code = ExitCode::SUCCESS;
+    if args.chk {
+        let buf = ctx.mr.read_vec(0, args.size as usize)?;
+        let bad = invalid_pages(&buf);
+        for page in &bad {
+            println!("invalid data in page {page}");
+        }
+        if !bad.is_empty() {
+            code = ExitCode::FAILURE;
+        }
+    }
+    if args.counters {
+        crate::devinfo::print_counters(&mut std::io::stdout().lock(), &ctx.device.stats())?;
+    }
+    Ok(code)
+}
+
+/// `enum ibv_wc_status` values, for the `Failed status %s (%d)` line.
+fn ibv_status_code(s: WcStatus) -> u32 {
+    match s {
+        WcStatus::Success => 0,
+        WcStatus::LocLenErr => 1,
+        WcStatus::LocQpOpErr => 2,
+        WcStatus::LocProtErr => 4,
+        WcStatus::WrFlushErr => 5,
+        WcStatus::BadRespErr => 7,
+        WcStatus::LocAccessErr => 8,
+        WcStatus::RemInvReqErr => 9,
+        WcStatus::RemAccessErr => 10,
+        WcStatus::RemOpErr => 11,
+        WcStatus::RetryExcErr => 12,
+        WcStatus::RnrRetryExcErr => 13,
+        WcStatus::GeneralErr => 21,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn pattern_matches_rc_pingpong() {
+        // 0x7b everywhere, 0 at each page start.
+        let mut buf = vec![FILL; 10_000];
+        for i in (0..buf.len()).step_by(PAGE) {
+            buf[i] = 0;
+        }
+        assert!(invalid_pages(&buf).is_empty());
+        buf[PAGE * 2 + 5] = 0;
+        assert_eq!(invalid_pages(&buf), vec![2]);
+        // A buffer nobody wrote (rc_pingpong's server check catches this one too).
+        assert_eq!(invalid_pages(&[FILL; 64]), vec![0]);
+    }
+
+    #[test]
+    fn address_lines_like_rc_pingpong() {
+        let d = PingpongDest {
+            lid: 0,
+            qpn: 0x11,
+            psn: 0xabc,
+            gid: Gid::from_ip("10.88.0.11".parse().unwrap()),
+        };
+        assert_eq!(
+            address_line("local address: ", &d),
+            "  local address:  LID 0x0000, QPN 0x000011, PSN 0x000abc, GID ::ffff:10.88.0.11"
+        );
+        assert_eq!(
+            address_line("remote address:", &PingpongDest::default()),
+            "  remote address: LID 0x0000, QPN 0x000000, PSN 0x000000, GID ::"
+        );
+    }
+}

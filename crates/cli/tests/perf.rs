@@ -1,0 +1,354 @@
+//! End-to-end tests of `softrdma perf`: each benchmark runs with `--loopback` (both sides in
+//! one process over real UDP and TCP on 127.0.0.1 and 127.0.0.2), as a user runs it; the exit
+//! status, the perftest-style table, the plausibility of the figures and the data checks
+//! (which `--loopback` turns on) are verified. Usage errors must be one clean line, exit 2.
+
+use std::process::{Command, Output};
+use std::sync::Mutex;
+
+/// The loopback devices bind UDP 4791 on 127.0.0.1 and 127.0.0.2: one run at a time.
+static LOOPBACK: Mutex<()> = Mutex::new(());
+
+fn perf(args: &[&str]) -> Output {
+    Command::new(env!("CARGO_BIN_EXE_softrdma"))
+        .arg("perf")
+        .args(args)
+        .output()
+        .expect("run softrdma")
+}
+
+fn loopback(args: &[&str]) -> (String, String) {
+    let _guard = LOOPBACK.lock().unwrap_or_else(|e| e.into_inner());
+    let mut a = args.to_vec();
+    a.push("--loopback");
+    let out = perf(&a);
+    let stdout = String::from_utf8(out.stdout).expect("utf-8");
+    let stderr = String::from_utf8(out.stderr).expect("utf-8");
+    assert!(
+        out.status.success(),
+        "softrdma perf {args:?} failed ({:?})\nstdout:\n{stdout}\nstderr:\n{stderr}",
+        out.status
+    );
+    (stdout, stderr)
+}
+
+/// The numeric rows of the result table (lines after the `#bytes` header that start with a
+/// number), split into fields.
+fn rows(stdout: &str) -> Vec<Vec<f64>> {
+    stdout
+        .lines()
+        .skip_while(|l| !l.starts_with(" #bytes"))
+        .skip(1)
+        .take_while(|l| !l.starts_with("---"))
+        .map(|l| {
+            l.split_whitespace()
+                .map(|f| {
+                    f.parse::<f64>()
+                        .unwrap_or_else(|_| panic!("bad field {f:?} in {l:?}"))
+                })
+                .collect()
+        })
+        .collect()
+}
+
+fn check_banner(stdout: &str, title: &str) {
+    for want in [
+        title,
+        " Dual-port       : OFF",
+        " Number of qps   : ",
+        " Connection type : RC",
+        " Mtu             : 4096[B]",
+        " Link type       : Ethernet",
+        " GID index       : 1",
+        " rdma_cm QPs\t : OFF",
+        " Data ex. method : Ethernet",
+        " local address: LID 0000 QPN 0x",
+        " remote address: LID 0000 QPN 0x",
+        " GID: 00:00:00:00:00:00:00:00:00:00:255:255:127:00:00:02",
+        " GID: 00:00:00:00:00:00:00:00:00:00:255:255:127:00:00:01",
+    ] {
+        assert!(stdout.contains(want), "missing {want:?} in:\n{stdout}");
+    }
+}
+
+/// Every `Data check` line says OK, and there is at least one.
+fn checks_ok(stdout: &str) {
+    let lines: Vec<&str> = stdout
+        .lines()
+        .filter(|l| l.contains("Data check"))
+        .collect();
+    assert!(!lines.is_empty(), "no data check in:\n{stdout}");
+    for l in lines {
+        assert!(l.contains(": OK"), "{l}");
+    }
+}
+
+fn bw_test(test: &str, title: &str, args: &[&str], size: f64, iters: f64) {
+    let mut a = vec![test];
+    a.extend_from_slice(args);
+    let (out, _) = loopback(&a);
+    check_banner(&out, title);
+    assert!(out.contains(
+        " #bytes     #iterations    BW peak[MB/sec]    BW average[MB/sec]   MsgRate[Mpps]"
+    ));
+    let r = rows(&out);
+    assert_eq!(r.len(), 1, "{out}");
+    let (bytes, n, peak, avg, rate) = (r[0][0], r[0][1], r[0][2], r[0][3], r[0][4]);
+    assert_eq!((bytes, n), (size, iters), "{out}");
+    // The client measures a peak; a SEND server reports none (0.00), like perftest's.
+    assert!(avg > 0.0 && (peak >= avg * 0.99 || peak == 0.0), "{out}");
+    // MB/s is MiB/s in perftest; the rate must agree with the bandwidth.
+    let implied = avg * 1_048_576.0 / size / 1e6;
+    assert!((implied - rate).abs() <= rate * 0.02 + 1e-6, "{out}");
+    checks_ok(&out);
+}
+
+#[test]
+fn write_bw() {
+    bw_test(
+        "write-bw",
+        "RDMA_Write BW Test",
+        &["-s", "4096", "-n", "300"],
+        4096.0,
+        300.0,
+    );
+}
+
+#[test]
+fn read_bw() {
+    bw_test(
+        "read-bw",
+        "RDMA_Read BW Test",
+        &["-s", "4096", "-n", "300"],
+        4096.0,
+        300.0,
+    );
+}
+
+#[test]
+fn send_bw() {
+    bw_test(
+        "send-bw",
+        "Send BW Test",
+        &["-s", "10000", "-n", "300"],
+        10000.0,
+        300.0,
+    );
+}
+
+#[test]
+fn atomic_bw_both_kinds() {
+    bw_test(
+        "atomic-bw",
+        "Atomic FETCH_AND_ADD BW Test",
+        &["-n", "300"],
+        8.0,
+        300.0,
+    );
+    bw_test(
+        "atomic-bw",
+        "Atomic CMP_AND_SWAP BW Test",
+        &["-n", "300", "-A", "CMP_AND_SWAP"],
+        8.0,
+        300.0,
+    );
+}
+
+#[test]
+fn write_bw_two_qps_inline_gbits() {
+    let (out, _) = loopback(&[
+        "write-bw",
+        "-q",
+        "2",
+        "-s",
+        "64",
+        "-n",
+        "200",
+        "-I",
+        "64",
+        "--report_gbits",
+    ]);
+    assert!(out.contains(" Number of qps   : 2"), "{out}");
+    assert!(out.contains(" Max inline data : 64[B]"), "{out}");
+    assert!(out.contains("BW average[Gb/sec]"), "{out}");
+    assert_eq!(out.matches(" local address:").count(), 2, "{out}");
+    let r = rows(&out);
+    // perftest counts the iterations of all QPs.
+    assert_eq!((r[0][0], r[0][1]), (64.0, 400.0), "{out}");
+    checks_ok(&out);
+}
+
+#[test]
+fn write_bw_duration() {
+    let (out, _) = loopback(&["write-bw", "-s", "4096", "-D", "1"]);
+    let r = rows(&out);
+    assert_eq!(r.len(), 1, "{out}");
+    assert!(r[0][1] >= 100.0 && r[0][3] > 0.0, "{out}");
+}
+
+fn lat_test(test: &str, title: &str, args: &[&str], size: f64) {
+    let mut a = vec![test];
+    a.extend_from_slice(args);
+    let (out, _) = loopback(&a);
+    check_banner(&out, title);
+    assert!(out.contains(" #bytes #iterations    t_min[usec]    t_max[usec]  t_typical[usec]    t_avg[usec]    t_stdev[usec]   99% percentile[usec]   99.9% percentile[usec]"));
+    let r = rows(&out);
+    assert_eq!(r.len(), 1, "{out}");
+    let v = &r[0];
+    assert_eq!((v[0], v[1]), (size, 200.0), "{out}");
+    let (min, max, typ, avg, p99, p999) = (v[2], v[3], v[4], v[5], v[7], v[8]);
+    assert!(min > 0.0 && min <= typ && typ <= max, "{out}");
+    assert!(min <= avg && avg <= max, "{out}");
+    // Percentiles come from a 3-digit histogram: allow its rounding.
+    assert!(
+        typ <= p99 * 1.001 && p99 <= p999 * 1.001 && p999 <= max * 1.001,
+        "{out}"
+    );
+    assert!(avg < 100_000.0, "implausible latency: {out}");
+}
+
+#[test]
+fn send_lat() {
+    lat_test(
+        "send-lat",
+        "Send Latency Test",
+        &["-s", "8", "-n", "200"],
+        8.0,
+    );
+}
+
+#[test]
+fn write_lat() {
+    lat_test(
+        "write-lat",
+        "RDMA_Write Latency Test",
+        &["-s", "64", "-n", "200"],
+        64.0,
+    );
+}
+
+#[test]
+fn read_lat() {
+    lat_test(
+        "read-lat",
+        "RDMA_Read Latency Test",
+        &["-s", "4096", "-n", "200"],
+        4096.0,
+    );
+}
+
+#[test]
+fn atomic_lat() {
+    lat_test(
+        "atomic-lat",
+        "Atomic FETCH_AND_ADD Latency Test",
+        &["-n", "200"],
+        8.0,
+    );
+}
+
+#[test]
+fn all_sizes_reduced_range() {
+    let sizes: Vec<f64> = (1..=12).map(|i| f64::from(1u32 << i)).collect();
+    for test in ["write-bw", "send-bw", "read-bw", "send-lat", "write-lat"] {
+        let (out, _) = loopback(&[test, "-a", "--max-size", "4096", "-n", "20"]);
+        let r = rows(&out);
+        let got: Vec<f64> = r.iter().map(|v| v[0]).collect();
+        assert_eq!(got, sizes, "{test}:\n{out}");
+        if test != "write-bw" {
+            checks_ok(&out);
+        }
+    }
+}
+
+#[test]
+fn json_output() {
+    let (out, _) = loopback(&["send-bw", "-s", "1024", "-n", "100", "--json"]);
+    let line = out.trim();
+    assert!(line.starts_with('{') && line.ends_with('}'), "{out}");
+    for want in [
+        "\"test\":\"send-bw\"",
+        "\"role\":\"client\"",
+        "\"mtu\":4096",
+        "\"bytes\":1024",
+        "\"iterations\":100",
+        "\"bw_avg_mbps\":",
+        "\"check\":\"server: OK",
+    ] {
+        assert!(line.contains(want), "missing {want} in {line}");
+    }
+}
+
+/// A usage error: exit status 2, nothing on stdout, one message on stderr.
+fn usage_error(args: &[&str], want: &str) {
+    let out = perf(args);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(2), "{args:?}: {stderr}");
+    assert!(out.stdout.is_empty(), "{args:?}");
+    assert!(stderr.contains(want), "{args:?}: {stderr}");
+    assert!(!stderr.contains("panicked"), "{stderr}");
+}
+
+#[test]
+fn argument_errors_are_clean() {
+    usage_error(&["atomic-bw", "-s", "16", "--loopback"], "-s must be 8");
+    usage_error(&["atomic-bw", "-a", "--loopback"], "-a is not supported");
+    usage_error(
+        &["write-bw", "-A", "CMP_AND_SWAP", "--loopback"],
+        "-A applies to atomic",
+    );
+    usage_error(
+        &["write-bw", "-D", "2", "-n", "100", "--loopback"],
+        "-D and -n",
+    );
+    usage_error(
+        &["send-lat", "-D", "2", "--loopback"],
+        "does not support -D",
+    );
+    usage_error(
+        &["write-bw", "-n", "1", "--loopback"],
+        "-n must be between 5",
+    );
+    usage_error(
+        &["write-bw", "-s", "0", "--loopback"],
+        "-s must be between 1",
+    );
+    usage_error(
+        &["write-bw", "-s", "9000000", "--loopback"],
+        "-s must be between 1",
+    );
+    usage_error(&["write-bw", "-q", "0", "--loopback"], "-q must be between");
+    usage_error(&["send-lat", "-q", "2", "--loopback"], "one QP");
+    usage_error(&["read-bw", "-I", "16", "--loopback"], "-I applies");
+    usage_error(&["write-bw", "-o", "4", "--loopback"], "-o applies");
+    usage_error(
+        &["read-bw", "-o", "200", "--loopback"],
+        "-o must be between",
+    );
+    usage_error(
+        &["write-bw", "-m", "1000", "--loopback"],
+        "-m must be one of",
+    );
+    usage_error(&["write-bw", "-x", "3", "--loopback"], "-x must be 0");
+    usage_error(
+        &["write-bw", "-a", "--max-size", "1000", "--loopback"],
+        "--max-size",
+    );
+    // clap's own errors: exit 2 as well.
+    usage_error(
+        &["write-bw", "--loopback", "10.0.0.1"],
+        "cannot be used with",
+    );
+    usage_error(&["write-lots", "--loopback"], "invalid value");
+    usage_error(&["atomic-bw", "-A", "SWAP", "--loopback"], "invalid value");
+    usage_error(&["write-bw", "--max-size", "64", "--loopback"], "--all");
+}
+
+#[test]
+fn unreachable_server_is_a_clean_failure() {
+    // Nothing listens on this port of the loopback address.
+    let out = perf(&["write-bw", "127.0.0.1", "-p", "9"]);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(1), "{stderr}");
+    assert!(stderr.contains("cannot connect to 127.0.0.1:9"), "{stderr}");
+}

@@ -1,0 +1,299 @@
+//! End-to-end tests of `softrdma pingpong` and `softrdma devinfo`: the binary is run as a user
+//! runs it, a server and a client process on loopback addresses (127.0.77.x), with `-c`
+//! validation, several message sizes (one packet, exactly one MTU, several packets), and the
+//! `--pcap` tap whose files must decode cleanly with `softrdma decode`.
+
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Output, Stdio};
+use std::time::{Duration, Instant};
+
+const BIN: &str = env!("CARGO_BIN_EXE_softrdma");
+
+/// Kills the child if the test fails before waiting for it.
+struct Guard(Option<Child>);
+
+impl Guard {
+    fn wait(mut self, limit: Duration) -> Output {
+        let mut child = self.0.take().expect("child");
+        let deadline = Instant::now() + limit;
+        loop {
+            if child.try_wait().expect("try_wait").is_some() {
+                return child.wait_with_output().expect("output");
+            }
+            if Instant::now() > deadline {
+                let _ = child.kill();
+                let out = child.wait_with_output().expect("output");
+                panic!(
+                    "server did not finish in {limit:?}:\n{}\n{}",
+                    String::from_utf8_lossy(&out.stdout),
+                    String::from_utf8_lossy(&out.stderr)
+                );
+            }
+            std::thread::sleep(Duration::from_millis(20));
+        }
+    }
+}
+
+impl Drop for Guard {
+    fn drop(&mut self) {
+        if let Some(c) = self.0.as_mut() {
+            let _ = c.kill();
+            let _ = c.wait();
+        }
+    }
+}
+
+fn text(b: &[u8]) -> String {
+    String::from_utf8_lossy(b).into_owned()
+}
+
+fn tmp(name: &str) -> PathBuf {
+    Path::new(env!("CARGO_TARGET_TMPDIR")).join(name)
+}
+
+/// Runs a server with `server` args and then a client with `client` args (retrying while the
+/// server is not listening yet); returns (server, client) outputs.
+fn pair(server: &[&str], client: &[&str]) -> (Output, Output) {
+    let srv = Command::new(BIN)
+        .arg("pingpong")
+        .args(server)
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("spawn server");
+    let srv = Guard(Some(srv));
+    let deadline = Instant::now() + Duration::from_secs(20);
+    let cli = loop {
+        let out = Command::new(BIN)
+            .arg("pingpong")
+            .args(client)
+            .output()
+            .expect("run client");
+        if !out.status.success()
+            && text(&out.stderr).contains("Couldn't connect")
+            && Instant::now() < deadline
+        {
+            std::thread::sleep(Duration::from_millis(50));
+            continue;
+        }
+        break out;
+    };
+    let srv = srv.wait(Duration::from_secs(30));
+    (srv, cli)
+}
+
+fn assert_report(o: &Output, who: &str, size: u64, iters: u64) {
+    let out = text(&o.stdout);
+    assert!(
+        o.status.success(),
+        "{who} failed: {:?}\n{out}\n{}",
+        o.status,
+        text(&o.stderr)
+    );
+    let lines: Vec<&str> = out.lines().collect();
+    assert!(
+        lines[0].starts_with("  local address:  LID 0x0000, QPN 0x"),
+        "{out}"
+    );
+    assert!(lines[0].contains(", GID ::ffff:127.0.77."), "{out}");
+    assert!(
+        lines[1].starts_with("  remote address: LID 0x0000, QPN 0x"),
+        "{out}"
+    );
+    let bytes = size * iters * 2;
+    assert!(
+        lines[2].starts_with(&format!("{bytes} bytes in ")) && lines[2].ends_with(" Mbit/sec"),
+        "{out}"
+    );
+    assert!(
+        lines[3].starts_with(&format!("{iters} iters in ")) && lines[3].ends_with(" usec/iter"),
+        "{out}"
+    );
+    assert!(!out.contains("invalid data"), "{out}");
+}
+
+fn decode_clean(file: &Path) -> String {
+    let o = Command::new(BIN)
+        .args(["decode", "-q"])
+        .arg(file)
+        .output()
+        .expect("run decode");
+    let summary = text(&o.stdout);
+    assert!(o.status.success(), "decode of {file:?}: {summary}");
+    assert!(summary.contains("icrc_bad: 0, malformed: 0"), "{summary}");
+    summary
+}
+
+/// Client and server with -c, for message sizes of one packet, exactly one MTU and several
+/// packets (the default path MTU is 1024), each with its own pcap tap.
+#[test]
+fn loopback_pingpong_validates_every_size_and_pcap_decodes() {
+    for (i, size) in [64u64, 1024, 4096, 10_000].into_iter().enumerate() {
+        let port = (19_771 + i).to_string();
+        let s = size.to_string();
+        let (sp, cp) = (
+            tmp(&format!("pp-srv-{size}.pcap")),
+            tmp(&format!("pp-cli-{size}.pcap")),
+        );
+        let common = ["-c", "-s", &s, "-n", "25", "-p", &port, "--timeout", "20"];
+        let mut server: Vec<&str> = vec!["--bind", "127.0.77.2", "--pcap", sp.to_str().unwrap()];
+        server.extend(common);
+        let mut client: Vec<&str> = vec!["--bind", "127.0.77.1", "--pcap", cp.to_str().unwrap()];
+        client.extend(common);
+        client.push("127.0.77.2");
+        let (so, co) = pair(&server, &client);
+        assert_report(&so, "server", size, 25);
+        assert_report(&co, "client", size, 25);
+        // Both taps saw every packet: 25 messages each way of ceil(size/1024) packets, and
+        // at least one ACK per 25 messages each way; none malformed, every ICRC valid.
+        let per_msg = size.div_ceil(1024);
+        for f in [&sp, &cp] {
+            let summary = decode_clean(f);
+            let roce: u64 = summary
+                .split("roce: ")
+                .nth(1)
+                .and_then(|r| r.split(',').next())
+                .and_then(|n| n.parse().ok())
+                .expect("roce count");
+            assert!(roce >= 2 * 25 * per_msg + 2, "{f:?}: {summary}");
+        }
+    }
+}
+
+/// Completion events (-e), a small receive queue that must be re-posted (-r 3), another path
+/// MTU (-m 512), and a server that takes its address from the client's TCP connection.
+#[test]
+fn loopback_pingpong_events_small_rx_depth_default_server_address() {
+    let args = [
+        "-e",
+        "-c",
+        "-r",
+        "3",
+        "-m",
+        "512",
+        "-s",
+        "3000",
+        "-n",
+        "40",
+        "-p",
+        "19781",
+        "--timeout",
+        "20",
+    ];
+    let mut client: Vec<&str> = vec!["--bind", "127.0.77.11"];
+    client.extend(args);
+    client.push("127.0.77.12");
+    let (so, co) = pair(&args, &client);
+    assert_report(&so, "server", 3000, 40);
+    assert_report(&co, "client", 3000, 40);
+    assert!(text(&so.stdout).contains("GID ::ffff:127.0.77.12\n"));
+}
+
+/// A mismatch in the -c pattern is reported in rc_pingpong's words, with status 1: the
+/// client sends rc_pingpong's plain buffer (no -c), the server checks.
+#[test]
+fn validation_failure_is_reported() {
+    let (so, co) = pair(
+        &[
+            "--bind",
+            "127.0.77.22",
+            "-c",
+            "-s",
+            "5000",
+            "-n",
+            "3",
+            "-p",
+            "19782",
+            "--timeout",
+            "20",
+        ],
+        &[
+            "--bind",
+            "127.0.77.21",
+            "-s",
+            "5000",
+            "-n",
+            "3",
+            "-p",
+            "19782",
+            "--timeout",
+            "20",
+            "127.0.77.22",
+        ],
+    );
+    assert!(co.status.success(), "{}", text(&co.stderr));
+    assert_eq!(so.status.code(), Some(1));
+    let out = text(&so.stdout);
+    assert!(
+        out.contains("invalid data in page 0\ninvalid data in page 1\n"),
+        "{out}"
+    );
+}
+
+#[test]
+fn bad_arguments_and_unreachable_server_fail_like_rc_pingpong() {
+    let o = Command::new(BIN)
+        .args(["pingpong", "-m", "1000"])
+        .output()
+        .unwrap();
+    assert_eq!(o.status.code(), Some(1));
+    let o = Command::new(BIN)
+        .args([
+            "pingpong",
+            "--bind",
+            "127.0.77.31",
+            "-p",
+            "19783",
+            "127.0.77.32",
+        ])
+        .output()
+        .unwrap();
+    assert_eq!(o.status.code(), Some(1));
+    assert!(
+        text(&o.stderr).contains("Couldn't connect to 127.0.77.32:19783"),
+        "{}",
+        text(&o.stderr)
+    );
+    assert!(text(&o.stdout).starts_with("  local address:  LID 0x0000"));
+}
+
+#[test]
+fn devinfo_prints_ibv_devinfo_layout() {
+    let o = Command::new(BIN)
+        .args(["devinfo", "--bind", "127.0.77.41"])
+        .output()
+        .unwrap();
+    assert!(o.status.success(), "{}", text(&o.stderr));
+    let short = text(&o.stdout);
+    let lines: Vec<&str> = short.lines().collect();
+    assert!(lines[0].starts_with("hca_id:\tsoftrdma"), "{short}");
+    assert_eq!(lines[1], "\ttransport:\t\t\tInfiniBand (0)");
+    assert_eq!(lines[3], "\tnode_guid:\t\t\t0000:7fff:fe00:4d29");
+    assert!(short.contains("\t\tport:\t1\n\t\t\tstate:\t\t\tPORT_ACTIVE (4)\n"));
+    assert!(short.contains("\t\t\tmax_mtu:\t\t4096 (5)\n"));
+    assert!(short.contains("\t\t\tlink_layer:\t\tEthernet\n"));
+    assert!(!short.contains("GID["), "GIDs only with -v");
+
+    let o = Command::new(BIN)
+        .args(["devinfo", "--bind", "127.0.77.41", "-v", "--counters"])
+        .output()
+        .unwrap();
+    assert!(o.status.success(), "{}", text(&o.stderr));
+    let long = text(&o.stdout);
+    for want in [
+        "\tmax_qp_wr:\t\t\t1048576\n",
+        "\tdevice_cap_flags:\t\t0x",
+        "\tatomic_cap:\t\t\tATOMIC_HCA (1)\n",
+        "\t\t\tmax_msg_sz:\t\t0x800000\n",
+        "\t\t\tphys_state:\t\tLINK_UP (5)\n",
+        "\t\t\tGID[  0]:\t\tfe80::7fff:fe00:4d29, RoCE v2\n",
+        "\t\t\tGID[  1]:\t\t::ffff:127.0.77.41, RoCE v2\n",
+        "counters:\n",
+        "\tdrops.bad_icrc",
+        "\tnaks_sent.rnr",
+        "\tretransmitted_packets",
+        "\tio.pcap_records",
+    ] {
+        assert!(long.contains(want), "missing {want:?} in\n{long}");
+    }
+}

@@ -1,0 +1,189 @@
+#!/bin/bash
+# scripts/lab/perf.sh: `softrdma perf` against perftest (ib_*_bw, ib_send_lat) on Linux
+# Soft-RoCE (rxe), in the rxe lab (see the lab's README). Opt-in and root only.
+#
+#   SOFTRDMA_LAB=/work/shared/rxe-lab scripts/lab/perf.sh
+#
+# It uses its own lab namespace (LAB_NS, default rxe-perf, with guest p1 = 10.88.0.11) so it
+# can run beside other users of the lab. For each test of PERF_TESTS it runs:
+#   1. softrdma client (in the namespace, bound to 10.88.0.1) -> perftest server in guest p1;
+#   2. softrdma server (bound to 10.88.0.1) <- perftest client in guest p1 (rxe-retry).
+# Both sides must exit 0 and print a result row with plausible figures (bandwidth > 0, or
+# 0 < t_min <= t_typical <= t_max). Every run is captured twice: tcpdump on br0 (what
+# crossed the wire) and softrdma's own --pcap tap; both must decode with `softrdma decode`
+# to 0 malformed and 0 icrc_bad packets.
+#
+# Environment:
+#   SOFTRDMA_LAB    the lab folder (required; without it the script prints why and exits 0)
+#   PERF_TESTS      tests (default "write-bw read-bw send-bw atomic-bw:FETCH_AND_ADD
+#                   atomic-bw:CMP_AND_SWAP send-lat"; atomic kinds after a colon)
+#   PERF_ITERS      iterations (default 200: the guests run under TCG, ~10 MB/s)
+#   PERF_SIZE       message size of the non-atomic tests (default 4096; send-lat uses 8)
+#   PERF_OUT        where captures and logs go (default target/lab/perf)
+#   GUEST_TIMEOUT   hard limit per guest (default 120 s: a broken peer makes rxe retry forever)
+#   LAB_NS          lab namespace (default rxe-perf); LAB_TAPS (default "p1 p2")
+#   CARGO_TARGET_DIR, CARGO_BUILD_JOBS  as for cargo
+# Exit status: 0 if every run passed, 1 otherwise, 2 if the setup failed.
+set -uo pipefail
+
+LAB=${SOFTRDMA_LAB:-}
+if [ -z "$LAB" ]; then
+  echo "perf.sh: SOFTRDMA_LAB is not set (e.g. SOFTRDMA_LAB=/work/shared/rxe-lab): skipping the perftest interop matrix"
+  exit 0
+fi
+[ "$(id -u)" = 0 ] || { echo "perf.sh: the rxe lab needs root"; exit 2; }
+[ -x "$LAB/guest.sh" ] || { echo "perf.sh: $LAB is not the rxe lab (no guest.sh)"; exit 2; }
+
+ROOT=$(cd "$(dirname "$0")/../.." && pwd)
+export LAB_NS=${LAB_NS:-rxe-perf}
+export LAB_TAPS=${LAB_TAPS:-p1 p2}
+export GUEST_TIMEOUT=${GUEST_TIMEOUT:-120}
+NS=$LAB_NS
+GUEST=${LAB_TAPS%% *}
+TESTS=${PERF_TESTS:-"write-bw read-bw send-bw atomic-bw:FETCH_AND_ADD atomic-bw:CMP_AND_SWAP send-lat"}
+ITERS=${PERF_ITERS:-200}
+SIZE=${PERF_SIZE:-4096}
+OUT=${PERF_OUT:-$ROOT/target/lab/perf}
+HOST_IP=10.88.0.1
+GUEST_IP=10.88.0.11
+mkdir -p "$OUT"
+
+echo "== building softrdma (release)"
+(cd "$ROOT" && cargo build --release -q -p softrdma-cli) || { echo "perf.sh: build failed"; exit 2; }
+BIN=${CARGO_TARGET_DIR:-$ROOT/target}/release/softrdma
+[ -x "$BIN" ] || { echo "perf.sh: no binary at $BIN"; exit 2; }
+
+"$LAB/lab.sh" up || { echo "perf.sh: lab.sh up failed"; exit 2; }
+nsx() { ip netns exec "$NS" "$@"; }
+
+TCPDUMP_PID=
+start_capture() { # FILE
+  # Not through nsx: a backgrounded function is a subshell, which ignores SIGINT; `ip netns
+  # exec` execs tcpdump, so $! is tcpdump itself.
+  # -B: a large kernel buffer, so a busy 2-core host (TCG guests) drops nothing.
+  ip netns exec "$NS" tcpdump -i br0 -n -s 0 -B 65536 --immediate-mode -U -w "$1" \
+    'udp port 4791 or tcp port 18515' >"$1.tcpdump.log" 2>&1 &
+  TCPDUMP_PID=$!
+  sleep 1
+}
+stop_capture() {
+  [ -n "$TCPDUMP_PID" ] || return 0
+  sleep 0.5
+  kill -TERM "$TCPDUMP_PID" 2>/dev/null; wait "$TCPDUMP_PID" 2>/dev/null
+  TCPDUMP_PID=
+}
+trap 'stop_capture' EXIT
+
+decode() { # FILE -> summary line; decode's status
+  local line rc
+  line=$("$BIN" decode -q "$1" 2>&1); rc=$?
+  echo "$line"
+  return $rc
+}
+
+# row LOG -> the first result row of a perftest-style table (the guest's lines may carry a
+# prefix), or nothing.
+row() {
+  sed -E 's/^.*\] ?//' "$1" | grep -E '^ [0-9]+ +[0-9]+ +[0-9.]+' | head -1 | tr -s ' \t' ' '
+}
+
+# plausible ROW KIND -> 0 if the figures make sense
+plausible() {
+  local kind=$2
+  [ -n "$1" ] || return 1
+  # shellcheck disable=SC2086
+  set -- $1
+  if [ "$kind" = lat ]; then
+    # bytes iters t_min t_max t_typical t_avg ...
+    awk -v a="$3" -v b="$4" -v c="$5" 'BEGIN { exit !(a > 0 && a <= c && c <= b) }'
+  else
+    # bytes iters peak avg msgrate
+    awk -v avg="$4" -v n="$2" 'BEGIN { exit !(avg > 0 && n > 0) }'
+  fi
+}
+
+RESULTS=()
+FAILED=0
+record() { # NAME STATUS DETAIL
+  RESULTS+=("$(printf '%-34s %-4s %s' "$1" "$2" "$3")")
+  [ "$2" = ok ] || FAILED=1
+}
+
+# check NAME KIND SOFTRDMA_RC GUEST_RC SOFTRDMA_LOG GUEST_LOG WIRE_PCAP TAP_PCAP
+check() {
+  local name=$1 kind=$2 src=$3 grc=$4 slog=$5 glog=$6 wire=$7 tap=$8 status=ok detail wd td sr gr
+  [ "$src" = 0 ] && [ "$grc" = 0 ] || status=FAIL
+  sr=$(row "$slog"); gr=$(row "$glog")
+  plausible "$sr" "$kind" || status=FAIL
+  plausible "$gr" "$kind" || status=FAIL
+  wd=$(decode "$wire") || status=FAIL
+  wd="$wd ($(grep -o '[0-9]* packets dropped by kernel' "$wire.tcpdump.log" || echo 'drops unknown'))"
+  td=$(decode "$tap") || status=FAIL
+  detail="softrdma rc=$src [${sr# }] perftest rc=$grc [${gr# }] | wire: $wd | tap: $td"
+  record "$name" "$status" "$detail"
+  echo "   -> $status: $detail"
+}
+
+for spec in $TESTS; do
+  test=${spec%%:*}
+  kind=bw; [ "${test#*-}" = lat ] && kind=lat
+  prog="ib_${test%%-*}_${test#*-}"
+  flags="-n $ITERS"
+  case $test in
+    atomic-*) flags="$flags -A ${spec#*:}"; tag=$test-${spec#*:} ;;
+    send-lat) flags="$flags -s 8"; tag=$test ;;
+    *) flags="$flags -s $SIZE"; tag=$test ;;
+  esac
+  pflags="-d rxe0 -x 1 -F $flags"
+
+  # 1. softrdma client -> perftest server.
+  name="softrdma-client $tag"
+  t="client-$tag"
+  echo "== $name: $prog $pflags ($GUEST)  <-  softrdma perf $test --bind $HOST_IP $flags $GUEST_IP"
+  start_capture "$OUT/$t.wire.pcap"
+  "$LAB/guest.sh" "$GUEST" "$GUEST_IP" "$prog $pflags" > "$OUT/$t.guest.log" 2>&1 &
+  gpid=$!
+  deadline=$(( $(date +%s) + 90 ))
+  while :; do
+    nsx timeout -k 5 $(( GUEST_TIMEOUT + 30 )) "$BIN" perf "$test" --bind "$HOST_IP" $flags \
+      --pcap "$OUT/$t.tap.pcap" "$GUEST_IP" > "$OUT/$t.softrdma.log" 2>&1
+    src=$?
+    if [ $src -ne 0 ] && [ "$(date +%s)" -lt "$deadline" ] && kill -0 $gpid 2>/dev/null && \
+       grep -q "cannot connect" "$OUT/$t.softrdma.log"; then
+      sleep 0.3; continue
+    fi
+    break
+  done
+  wait $gpid; grc=$?
+  stop_capture
+  sed 's/^/   softrdma: /' "$OUT/$t.softrdma.log"; sed 's/^/   /' "$OUT/$t.guest.log"
+  check "$name" $kind $src $grc "$OUT/$t.softrdma.log" "$OUT/$t.guest.log" \
+    "$OUT/$t.wire.pcap" "$OUT/$t.tap.pcap"
+
+  # 2. perftest client -> softrdma server.
+  name="softrdma-server $tag"
+  t="server-$tag"
+  echo "== $name: softrdma perf $test --bind $HOST_IP $flags  <-  $prog $pflags $HOST_IP ($GUEST)"
+  start_capture "$OUT/$t.wire.pcap"
+  ip netns exec "$NS" timeout -k 5 $(( GUEST_TIMEOUT + 30 )) "$BIN" perf "$test" \
+    --bind "$HOST_IP" $flags --pcap "$OUT/$t.tap.pcap" > "$OUT/$t.softrdma.log" 2>&1 &
+  spid=$!
+  "$LAB/guest.sh" "$GUEST" "$GUEST_IP" "rxe-retry 60 $prog $pflags $HOST_IP" \
+    > "$OUT/$t.guest.log" 2>&1
+  grc=$?
+  if [ $grc -ne 0 ]; then
+    # The guest is gone; do not let the server wait for a client that will never come.
+    sleep 2; kill "$spid" 2>/dev/null
+  fi
+  wait $spid; src=$?
+  stop_capture
+  sed 's/^/   softrdma: /' "$OUT/$t.softrdma.log"; sed 's/^/   /' "$OUT/$t.guest.log"
+  check "$name" $kind $src $grc "$OUT/$t.softrdma.log" "$OUT/$t.guest.log" \
+    "$OUT/$t.wire.pcap" "$OUT/$t.tap.pcap"
+done
+
+echo
+echo "== perftest interop matrix (iters $ITERS; captures and logs in $OUT)"
+printf '%s\n' "${RESULTS[@]}"
+if [ $FAILED = 0 ]; then echo "perf matrix: PASS"; else echo "perf matrix: FAIL"; fi
+exit $FAILED

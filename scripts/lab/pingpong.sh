@@ -1,0 +1,150 @@
+#!/bin/bash
+# scripts/lab/pingpong.sh: `softrdma pingpong` against rdma-core's `ibv_rc_pingpong` on Linux
+# Soft-RoCE (rxe), in the rxe lab (see the lab's README). Opt-in and root only.
+#
+#   SOFTRDMA_LAB=/work/shared/rxe-lab scripts/lab/pingpong.sh
+#
+# For each message size (PP_SIZES, default "64 1024 4096 10000": below, at and above the path
+# MTU of 1024) it runs, with -c validation on both sides:
+#   1. softrdma client (in the lab namespace, bound to 10.88.0.1) -> ibv_rc_pingpong server in
+#      guest g1 (10.88.0.11);
+#   2. softrdma server (bound to 10.88.0.1) <- ibv_rc_pingpong client in guest g1 (rxe-retry).
+# Both sides must exit 0 and neither may report "invalid data". Every run is captured twice:
+# tcpdump on br0 (what really crossed the wire) and softrdma's own --pcap tap; both captures
+# must decode with `softrdma decode` to 0 malformed and 0 icrc_bad packets.
+#
+# Environment:
+#   SOFTRDMA_LAB    the lab folder (required; without it the script prints why and exits 0)
+#   PP_SIZES        message sizes (default "64 1024 4096 10000")
+#   PP_ITERS        exchanges per run (default 20; the guests run under TCG, keep it small)
+#   PP_OUT          where captures and logs go (default target/lab/pingpong)
+#   GUEST_TIMEOUT   hard limit per guest (default 120 s: a broken peer makes rxe retry forever)
+#   LAB_NS          lab namespace (default rxe-lab); guest g1 is used
+#   CARGO_TARGET_DIR, CARGO_BUILD_JOBS  as for cargo
+# Exit status: 0 if every run passed, 1 otherwise, 2 if the setup failed.
+set -uo pipefail
+
+LAB=${SOFTRDMA_LAB:-}
+if [ -z "$LAB" ]; then
+  echo "pingpong.sh: SOFTRDMA_LAB is not set (e.g. SOFTRDMA_LAB=/work/shared/rxe-lab): skipping the rxe interop matrix"
+  exit 0
+fi
+[ "$(id -u)" = 0 ] || { echo "pingpong.sh: the rxe lab needs root"; exit 2; }
+[ -x "$LAB/guest.sh" ] || { echo "pingpong.sh: $LAB is not the rxe lab (no guest.sh)"; exit 2; }
+
+ROOT=$(cd "$(dirname "$0")/../.." && pwd)
+NS=${LAB_NS:-rxe-lab}
+export LAB_NS=$NS
+export GUEST_TIMEOUT=${GUEST_TIMEOUT:-120}
+SIZES=${PP_SIZES:-"64 1024 4096 10000"}
+ITERS=${PP_ITERS:-20}
+OUT=${PP_OUT:-$ROOT/target/lab/pingpong}
+HOST_IP=10.88.0.1
+GUEST_IP=10.88.0.11
+mkdir -p "$OUT"
+
+echo "== building softrdma (release)"
+(cd "$ROOT" && cargo build --release -q -p softrdma-cli) || { echo "pingpong.sh: build failed"; exit 2; }
+BIN=${CARGO_TARGET_DIR:-$ROOT/target}/release/softrdma
+[ -x "$BIN" ] || { echo "pingpong.sh: no binary at $BIN"; exit 2; }
+
+"$LAB/lab.sh" up || { echo "pingpong.sh: lab.sh up failed"; exit 2; }
+nsx() { ip netns exec "$NS" "$@"; }
+
+TCPDUMP_PID=
+start_capture() { # FILE
+  # Not through nsx(): `ip netns exec` execs tcpdump, so $! is tcpdump itself.
+  ip netns exec "$NS" tcpdump -i br0 -n -s 0 --immediate-mode -U -w "$1" \
+    'udp port 4791 or tcp port 18515' >/dev/null 2>&1 &
+  TCPDUMP_PID=$!
+  sleep 1
+}
+stop_capture() {
+  [ -n "$TCPDUMP_PID" ] || return 0
+  sleep 0.5
+  kill -INT "$TCPDUMP_PID" 2>/dev/null; wait "$TCPDUMP_PID" 2>/dev/null
+  TCPDUMP_PID=
+}
+trap 'stop_capture' EXIT
+
+# decode FILE -> prints the summary line, returns decode's status
+decode() {
+  local line rc
+  line=$("$BIN" decode -q "$1" 2>&1); rc=$?
+  echo "$line"
+  return $rc
+}
+
+RESULTS=()
+FAILED=0
+record() { # NAME STATUS DETAIL
+  RESULTS+=("$(printf '%-28s %-4s %s' "$1" "$2" "$3")")
+  [ "$2" = ok ] || FAILED=1
+}
+
+# check NAME SOFTRDMA_RC GUEST_RC SOFTRDMA_LOG GUEST_LOG WIRE_PCAP TAP_PCAP
+check() {
+  local name=$1 src=$2 grc=$3 slog=$4 glog=$5 wire=$6 tap=$7 status=ok detail wd td
+  grep -q "invalid data" "$slog" "$glog" && status=FAIL
+  [ "$src" = 0 ] && [ "$grc" = 0 ] || status=FAIL
+  wd=$(decode "$wire") || status=FAIL
+  td=$(decode "$tap") || status=FAIL
+  detail="softrdma rc=$src, ibv_rc_pingpong rc=$grc | wire: $wd | tap: $td"
+  record "$name" "$status" "$detail"
+  echo "   -> $status: $detail"
+}
+
+for size in $SIZES; do
+  common="-g 1 -c -s $size -n $ITERS"
+
+  # 1. softrdma client -> rxe server.
+  name="softrdma-client s=$size"
+  tag="client-$size"
+  echo "== $name: ibv_rc_pingpong -d rxe0 $common (g1)  <-  softrdma pingpong --bind $HOST_IP $common $GUEST_IP"
+  start_capture "$OUT/$tag.wire.pcap"
+  "$LAB/guest.sh" g1 "$GUEST_IP" "ibv_rc_pingpong -d rxe0 $common" > "$OUT/$tag.guest.log" 2>&1 &
+  gpid=$!
+  deadline=$(( $(date +%s) + 90 ))
+  while :; do
+    nsx "$BIN" pingpong --bind "$HOST_IP" $common --timeout 60 --pcap "$OUT/$tag.tap.pcap" \
+      "$GUEST_IP" > "$OUT/$tag.softrdma.log" 2>&1
+    src=$?
+    if [ $src -ne 0 ] && [ "$(date +%s)" -lt "$deadline" ] && kill -0 $gpid 2>/dev/null && \
+       grep -q "Couldn't connect" "$OUT/$tag.softrdma.log"; then
+      sleep 0.3; continue
+    fi
+    break
+  done
+  wait $gpid; grc=$?
+  stop_capture
+  sed 's/^/   softrdma: /' "$OUT/$tag.softrdma.log"; sed 's/^/   /' "$OUT/$tag.guest.log"
+  check "$name" $src $grc "$OUT/$tag.softrdma.log" "$OUT/$tag.guest.log" \
+    "$OUT/$tag.wire.pcap" "$OUT/$tag.tap.pcap"
+
+  # 2. rxe client -> softrdma server.
+  name="softrdma-server s=$size"
+  tag="server-$size"
+  echo "== $name: softrdma pingpong --bind $HOST_IP $common  <-  ibv_rc_pingpong -d rxe0 $common $HOST_IP (g1)"
+  start_capture "$OUT/$tag.wire.pcap"
+  ip netns exec "$NS" timeout -k 5 $(( GUEST_TIMEOUT + 30 )) "$BIN" pingpong --bind "$HOST_IP" $common --timeout 60 \
+    --pcap "$OUT/$tag.tap.pcap" > "$OUT/$tag.softrdma.log" 2>&1 &
+  spid=$!
+  "$LAB/guest.sh" g1 "$GUEST_IP" "rxe-retry 60 ibv_rc_pingpong -d rxe0 $common $HOST_IP" \
+    > "$OUT/$tag.guest.log" 2>&1
+  grc=$?
+  if [ $grc -ne 0 ]; then
+    # The guest is gone; do not let the server wait for a client that will never come.
+    sleep 2; kill "$spid" 2>/dev/null
+  fi
+  wait $spid; src=$?
+  stop_capture
+  sed 's/^/   softrdma: /' "$OUT/$tag.softrdma.log"; sed 's/^/   /' "$OUT/$tag.guest.log"
+  check "$name" $src $grc "$OUT/$tag.softrdma.log" "$OUT/$tag.guest.log" \
+    "$OUT/$tag.wire.pcap" "$OUT/$tag.tap.pcap"
+done
+
+echo
+echo "== pingpong interop matrix (iters $ITERS, -c; captures and logs in $OUT)"
+printf '%s\n' "${RESULTS[@]}"
+if [ $FAILED = 0 ]; then echo "pingpong matrix: PASS"; else echo "pingpong matrix: FAIL"; fi
+exit $FAILED
