@@ -29,8 +29,8 @@ use softrdma_wire::PacketRepr;
 
 use crate::intercept::{Interceptor, PacketInfo, Verdict};
 use crate::link::{Link, LinkConfig};
-use crate::pcap::{PcapWriter, UdpDatagram};
 use crate::rng::SimRng;
+use softrdma_wire::pcap::{PcapWriter, UdpDatagram};
 
 /// Index of a node in its fabric (the order nodes were added).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
@@ -455,15 +455,13 @@ impl Fabric {
         let Some(w) = self.pcap.as_mut() else {
             return;
         };
+        let src = SocketAddr::new(self.nodes[pkt.src.0].ip.into(), pkt.src_port);
+        let dst = SocketAddr::new(self.nodes[pkt.dst.0].ip.into(), pkt.dst_port);
         let d = UdpDatagram {
-            src: self.nodes[pkt.src.0].ip,
-            dst: self.nodes[pkt.dst.0].ip,
-            src_port: pkt.src_port,
-            dst_port: pkt.dst_port,
             ecn: pkt.ecn,
-            payload: &pkt.data,
+            ..UdpDatagram::new(src, dst, &pkt.data)
         };
-        if let Err(e) = w.write_udp(at, &d) {
+        if let Err(e) = w.write_udp(at.as_nanos(), &d) {
             // Keep simulating: a full disk must not change the verdict of a run.
             self.pcap_error = Some(e);
             self.pcap = None;

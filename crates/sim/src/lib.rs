@@ -6,8 +6,9 @@
 //! - [`link`]: the per-direction link model — delay, bandwidth, loss, duplication, reordering,
 //!   single-bit corruption — each link with its own PRNG stream;
 //! - [`intercept`]: targeted faults ("drop the 2nd READ response"), for exact scripted tests;
-//! - [`pcap`]: a capture of what crossed the fabric with real IPv4/UDP headers, so the ICRCs
-//!   verify in Wireshark and `softrdma decode`;
+//! - captures of what crossed the fabric ([`Fabric::capture_to`], written with
+//!   `softrdma_wire::pcap`) with real IPv4/UDP headers, so the ICRCs verify in Wireshark and
+//!   `softrdma decode`;
 //! - [`setup`]: protection domains, CQs, memory and RC QP pairs brought to RTS;
 //! - [`workload`]: a random RC workload with a reference model that checks every result;
 //! - [`swarm`]: one seed in, verdict out — faults drawn from the seed (safety phase), then a
@@ -20,7 +21,6 @@
 pub mod fabric;
 pub mod intercept;
 pub mod link;
-pub mod pcap;
 pub mod rng;
 pub mod setup;
 pub mod swarm;
@@ -31,5 +31,5 @@ pub use fabric::{
 };
 pub use intercept::{Interceptor, PacketInfo, PacketMatch, Targeted, Verdict};
 pub use link::{Link, LinkConfig};
-pub use pcap::PcapWriter;
 pub use rng::SimRng;
+pub use softrdma_wire::pcap::PcapWriter;

@@ -7,11 +7,11 @@ use std::net::{IpAddr, Ipv4Addr, SocketAddr};
 use std::rc::Rc;
 
 use softrdma_proto::{DropReason, Duration, Instant};
-use softrdma_sim::pcap::ipv4_checksum;
 use softrdma_sim::{
     CapturePoint, Fabric, FabricConfig, LinkConfig, NodeId, PacketMatch, RunOutcome, Targeted,
     Verdict,
 };
+use softrdma_wire::pcap::ipv4_checksum;
 use softrdma_wire::{
     emit_headers, packet_len, Bth, ExtHeaders, IcrcContext, IpHeader, IpPacket, Opcode, PacketRepr,
     Psn, ROCEV2_UDP_PORT,
