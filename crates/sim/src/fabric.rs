@@ -428,7 +428,7 @@ impl Fabric {
         }
     }
 
-    /// Starts capturing every datagram to `out` as pcap (see [`crate::pcap`]).
+    /// Starts capturing every datagram to `out` as pcap (see [`softrdma_wire::pcap`]).
     pub fn capture_to(&mut self, out: Box<dyn Write>) -> Result<(), SimError> {
         self.pcap = Some(PcapWriter::new(out)?);
         self.pcap_error = None;

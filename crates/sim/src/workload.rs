@@ -2,7 +2,7 @@
 //!
 //! # What runs
 //! Every pair of nodes is joined by `qps_per_pair` RC connections, and both ends of each
-//! connection send. Each end (an [`Endpoint`]) posts random SEND, SEND with immediate,
+//! connection send. Each end (an `Endpoint`) posts random SEND, SEND with immediate,
 //! RDMA WRITE, WRITE with immediate, RDMA READ, compare-and-swap and fetch-and-add work
 //! requests, of random sizes (0 to a little over 3 MTUs) with SGLs of 1 to 3 elements, keeping
 //! at most a window of them outstanding. All data comes from the seed.

@@ -1,9 +1,9 @@
 //! One queue pair: the send queue with its requester and completer, the receive queue with
 //! its responder, the QP's attributes and state, and its timers.
 //!
-//! The stages live in their own files, as in rxe: [`requester`] turns send WQEs into request
-//! packets, [`completer`] consumes ACKs, NAKs, READ responses and atomic ACKs and retires WQEs
-//! in order, [`responder`] executes incoming requests (one file per operation). They share the
+//! The stages live in their own files, as in rxe: `requester` turns send WQEs into request
+//! packets, `completer` consumes ACKs, NAKs, READ responses and atomic ACKs and retires WQEs
+//! in order, `responder` executes incoming requests (one file per operation). They share the
 //! [`QueuePair`] and talk through its fields, all on one thread, driven by the engine.
 
 pub mod attr;
