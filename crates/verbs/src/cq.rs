@@ -2,6 +2,7 @@
 
 use std::future::Future;
 use std::pin::Pin;
+use std::sync::atomic::Ordering;
 use std::sync::Arc;
 use std::task::{Context, Poll};
 use std::time::{Duration, Instant};
@@ -62,7 +63,7 @@ impl CompletionQueue {
             });
         }
         let cqe = cqe.max(1);
-        let notify = Arc::new(CqNotify::default());
+        let notify = Arc::new(CqNotify::new().map_err(|e| CreateCqError::EventFd(e.kind()))?);
         let handle = {
             let mut core = device.inner().lock();
             let h = core.engine.create_cq(cqe as usize);
@@ -124,41 +125,49 @@ impl CompletionQueue {
     }
 
     /// Completions waiting, and the notification sequence number read under the same lock.
-    fn len_and_seq(&self) -> (usize, u64) {
-        let core = self.inner.device.inner().lock();
-        let len = core.engine.cq(self.inner.handle).map_or(0, |c| c.len());
-        let seq = self.inner.notify.lock().seq;
-        (len, seq)
-    }
 
     /// Blocks until at least one completion waits, at most `timeout` (`None`: forever).
     /// Returns whether one does.
     pub fn wait(&self, timeout: Option<Duration>) -> bool {
         let deadline = timeout.and_then(|t| Instant::now().checked_add(t));
-        loop {
-            let (len, seq) = self.len_and_seq();
-            if len > 0 {
-                return true;
+        let inner = self.inner.device.inner();
+        // The waiting thread drives the device itself: a datagram that completes our work
+        // wakes this thread directly rather than the progress thread, which would then have
+        // to wake us — one context switch per hop instead of two.
+        inner.start_polling();
+        let notify = &self.inner.notify;
+        let ready = loop {
+            // Armed before looking: a completion another thread adds after the check below
+            // then writes the CQ's event fd, and the sleep returns at once.
+            notify.armed.store(true, Ordering::Release);
+            if !self.is_empty() {
+                break true;
             }
-            let notify = &self.inner.notify;
-            let mut st = notify.lock();
-            while st.seq == seq {
-                match deadline {
-                    None => st = notify.cond.wait(st).unwrap_or_else(|e| e.into_inner()),
-                    Some(d) => {
-                        let Some(left) = d.checked_duration_since(Instant::now()) else {
-                            drop(st);
-                            return !self.is_empty();
-                        };
-                        st = notify
-                            .cond
-                            .wait_timeout(st, left)
-                            .unwrap_or_else(|e| e.into_inner())
-                            .0;
-                    }
-                }
+            let got = inner.drive();
+            if !self.is_empty() {
+                break true;
             }
-        }
+            if got {
+                continue;
+            }
+            let left = match deadline {
+                Some(d) => match d.checked_duration_since(Instant::now()) {
+                    Some(left) if !left.is_zero() => Some(left),
+                    _ => break false,
+                },
+                None => None,
+            };
+            if inner.busy_poll {
+                std::hint::spin_loop();
+                continue;
+            }
+            // Timers stay with the progress thread; this thread waits for datagrams and for
+            // completions others produce.
+            inner.sleep_for_cq(&notify.fd, left);
+        };
+        notify.armed.store(false, Ordering::Release);
+        inner.stop_polling();
+        ready
     }
 
     /// Polls up to `max` completions into `out`, first waiting up to `timeout` for one to

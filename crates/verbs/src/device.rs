@@ -334,7 +334,7 @@ impl Device {
         let engine = Engine::new(ecfg);
         // The fd stays valid as long as the core (which owns the socket) lives in `inner`.
         let sock_fd = std::os::fd::AsRawFd::as_raw_fd(&socket);
-        let mut core = Core::new(engine, socket, std::time::Instant::now());
+        let mut core = Core::new(engine, socket, arena, std::time::Instant::now());
         if let Some(path) = &config.pcap {
             core.tap = Some(crate::tap::Tap::create(path, local_addr).map_err(|source| {
                 OpenDeviceError::Pcap {
@@ -352,7 +352,7 @@ impl Device {
         let thread_inner = inner.clone();
         let handle = std::thread::Builder::new()
             .name(format!("{name}-progress"))
-            .spawn(move || progress::run(thread_inner, arena))
+            .spawn(move || progress::run(thread_inner))
             .map_err(OpenDeviceError::Thread)?;
         let thread_id = Some(handle.thread().id());
         let attr = DeviceAttr {

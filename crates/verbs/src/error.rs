@@ -67,6 +67,9 @@ pub enum CreateCqError {
         /// The device limit.
         max: u32,
     },
+    /// The CQ's event descriptor could not be created (out of file descriptors).
+    #[error("could not create the CQ's event descriptor: {0}")]
+    EventFd(std::io::ErrorKind),
 }
 
 /// Creating a queue pair failed (`ibv_create_qp`).

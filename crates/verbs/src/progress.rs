@@ -17,8 +17,8 @@
 
 use std::collections::HashMap;
 use std::os::fd::RawFd;
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
-use std::sync::{Arc, Condvar, Mutex, MutexGuard};
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex, MutexGuard};
 use std::task::Waker;
 use std::time::Duration;
 
@@ -51,23 +51,33 @@ pub struct IoCounters {
     pub pcap_errors: u64,
 }
 
-/// Wake-up state of one completion queue.
-#[derive(Debug, Default)]
+/// Wake-up state of one completion queue: async wakers, and an event fd for a thread that
+/// waits (ibverbs' completion channel, per CQ). The fd is written only while a waiter has
+/// `armed` it — like `ibv_req_notify_cq` — so producing completions costs no system call when
+/// nobody sleeps on them.
+#[derive(Debug)]
 pub(crate) struct CqNotify {
     pub state: Mutex<NotifyState>,
-    pub cond: Condvar,
+    pub fd: WakeFd,
+    pub armed: AtomicBool,
 }
 
 /// Guarded by [`CqNotify::state`].
 #[derive(Debug, Default)]
 pub(crate) struct NotifyState {
-    /// Bumped (under the core lock) whenever completions were added.
-    pub seq: u64,
     /// Async waiters to wake.
     pub wakers: Vec<Waker>,
 }
 
 impl CqNotify {
+    pub(crate) fn new() -> std::io::Result<CqNotify> {
+        Ok(CqNotify {
+            state: Mutex::new(NotifyState::default()),
+            fd: WakeFd::new()?,
+            armed: AtomicBool::new(false),
+        })
+    }
+
     pub(crate) fn lock(&self) -> MutexGuard<'_, NotifyState> {
         self.state.lock().unwrap_or_else(|e| e.into_inner())
     }
@@ -90,13 +100,20 @@ pub(crate) struct Core {
     /// Requested UDP source port -> the port really used.
     ports: HashMap<u16, u16>,
     watches: Vec<CqWatch>,
+    /// Receive buffers, used by whichever thread drives progress (under the lock).
+    arena: RecvArena,
     pub io: IoCounters,
     /// The pcap tap, if the device writes one.
     pub tap: Option<Tap>,
 }
 
 impl Core {
-    pub(crate) fn new(engine: Engine, socket: RoceSocket, epoch: std::time::Instant) -> Core {
+    pub(crate) fn new(
+        engine: Engine,
+        socket: RoceSocket,
+        arena: RecvArena,
+        epoch: std::time::Instant,
+    ) -> Core {
         Core {
             engine,
             socket,
@@ -106,6 +123,7 @@ impl Core {
             tx_meta: Vec::with_capacity(BATCH_MAX),
             ports: HashMap::new(),
             watches: Vec::new(),
+            arena,
             io: IoCounters::default(),
             tap: None,
         }
@@ -132,7 +150,8 @@ impl Core {
     }
 
     /// Receives one batch and feeds it to the engine; returns the number of messages.
-    fn receive(&mut self, arena: &mut RecvArena, now: Instant) -> usize {
+    fn receive(&mut self, now: Instant) -> usize {
+        let arena = &mut self.arena;
         let n = match self.socket.try_recv(arena) {
             Ok(n) => n,
             Err(e) => {
@@ -279,11 +298,10 @@ impl Core {
             let produced = self.engine.cq(w.handle).map_or(w.seen, |c| c.produced);
             if produced != w.seen {
                 w.seen = produced;
-                let mut st = w.notify.lock();
-                st.seq = st.seq.wrapping_add(1);
-                wakers.append(&mut st.wakers);
-                drop(st);
-                w.notify.cond.notify_all();
+                wakers.append(&mut w.notify.lock().wakers);
+                if w.notify.armed.swap(false, Ordering::AcqRel) {
+                    w.notify.fd.signal();
+                }
             }
         }
     }
@@ -291,7 +309,7 @@ impl Core {
 
 /// A level-triggered wake-up file descriptor (eventfd).
 #[derive(Debug)]
-pub(crate) struct WakeFd(RawFd);
+pub(crate) struct WakeFd(pub(crate) RawFd);
 
 impl WakeFd {
     pub(crate) fn new() -> std::io::Result<WakeFd> {
@@ -310,7 +328,7 @@ impl WakeFd {
         let _ = unsafe { libc::write(self.0, (&one as *const u64).cast(), 8) };
     }
 
-    fn drain(&self) {
+    pub(crate) fn drain(&self) {
         let mut v: u64 = 0;
         // SAFETY: reads 8 bytes into a live u64 from our own non-blocking eventfd.
         let _ = unsafe { libc::read(self.0, (&mut v as *mut u64).cast(), 8) };
@@ -335,6 +353,10 @@ pub(crate) struct Inner {
     pub busy_poll: bool,
     pub inline_transmit: bool,
     epoch: std::time::Instant,
+    /// Application threads driving progress while they wait for completions. While there is
+    /// one, the progress thread leaves the socket to it and watches only timers and the wake
+    /// fd, so an arriving packet wakes one thread — the one that wants the result.
+    pollers: AtomicUsize,
 }
 
 impl Inner {
@@ -354,6 +376,7 @@ impl Inner {
             busy_poll,
             inline_transmit,
             epoch,
+            pollers: AtomicUsize::new(0),
         })
     }
 
@@ -395,45 +418,59 @@ impl Inner {
         self.wake.signal();
     }
 
-    fn sleep(&self, timeout: Option<Duration>) {
-        let mut fds = [
-            libc::pollfd {
-                fd: self.sock_fd,
-                events: libc::POLLIN,
-                revents: 0,
-            },
-            libc::pollfd {
-                fd: self.wake.0,
-                events: libc::POLLIN,
-                revents: 0,
-            },
-        ];
-        let ts = timeout.map(|d| libc::timespec {
-            tv_sec: libc::time_t::try_from(d.as_secs()).unwrap_or(libc::time_t::MAX),
-            tv_nsec: libc::c_long::from(d.subsec_nanos() as i32),
-        });
-        let tsp = ts
-            .as_ref()
-            .map_or(std::ptr::null(), |t| t as *const libc::timespec);
-        // SAFETY: `fds` is a live array of two pollfds, `tsp` null or a live timespec, and
-        // the signal mask pointer is null (unchanged).
-        let _ = unsafe { libc::ppoll(fds.as_mut_ptr(), 2, tsp, std::ptr::null()) };
-        if fds[1].revents != 0 {
+    /// Sleeps until a datagram arrives or `cq` (a CQ's event fd) fires, or `timeout` passes:
+    /// how an application thread waits for completions while it drives the device.
+    pub(crate) fn sleep_for_cq(&self, cq: &WakeFd, timeout: Option<Duration>) {
+        if poll_two(self.sock_fd, cq.0, timeout) {
+            cq.drain();
+        }
+    }
+
+    /// Sleeps until a datagram arrives (if `socket`), the wake fd fires, or `timeout` passes.
+    pub(crate) fn sleep(&self, timeout: Option<Duration>, socket: bool) {
+        // ppoll ignores negative descriptors.
+        let sock = if socket { self.sock_fd } else { -1 };
+        if poll_two(sock, self.wake.0, timeout) {
             self.wake.drain();
         }
     }
 }
 
-/// The progress thread: runs until `inner.stop`.
-pub(crate) fn run(inner: Arc<Inner>, mut arena: RecvArena) {
-    let mut wakers = Vec::new();
-    loop {
-        if inner.stop.load(Ordering::Acquire) {
-            break;
-        }
-        let mut core = inner.lock();
+/// `ppoll` on two descriptors for reading; returns whether the second one is readable.
+fn poll_two(first: RawFd, second: RawFd, timeout: Option<Duration>) -> bool {
+    let mut fds = [
+        libc::pollfd {
+            fd: first,
+            events: libc::POLLIN,
+            revents: 0,
+        },
+        libc::pollfd {
+            fd: second,
+            events: libc::POLLIN,
+            revents: 0,
+        },
+    ];
+    let ts = timeout.map(|d| libc::timespec {
+        tv_sec: libc::time_t::try_from(d.as_secs()).unwrap_or(libc::time_t::MAX),
+        tv_nsec: libc::c_long::from(d.subsec_nanos() as i32),
+    });
+    let tsp = ts
+        .as_ref()
+        .map_or(std::ptr::null(), |t| t as *const libc::timespec);
+    // SAFETY: `fds` is a live array of two pollfds, `tsp` null or a live timespec, and the
+    // signal mask pointer is null (unchanged).
+    let _ = unsafe { libc::ppoll(fds.as_mut_ptr(), 2, tsp, std::ptr::null()) };
+    fds[1].revents != 0
+}
+
+impl Inner {
+    /// One round of progress on the calling thread: receive what is queued, run due timers,
+    /// transmit, wake completion waiters. Returns whether any datagram was received.
+    pub(crate) fn drive(&self) -> bool {
+        let mut wakers = Vec::new();
+        let mut core = self.lock();
         let now = core.now();
-        let got = core.receive(&mut arena, now);
+        let got = core.receive(now);
         if core.engine.poll_timeout().is_some_and(|d| d <= now) {
             core.engine.handle_timeout(now);
         }
@@ -446,29 +483,59 @@ pub(crate) fn run(inner: Arc<Inner>, mut arena: RecvArena) {
                 tap.flush();
             }
         }
-        inner.next_wake_ns.store(
+        self.next_wake_ns.store(
             deadline.map_or(u64::MAX, Instant::as_nanos),
             Ordering::Release,
         );
         drop(core);
-        for w in wakers.drain(..) {
+        for w in wakers {
             w.wake();
         }
-        if got > 0 {
+        got > 0
+    }
+
+    /// Time until the engine's next timer, `None` if none is armed.
+    pub(crate) fn until_next_timer(&self) -> Option<Duration> {
+        let d = self.next_wake_ns.load(Ordering::Acquire);
+        (d != u64::MAX).then(|| {
+            let now_ns = u64::try_from(self.epoch.elapsed().as_nanos()).unwrap_or(u64::MAX);
+            Duration::from_nanos(d.saturating_sub(now_ns))
+        })
+    }
+
+    /// Registers the calling application thread as a poller of the socket.
+    pub(crate) fn start_polling(&self) {
+        self.pollers.fetch_add(1, Ordering::AcqRel);
+    }
+
+    /// Unregisters a poller; the last one hands the socket back to the progress thread.
+    pub(crate) fn stop_polling(&self) {
+        if self.pollers.fetch_sub(1, Ordering::AcqRel) == 1 {
+            self.wake.signal();
+        }
+    }
+}
+
+/// The progress thread: runs until `inner.stop`.
+pub(crate) fn run(inner: Arc<Inner>) {
+    let mut wakers = Vec::new();
+    loop {
+        if inner.stop.load(Ordering::Acquire) {
+            break;
+        }
+        if inner.drive() {
             continue;
         }
         if inner.busy_poll {
             std::hint::spin_loop();
             continue;
         }
-        let timeout = deadline.map(|d| {
-            let now_ns = u64::try_from(inner.epoch.elapsed().as_nanos()).unwrap_or(u64::MAX);
-            Duration::from_nanos(d.as_nanos().saturating_sub(now_ns))
-        });
+        let timeout = inner.until_next_timer();
         if timeout.is_some_and(|t| t.is_zero()) {
             continue;
         }
-        inner.sleep(timeout);
+        let socket = inner.pollers.load(Ordering::Acquire) == 0;
+        inner.sleep(timeout, socket);
         inner.lock().io.wakeups += 1;
     }
     // Shutdown: anything still connected goes to ERR so its work completes with flush errors.

@@ -700,3 +700,57 @@ fn busy_poll_and_progress_thread_transmit() {
         assert_eq!(wait_one(&ca).status, WcStatus::Success);
     }
 }
+
+/// Two application threads wait on two CQs of the same device. Whichever thread happens to
+/// drive the device may consume the datagram that completes the *other* thread's work; that
+/// thread must still wake at once (through its CQ's event fd), not at its timeout.
+#[test]
+fn waiters_on_one_device_wake_for_completions_another_thread_produced() {
+    let a = Side::new("127.0.5.61", 4096);
+    let b = Side::new("127.0.5.62", 4096);
+    let b2_cq = b.dev.create_cq(64).unwrap();
+    let b2_qp = b.pd.create_qp(&QpInitAttr::rc(&b2_cq)).unwrap();
+    let a2_qp = a.pd.create_qp(&QpInitAttr::rc(&a.cq)).unwrap();
+    connect(&a.qp, &b.qp);
+    connect(&a2_qp, &b2_qp);
+    const ROUNDS: usize = 300;
+    let slow = Duration::from_secs(2);
+    let waiter = |cq: softrdma::CompletionQueue,
+                  qp: softrdma::QueuePair,
+                  mr: softrdma::MemoryRegion,
+                  off: usize| {
+        std::thread::spawn(move || {
+            let mut wcs = Vec::new();
+            for i in 0..ROUNDS {
+                qp.post_recv([wr::recv(i as u64, vec![mr.sge(off, 64)])])
+                    .unwrap();
+                wcs.clear();
+                let t0 = std::time::Instant::now();
+                cq.poll_blocking(1, &mut wcs, Some(slow));
+                assert_eq!(wcs.len(), 1, "round {i}: no completion within {slow:?}");
+                assert!(t0.elapsed() < slow);
+                assert_eq!(wcs[0].status, WcStatus::Success);
+            }
+        })
+    };
+    let t1 = waiter(b.cq.clone(), b.qp.clone(), b.mr.clone(), 0);
+    let t2 = waiter(b2_cq, b2_qp, b.mr.clone(), 1024);
+    let mut sent = 0;
+    let mut wcs = Vec::new();
+    for i in 0..ROUNDS {
+        // A SEND that beats its receive is RNR-NAKed and retried (rnr_retry 7 by default).
+        a.qp.post_send([wr::send(i as u64, vec![a.mr.sge(0, 8)])])
+            .unwrap();
+        a2_qp
+            .post_send([wr::send(i as u64, vec![a.mr.sge(8, 8)])])
+            .unwrap();
+        sent += 2;
+        while wcs.len() < sent {
+            let n = a.cq.poll_blocking(8, &mut wcs, Some(slow));
+            assert!(n > 0, "round {i}: sender saw no completion within {slow:?}");
+        }
+    }
+    assert!(wcs.iter().all(|w| w.status == WcStatus::Success));
+    t1.join().unwrap();
+    t2.join().unwrap();
+}
