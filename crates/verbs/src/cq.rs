@@ -124,8 +124,6 @@ impl CompletionQueue {
         core.engine.cq(self.inner.handle).is_some_and(|c| c.overrun)
     }
 
-    /// Completions waiting, and the notification sequence number read under the same lock.
-
     /// Blocks until at least one completion waits, at most `timeout` (`None`: forever).
     /// Returns whether one does.
     pub fn wait(&self, timeout: Option<Duration>) -> bool {
