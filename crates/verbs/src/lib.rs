@@ -115,6 +115,12 @@
 //! device lock briefly and, by default, transmits the new packets on the posting thread
 //! ([`DeviceConfig::inline_transmit`]); it never waits for the network.
 //!
+//! A thread blocked in [`CompletionQueue::wait`] (or `poll_blocking`) drives the device
+//! itself: it sleeps on the socket and on its CQ's event fd, so the datagram that completes
+//! its work wakes *it* rather than the progress thread, which would then have to wake it in
+//! turn. While such a thread waits, the progress thread leaves the socket to it and keeps the
+//! timers.
+//!
 //! [`DeviceConfig::pcap`] taps the device: every datagram it sends and receives goes to a
 //! pcap file, with synthesized IP/UDP headers that keep each ICRC verifiable (`softrdma
 //! decode FILE`), so traffic can be inspected without root or tcpdump.

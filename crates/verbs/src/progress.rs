@@ -12,6 +12,12 @@
 //! earlier than the one the thread sleeps for (or, without inline transmit, always). With
 //! `busy_poll` the thread never sleeps.
 //!
+//! Application threads waiting for completions run the same [`Inner::drive`] step and sleep
+//! on the socket plus their CQ's event fd ([`CqNotify`]), which any thread producing
+//! completions for that CQ writes while the waiter has armed it. While at least one such
+//! poller exists the progress thread sleeps on timers and its eventfd only (one wake-up per
+//! datagram, for the thread that wants it); the last poller to leave hands the socket back.
+//!
 //! Time: `std::time::Instant` since the device opened, read *under the mutex* and clamped to
 //! never go backwards, so the engine sees one monotonic clock whichever thread calls it.
 
