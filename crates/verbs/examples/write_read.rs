@@ -14,9 +14,11 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
     let size = args.next().unwrap_or(65536);
     let count = args.next().unwrap_or(4096);
     let depth = 16; // WRs in flight
+                    // `--gso`: batch packets into UDP GSO sends (see DeviceConfig::gso).
+    let gso = std::env::args().any(|a| a == "--gso");
 
-    let server = Device::open(DeviceConfig::new("127.0.0.2".parse()?))?;
-    let client = Device::open(DeviceConfig::new("127.0.0.1".parse()?))?;
+    let server = Device::open(DeviceConfig::new("127.0.0.2".parse()?).gso(gso))?;
+    let client = Device::open(DeviceConfig::new("127.0.0.1".parse()?).gso(gso))?;
     let access = AccessFlags::LOCAL_WRITE | AccessFlags::REMOTE_WRITE | AccessFlags::REMOTE_READ;
 
     // Server: memory, a QP, and nothing else.

@@ -29,7 +29,9 @@ use std::task::Waker;
 use std::time::Duration;
 
 use softrdma_proto::{CqHandle, DatagramMeta, Engine, Instant};
-use softrdma_udp::{Ecn, RecvArena, RoceSocket, SendError, Transmit, BATCH_MAX};
+use softrdma_udp::{
+    Ecn, RecvArena, RoceSocket, SendError, Transmit, BATCH_MAX, MAX_GSO_SEGMENTS, MAX_UDP_PAYLOAD,
+};
 use softrdma_wire::IcrcContext;
 
 use crate::tap::Tap;
@@ -101,8 +103,13 @@ pub(crate) struct Core {
     socket: RoceSocket,
     epoch: std::time::Instant,
     last_now: u64,
+    /// One buffer per datagram of a batch; a GSO datagram holds its segments back to back.
     tx_bufs: Vec<Vec<u8>>,
-    tx_meta: Vec<softrdma_proto::Transmit>,
+    tx_meta: Vec<TxGroup>,
+    /// Where the engine writes one packet before it joins a batch.
+    tx_scratch: Vec<u8>,
+    /// Batch equal-sized packets to one destination into UDP GSO sends (see [`TxGroup`]).
+    gso: bool,
     /// Requested UDP source port -> the port really used.
     ports: HashMap<u16, u16>,
     watches: Vec<CqWatch>,
@@ -118,8 +125,10 @@ impl Core {
         engine: Engine,
         socket: RoceSocket,
         arena: RecvArena,
+        gso: bool,
         epoch: std::time::Instant,
     ) -> Core {
+        let gso = gso && gso_allowed(&socket);
         Core {
             engine,
             socket,
@@ -127,6 +136,8 @@ impl Core {
             last_now: 0,
             tx_bufs: (0..BATCH_MAX).map(|_| Vec::with_capacity(4200)).collect(),
             tx_meta: Vec::with_capacity(BATCH_MAX),
+            tx_scratch: Vec::with_capacity(4200),
+            gso,
             ports: HashMap::new(),
             watches: Vec::new(),
             arena,
@@ -195,13 +206,21 @@ impl Core {
     pub(crate) fn flush(&mut self, now: Instant) {
         loop {
             self.tx_meta.clear();
+            // Poll only while a packet that does not join the open group still has a slot.
             while self.tx_meta.len() < BATCH_MAX {
-                let i = self.tx_meta.len();
-                let Some(t) = self.engine.poll_transmit(now, &mut self.tx_bufs[i]) else {
+                // Ask for the packet as the next segment of the open group: the kernel will
+                // give it that IPv4 identification, which the ICRC covers.
+                let next_id = match self.tx_meta.last() {
+                    Some(g) if g.open => g.count as u16,
+                    _ => 0,
+                };
+                let Some(t) = self
+                    .engine
+                    .poll_transmit_segment(now, &mut self.tx_scratch, next_id)
+                else {
                     break;
                 };
-                let buf = &mut self.tx_bufs[i];
-                buf.truncate(t.len);
+                self.tx_scratch.truncate(t.len);
                 let port = match self.ports.get(&t.src_port) {
                     Some(&p) => p,
                     None => {
@@ -210,20 +229,56 @@ impl Core {
                         p
                     }
                 };
-                if port != t.src_port {
-                    // The ICRC covers the UDP source port: recompute it for the real one.
+                let joins = self.tx_meta.last().is_some_and(|g| {
+                    g.open
+                        && g.dst == t.dst
+                        && g.src_port == port
+                        && g.ecn == t.ecn
+                        && t.len <= g.segment
+                        && g.len + t.len <= MAX_UDP_PAYLOAD
+                });
+                let id = if joins { next_id } else { 0 };
+                if port != t.src_port || id != next_id {
+                    // The ICRC covers the UDP source port and the IPv4 identification:
+                    // recompute it for the ones the datagram really gets.
+                    if port != t.src_port {
+                        self.io.tx_port_fallbacks += 1;
+                    }
                     let local = self.socket.local_addr().ip();
-                    let ctx = IcrcContext::new(local, t.dst.ip(), port, t.dst.port());
-                    if ctx.fill(buf).is_err() {
+                    let ctx = IcrcContext {
+                        ipv4_id: id,
+                        ..IcrcContext::new(local, t.dst.ip(), port, t.dst.port())
+                    };
+                    if ctx.fill(&mut self.tx_scratch).is_err() {
                         self.io.tx_errors += 1;
                         continue;
                     }
-                    self.io.tx_port_fallbacks += 1;
                 }
-                self.tx_meta.push(softrdma_proto::Transmit {
-                    src_port: port,
-                    ..t
-                });
+                if joins {
+                    let i = self.tx_meta.len() - 1;
+                    self.tx_bufs[i].extend_from_slice(&self.tx_scratch);
+                    let g = &mut self.tx_meta[i];
+                    g.count += 1;
+                    g.len += t.len;
+                    // GSO allows only the last segment to be shorter; a full group is done.
+                    g.open = t.len == g.segment
+                        && g.count < MAX_GSO_SEGMENTS
+                        && g.len + g.segment <= MAX_UDP_PAYLOAD;
+                } else {
+                    let i = self.tx_meta.len();
+                    self.tx_bufs[i].clear();
+                    self.tx_bufs[i].extend_from_slice(&self.tx_scratch);
+                    let gso = self.gso && t.dst.ip().is_loopback();
+                    self.tx_meta.push(TxGroup {
+                        dst: t.dst,
+                        src_port: port,
+                        ecn: t.ecn,
+                        segment: t.len,
+                        count: 1,
+                        len: t.len,
+                        open: gso,
+                    });
+                }
             }
             if self.tx_meta.is_empty() {
                 return;
@@ -237,52 +292,102 @@ impl Core {
     }
 
     fn send_batch(&mut self) {
-        let transmits: Vec<Transmit<'_>> = self
-            .tx_meta
-            .iter()
-            .zip(&self.tx_bufs)
-            .map(|(t, buf)| Transmit {
-                dst: t.dst,
-                src_port: t.src_port,
-                ecn: Ecn::from_tos(t.ecn),
-                segment_size: None,
-                contents: &buf[..t.len],
-            })
-            .collect();
         let mut sent = 0;
         let mut stalls = 0;
-        while sent < transmits.len() {
-            match self.socket.send(&transmits[sent..]) {
+        while sent < self.tx_meta.len() {
+            let transmits: Vec<Transmit<'_>> = self.tx_meta[sent..]
+                .iter()
+                .zip(&self.tx_bufs[sent..])
+                .map(|(g, buf)| Transmit {
+                    dst: g.dst,
+                    src_port: g.src_port,
+                    ecn: Ecn::from_tos(g.ecn),
+                    segment_size: (g.count > 1).then_some(g.segment),
+                    contents: &buf[..g.len],
+                })
+                .collect();
+            match self.socket.send(&transmits) {
                 Ok(0) => {
                     // Socket buffer full: wait a little, then give the rest up to the
                     // transport's retransmission rather than stall every thread.
                     stalls += 1;
-                    let port = transmits[sent].src_port;
+                    let port = transmits[0].src_port;
+                    drop(transmits);
                     let ready = self
                         .socket
                         .wait_writable(port, Some(Duration::from_millis(1)))
                         .unwrap_or(false);
                     if !ready && stalls > 3 {
-                        self.io.tx_errors += (transmits.len() - sent) as u64;
+                        let left: usize = self.tx_meta[sent..].iter().map(|g| g.count).sum();
+                        self.io.tx_errors += left as u64;
                         return;
                     }
                 }
                 Ok(n) => {
-                    if let Some(tap) = self.tap.as_mut() {
-                        for t in &transmits[sent..sent + n] {
-                            tap.sent(t.src_port, t.dst, t.ecn.bits(), t.contents);
-                        }
+                    drop(transmits);
+                    for i in sent..sent + n {
+                        self.record_sent(i);
                     }
                     sent += n;
-                    self.io.tx_datagrams += n as u64;
+                }
+                Err(SendError::GsoUnavailable { .. }) => {
+                    // The kernel refused GSO (the socket stopped using it): send this group's
+                    // segments one by one, each now identification 0.
+                    drop(transmits);
+                    self.gso = false;
+                    self.send_split(sent);
+                    sent += 1;
                 }
                 Err(e) => {
                     if !matches!(e, SendError::SourcePortUnavailable { .. }) {
                         tracing::debug!(error = %e, "send failed; the datagram is dropped");
                     }
-                    self.io.tx_errors += 1;
+                    self.io.tx_errors += self.tx_meta[sent].count as u64;
                     sent += 1;
                 }
+            }
+        }
+    }
+
+    /// Sends group `i` as separate datagrams, recomputing each segment's ICRC for IPv4
+    /// identification 0.
+    fn send_split(&mut self, i: usize) {
+        let g = self.tx_meta[i];
+        let local = self.socket.local_addr().ip();
+        let ctx = IcrcContext::new(local, g.dst.ip(), g.src_port, g.dst.port());
+        for k in 0..g.count {
+            let start = k * g.segment;
+            let seg = &mut self.tx_bufs[i][start..(start + g.segment).min(g.len)];
+            if ctx.fill(seg).is_err() {
+                self.io.tx_errors += 1;
+                continue;
+            }
+            let t = Transmit {
+                dst: g.dst,
+                src_port: g.src_port,
+                ecn: Ecn::from_tos(g.ecn),
+                segment_size: None,
+                contents: seg,
+            };
+            match self.socket.send(std::slice::from_ref(&t)) {
+                Ok(1) => {
+                    self.io.tx_datagrams += 1;
+                    if let Some(tap) = self.tap.as_mut() {
+                        tap.sent(g.src_port, g.dst, g.ecn, 0, seg);
+                    }
+                }
+                _ => self.io.tx_errors += 1,
+            }
+        }
+    }
+
+    /// Accounts for (and taps) group `i` after the kernel took it.
+    fn record_sent(&mut self, i: usize) {
+        let g = self.tx_meta[i];
+        self.io.tx_datagrams += g.count as u64;
+        if let Some(tap) = self.tap.as_mut() {
+            for (k, seg) in self.tx_bufs[i][..g.len].chunks(g.segment).enumerate() {
+                tap.sent(g.src_port, g.dst, g.ecn, k as u16, seg);
             }
         }
     }
@@ -311,6 +416,31 @@ impl Core {
             }
         }
     }
+}
+
+/// Datagrams of a batch: one, or several equal-sized ones to the same destination sent as one
+/// UDP GSO datagram (`segment` bytes each, the last possibly shorter). Segment `k` of a GSO
+/// send leaves with IPv4 identification `k` (`softrdma_udp::ipv4_id_of_segment`), so the
+/// engine computes each one's ICRC for that identification.
+#[derive(Debug, Clone, Copy)]
+struct TxGroup {
+    dst: std::net::SocketAddr,
+    src_port: u16,
+    ecn: u8,
+    segment: usize,
+    count: usize,
+    len: usize,
+    /// More segments may join.
+    open: bool,
+}
+
+/// Whether the kernel offers GSO on this socket ([`crate::DeviceConfig::gso`] decides whether
+/// to use it). Only datagrams to loopback addresses are batched: on loopback a GSO datagram is
+/// never split, so receivers see it whole (with GRO) or split by their own kernel; on real
+/// links the segment numbering is the kernel's or the NIC's, verified on a tun device but not
+/// yet against rxe.
+fn gso_allowed(socket: &RoceSocket) -> bool {
+    socket.max_gso_segments() > 1
 }
 
 /// A level-triggered wake-up file descriptor (eventfd).

@@ -59,10 +59,18 @@ impl Tap {
     }
 
     /// A datagram sent from UDP port `src_port` of the device to `dst`.
-    pub(crate) fn sent(&mut self, src_port: u16, dst: SocketAddr, ecn: u8, payload: &[u8]) {
+    pub(crate) fn sent(
+        &mut self,
+        src_port: u16,
+        dst: SocketAddr,
+        ecn: u8,
+        ipv4_id: u16,
+        payload: &[u8],
+    ) {
         let src = SocketAddr::new(self.local.ip(), src_port);
         let d = UdpDatagram {
             ecn,
+            ipv4_id,
             ..UdpDatagram::new(src, dst, payload)
         };
         self.write(&d);

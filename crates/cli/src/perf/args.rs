@@ -206,6 +206,10 @@ pub(crate) struct Args {
     /// Spin on the socket in the device's progress thread (lowest latency, burns a core).
     #[arg(long = "busy-poll")]
     pub busy_poll: bool,
+    /// Batch packets to loopback peers into UDP GSO sends: much higher loopback throughput,
+    /// but `tcpdump -i lo` then shows unsplit GSO datagrams (--pcap still records every packet).
+    #[arg(long = "gso")]
+    pub gso: bool,
     /// Write every RoCEv2 packet the device sends and receives to this pcap file (with
     /// --loopback: the client's device, which sees both directions).
     #[arg(long = "pcap", value_name = "FILE")]
@@ -238,6 +242,7 @@ pub(crate) struct Config {
     pub json: bool,
     pub check: bool,
     pub busy_poll: bool,
+    pub gso: bool,
     pub pcap: Option<PathBuf>,
 }
 
@@ -399,6 +404,7 @@ impl Args {
             json: self.json,
             check: self.check || self.loopback,
             busy_poll: self.busy_poll,
+            gso: self.gso,
             pcap: self.pcap.clone(),
         })
     }

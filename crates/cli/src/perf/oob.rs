@@ -134,7 +134,7 @@ pub(crate) fn setup(cfg: &Config, conn: Conn, p: &mut Printer) -> Result<Ctx, Pe
     let peek = stream.try_clone()?;
     let mut sess = PerftestSession::from_stream(stream, role);
 
-    let mut dcfg = DeviceConfig::new(ip).busy_poll(cfg.busy_poll);
+    let mut dcfg = DeviceConfig::new(ip).busy_poll(cfg.busy_poll).gso(cfg.gso);
     if let Some(path) = &cfg.pcap {
         dcfg = dcfg.pcap(path);
     }
