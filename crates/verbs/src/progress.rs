@@ -662,7 +662,10 @@ pub(crate) fn run(inner: Arc<Inner>) {
         if inner.drive() {
             continue;
         }
-        if inner.busy_poll {
+        let socket = inner.pollers.load(Ordering::Acquire) == 0;
+        // Busy polling spins on the socket — unless an application thread already does (it
+        // spins in its own wait): two spinners per device would only fight for the cores.
+        if inner.busy_poll && socket {
             std::hint::spin_loop();
             continue;
         }
@@ -670,7 +673,6 @@ pub(crate) fn run(inner: Arc<Inner>) {
         if timeout.is_some_and(|t| t.is_zero()) {
             continue;
         }
-        let socket = inner.pollers.load(Ordering::Acquire) == 0;
         inner.sleep(timeout, socket);
         inner.lock().io.wakeups += 1;
     }
