@@ -23,7 +23,7 @@ use crate::mr::{AccessFlags, MrTable, PdHandle, RegionMemory};
 use crate::qp::{Ctx, ModifyQpError, QpAttr, QpCaps, QpState, QpType, QueuePair};
 use crate::stats::{DropReason, Stats};
 use crate::time::Instant;
-use crate::wr::{RecvWr, SendFlags, SendWr, WcOpcode, WcStatus, WorkCompletion};
+use crate::wr::{RecvWr, SendFlags, SendWr, WcStatus, WorkCompletion};
 
 /// Largest message the engine accepts (rxe's max_msg_sz is 8 MiB; IBTA allows 2^31).
 pub const MAX_MESSAGE_BYTES: u64 = 1 << 31;
@@ -421,18 +421,8 @@ impl Engine {
             ));
         }
         if qp.state == QpState::Err {
-            let wc = WorkCompletion {
-                wr_id: wr.wr_id,
-                status: WcStatus::WrFlushErr,
-                opcode: WcOpcode::Recv,
-                byte_len: 0,
-                imm_data: None,
-                invalidated_rkey: None,
-                qp_num: qpn,
-                src_qp: qp.cfg.dest_qpn,
-            };
             let mut ctx = self.shared.ctx(Instant::ZERO, 0);
-            ctx.complete(qp.recv_cq, wc);
+            qp.flush_recv(&mut ctx, &wr);
             return Ok(());
         }
         qp.rq.push_back(wr);

@@ -275,20 +275,25 @@ impl QueuePair {
     /// Completes every posted receive WQE with WR_FLUSH_ERR.
     pub(crate) fn flush_recv_queue(&mut self, ctx: &mut Ctx<'_>) {
         while let Some(wr) = self.rq.pop_front() {
-            ctx.complete(
-                self.recv_cq,
-                WorkCompletion {
-                    wr_id: wr.wr_id,
-                    status: WcStatus::WrFlushErr,
-                    opcode: WcOpcode::Recv,
-                    byte_len: 0,
-                    imm_data: None,
-                    invalidated_rkey: None,
-                    qp_num: self.qpn,
-                    src_qp: self.cfg.dest_qpn,
-                },
-            );
+            self.flush_recv(ctx, &wr);
         }
+    }
+
+    /// Completes one receive WQE with WR_FLUSH_ERR (also for one posted to a QP in ERR).
+    pub(crate) fn flush_recv(&self, ctx: &mut Ctx<'_>, wr: &RecvWr) {
+        ctx.complete(
+            self.recv_cq,
+            WorkCompletion {
+                wr_id: wr.wr_id,
+                status: WcStatus::WrFlushErr,
+                opcode: WcOpcode::Recv,
+                byte_len: 0,
+                imm_data: None,
+                invalidated_rkey: None,
+                qp_num: self.qpn,
+                src_qp: self.cfg.dest_qpn,
+            },
+        );
     }
 
     /// Where this QP's packets go: the peer's IP at the RoCEv2 port.
