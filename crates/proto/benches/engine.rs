@@ -56,52 +56,19 @@ fn pair(mtu: Mtu) -> [Side; 2] {
     for i in 0..2 {
         let (peer_qpn, peer_ip) = (sides[1 - i].qpn, sides[1 - i].ip);
         let s = &mut sides[i];
-        s.engine
-            .modify_qp(
-                s.qpn,
-                &QpAttr {
-                    qp_state: Some(QpState::Init),
-                    pkey_index: Some(0),
-                    port_num: Some(1),
-                    qp_access_flags: Some(AccessFlags::all()),
-                    ..Default::default()
-                },
-            )
-            .unwrap();
         let av = AddressVector {
             dest_ip: peer_ip,
             traffic_class: 0,
             hop_limit: 64,
         };
-        s.engine
-            .modify_qp(
-                s.qpn,
-                &QpAttr {
-                    qp_state: Some(QpState::Rtr),
-                    path_mtu: Some(mtu),
-                    ah_attr: Some(av),
-                    dest_qp_num: Some(peer_qpn),
-                    rq_psn: Some(Psn::ZERO),
-                    max_dest_rd_atomic: Some(16),
-                    min_rnr_timer: Some(1),
-                    ..Default::default()
-                },
-            )
-            .unwrap();
-        s.engine
-            .modify_qp(
-                s.qpn,
-                &QpAttr {
-                    qp_state: Some(QpState::Rts),
-                    sq_psn: Some(Psn::ZERO),
-                    timeout: Some(14),
-                    retry_cnt: Some(7),
-                    rnr_retry: Some(7),
-                    max_rd_atomic: Some(16),
-                    ..Default::default()
-                },
-            )
-            .unwrap();
+        let steps = [
+            QpAttr::rc_init(AccessFlags::all()),
+            QpAttr::rc_rtr(mtu, av, peer_qpn, Psn::ZERO, 16, 1),
+            QpAttr::rc_rts(Psn::ZERO, 14, 7, 7, 16),
+        ];
+        for attr in steps {
+            s.engine.modify_qp(s.qpn, &attr).unwrap();
+        }
     }
     sides
 }

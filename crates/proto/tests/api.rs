@@ -39,48 +39,20 @@ fn engine() -> (Engine, PdHandle, CqHandle, u32, u32) {
 }
 
 fn to_rts(e: &mut Engine, qpn: u32) {
+    let peer = AddressVector {
+        dest_ip: IpAddr::V4(Ipv4Addr::new(10, 0, 0, 2)),
+        traffic_class: 0,
+        hop_limit: 64,
+    };
+    e.modify_qp(qpn, &QpAttr::rc_init(AccessFlags::all()))
+        .unwrap();
     e.modify_qp(
         qpn,
-        &QpAttr {
-            qp_state: Some(QpState::Init),
-            pkey_index: Some(0),
-            port_num: Some(1),
-            qp_access_flags: Some(AccessFlags::all()),
-            ..Default::default()
-        },
+        &QpAttr::rc_rtr(Mtu::Mtu1024, peer, 0x11, Psn::ZERO, 1, 12),
     )
     .unwrap();
-    e.modify_qp(
-        qpn,
-        &QpAttr {
-            qp_state: Some(QpState::Rtr),
-            path_mtu: Some(Mtu::Mtu1024),
-            ah_attr: Some(AddressVector {
-                dest_ip: IpAddr::V4(Ipv4Addr::new(10, 0, 0, 2)),
-                traffic_class: 0,
-                hop_limit: 64,
-            }),
-            dest_qp_num: Some(0x11),
-            rq_psn: Some(Psn::ZERO),
-            max_dest_rd_atomic: Some(1),
-            min_rnr_timer: Some(12),
-            ..Default::default()
-        },
-    )
-    .unwrap();
-    e.modify_qp(
-        qpn,
-        &QpAttr {
-            qp_state: Some(QpState::Rts),
-            sq_psn: Some(Psn::ZERO),
-            timeout: Some(14),
-            retry_cnt: Some(7),
-            rnr_retry: Some(7),
-            max_rd_atomic: Some(1),
-            ..Default::default()
-        },
-    )
-    .unwrap();
+    e.modify_qp(qpn, &QpAttr::rc_rts(Psn::ZERO, 14, 7, 7, 1))
+        .unwrap();
 }
 
 fn send(wr_id: u64, sg_list: Vec<Sge>) -> SendWr {

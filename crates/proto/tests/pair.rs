@@ -48,10 +48,11 @@ fn ip(i: usize) -> IpAddr {
 
 impl Pair {
     fn new(mtu: Mtu, psns: [u32; 2]) -> Pair {
-        Self::with(mtu, psns, |_| {})
+        Self::with(mtu, psns, 3)
     }
 
-    fn with(mtu: Mtu, psns: [u32; 2], tweak: impl Fn(&mut QpAttr)) -> Pair {
+    /// Two connected engines; `rnr_retry` for both requesters (retry_cnt is 3, timeout 8).
+    fn with(mtu: Mtu, psns: [u32; 2], rnr_retry: u8) -> Pair {
         let mk = |i: usize| {
             let mut engine = Engine::new(EngineConfig::new(ip(i)));
             let pd = engine.alloc_pd();
@@ -76,54 +77,17 @@ impl Pair {
             let peer_qpn = nodes[1 - i].qpn;
             let e = &mut nodes[i].engine;
             let qpn = nodes[i].qpn;
-            e.modify_qp(
-                qpn,
-                &QpAttr {
-                    qp_state: Some(QpState::Init),
-                    pkey_index: Some(0),
-                    port_num: Some(1),
-                    qp_access_flags: Some(AccessFlags::all()),
-                    ..Default::default()
-                },
-            )
-            .unwrap();
-            let mut rtr = QpAttr {
-                qp_state: Some(QpState::Rtr),
-                path_mtu: Some(mtu),
-                ah_attr: Some(AddressVector {
-                    dest_ip: ip(1 - i),
-                    traffic_class: 0,
-                    hop_limit: 64,
-                }),
-                dest_qp_num: Some(peer_qpn),
-                rq_psn: Some(Psn::new(psns[1 - i])),
-                max_dest_rd_atomic: Some(4),
-                min_rnr_timer: Some(1),
-                ..Default::default()
+            e.modify_qp(qpn, &QpAttr::rc_init(AccessFlags::all()))
+                .unwrap();
+            let av = AddressVector {
+                dest_ip: ip(1 - i),
+                traffic_class: 0,
+                hop_limit: 64,
             };
-            tweak(&mut rtr);
-            rtr.sq_psn = None;
-            rtr.timeout = None;
-            rtr.retry_cnt = None;
-            rtr.rnr_retry = None;
-            rtr.max_rd_atomic = None;
-            e.modify_qp(qpn, &rtr).unwrap();
-            let mut rts = QpAttr {
-                qp_state: Some(QpState::Rts),
-                sq_psn: Some(Psn::new(psns[i])),
-                timeout: Some(8),
-                retry_cnt: Some(3),
-                rnr_retry: Some(3),
-                max_rd_atomic: Some(4),
-                ..Default::default()
-            };
-            tweak(&mut rts);
-            rts.path_mtu = None;
-            rts.ah_attr = None;
-            rts.dest_qp_num = None;
-            rts.rq_psn = None;
-            rts.max_dest_rd_atomic = None;
-            rts.min_rnr_timer = None;
+            let rq_psn = Psn::new(psns[1 - i]);
+            e.modify_qp(qpn, &QpAttr::rc_rtr(mtu, av, peer_qpn, rq_psn, 4, 1))
+                .unwrap();
+            let rts = QpAttr::rc_rts(Psn::new(psns[i]), 8, 3, rnr_retry, 4);
             e.modify_qp(qpn, &rts).unwrap();
         }
         Pair {
@@ -569,11 +533,7 @@ fn retry_exhaustion_then_flush() {
 #[test]
 fn rnr_then_late_recv_succeeds() {
     // rnr_retry 7 retries forever (IBTA), so the late receive is always found.
-    let mut p = Pair::with(Mtu::Mtu1024, [1, 2], |a| {
-        if a.qp_state == Some(QpState::Rts) {
-            a.rnr_retry = Some(7);
-        }
-    });
+    let mut p = Pair::with(Mtu::Mtu1024, [1, 2], 7);
     let s = p.sge(0, BASE, 16);
     p.post_send(0, wr(1, SendOp::Send, vec![s]));
     for _ in 0..20 {

@@ -7,8 +7,7 @@
 use std::net::IpAddr;
 
 use softrdma_proto::{
-    AccessFlags, AddressVector, CqHandle, EngineError, Mtu, PdHandle, QpAttr, QpCaps, QpState,
-    QpType,
+    AccessFlags, AddressVector, CqHandle, EngineError, Mtu, PdHandle, QpAttr, QpCaps, QpType,
 };
 use softrdma_wire::Psn;
 
@@ -175,42 +174,33 @@ fn bring_up(
     sq_psn: Psn,
 ) -> Result<(), SetupError> {
     let engine = fabric.engine_mut(node)?;
-    let init = QpAttr {
-        qp_state: Some(QpState::Init),
-        pkey_index: Some(0),
-        port_num: Some(1),
-        qp_access_flags: Some(params.access),
-        ..QpAttr::default()
-    };
+    let init = QpAttr::rc_init(params.access);
     engine
         .modify_qp(qpn, &init)
         .map_err(engine_step("modify_qp RESET->INIT"))?;
-    let rtr = QpAttr {
-        qp_state: Some(QpState::Rtr),
-        path_mtu: Some(params.mtu),
-        ah_attr: Some(AddressVector {
-            dest_ip: peer_ip,
-            traffic_class: 0,
-            hop_limit: 64,
-        }),
-        dest_qp_num: Some(peer_qpn),
-        rq_psn: Some(rq_psn),
-        max_dest_rd_atomic: Some(params.max_dest_rd_atomic),
-        min_rnr_timer: Some(params.min_rnr_timer),
-        ..QpAttr::default()
+    let peer = AddressVector {
+        dest_ip: peer_ip,
+        traffic_class: 0,
+        hop_limit: 64,
     };
+    let rtr = QpAttr::rc_rtr(
+        params.mtu,
+        peer,
+        peer_qpn,
+        rq_psn,
+        params.max_dest_rd_atomic,
+        params.min_rnr_timer,
+    );
     engine
         .modify_qp(qpn, &rtr)
         .map_err(engine_step("modify_qp INIT->RTR"))?;
-    let rts = QpAttr {
-        qp_state: Some(QpState::Rts),
-        sq_psn: Some(sq_psn),
-        timeout: Some(params.timeout),
-        retry_cnt: Some(params.retry_cnt),
-        rnr_retry: Some(params.rnr_retry),
-        max_rd_atomic: Some(params.max_rd_atomic),
-        ..QpAttr::default()
-    };
+    let rts = QpAttr::rc_rts(
+        sq_psn,
+        params.timeout,
+        params.retry_cnt,
+        params.rnr_retry,
+        params.max_rd_atomic,
+    );
     engine
         .modify_qp(qpn, &rts)
         .map_err(engine_step("modify_qp RTR->RTS"))?;

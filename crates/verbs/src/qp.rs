@@ -304,13 +304,7 @@ impl QueuePair {
 
     /// RESET → INIT with port 1, P_Key index 0 and `access`.
     pub fn to_init(&self, access: AccessFlags) -> Result<(), ModifyQpError> {
-        self.modify(&QpAttr {
-            qp_state: Some(QpState::Init),
-            pkey_index: Some(0),
-            port_num: Some(1),
-            qp_access_flags: Some(access),
-            ..Default::default()
-        })
+        self.modify(&QpAttr::rc_init(access))
     }
 
     /// INIT → RTR towards `remote`.
@@ -324,33 +318,30 @@ impl QueuePair {
             .gid
             .to_ip()
             .ok_or(ModifyQpError::NoAddress(remote.gid))?;
-        self.modify(&QpAttr {
-            qp_state: Some(QpState::Rtr),
-            path_mtu: Some(mtu),
-            ah_attr: Some(AddressVector {
-                dest_ip,
-                traffic_class: opts.traffic_class,
-                hop_limit: opts.hop_limit,
-            }),
-            dest_qp_num: Some(remote.qpn),
-            rq_psn: Some(Psn::new(remote.psn)),
-            max_dest_rd_atomic: Some(opts.max_dest_rd_atomic),
-            min_rnr_timer: Some(opts.min_rnr_timer),
-            ..Default::default()
-        })
+        let dest = AddressVector {
+            dest_ip,
+            traffic_class: opts.traffic_class,
+            hop_limit: opts.hop_limit,
+        };
+        self.modify(&QpAttr::rc_rtr(
+            mtu,
+            dest,
+            remote.qpn,
+            Psn::new(remote.psn),
+            opts.max_dest_rd_atomic,
+            opts.min_rnr_timer,
+        ))
     }
 
     /// RTR → RTS, sending from [`local_psn`](Self::local_psn).
     pub fn to_rts(&self, opts: &ConnectOptions) -> Result<(), ModifyQpError> {
-        self.modify(&QpAttr {
-            qp_state: Some(QpState::Rts),
-            sq_psn: Some(Psn::new(self.inner.psn)),
-            timeout: Some(opts.timeout),
-            retry_cnt: Some(opts.retry_cnt),
-            rnr_retry: Some(opts.rnr_retry),
-            max_rd_atomic: Some(opts.max_rd_atomic),
-            ..Default::default()
-        })
+        self.modify(&QpAttr::rc_rts(
+            Psn::new(self.inner.psn),
+            opts.timeout,
+            opts.retry_cnt,
+            opts.rnr_retry,
+            opts.max_rd_atomic,
+        ))
     }
 
     /// Connects to `remote`: RESET → INIT → RTR → RTS (a QP not in RESET is reset first).

@@ -186,6 +186,61 @@ pub struct QpAttr {
     pub max_rd_atomic: Option<u8>,
 }
 
+impl QpAttr {
+    /// RESET → INIT of a connected QP: P_Key index 0, port 1, the rights incoming requests get.
+    pub fn rc_init(access: AccessFlags) -> QpAttr {
+        QpAttr {
+            qp_state: Some(QpState::Init),
+            pkey_index: Some(0),
+            port_num: Some(1),
+            qp_access_flags: Some(access),
+            ..QpAttr::default()
+        }
+    }
+
+    /// INIT → RTR of an RC QP: where the peer is and what it will send (its first PSN), how
+    /// many of its READ/atomic requests to hold resources for, and the RNR timer to answer with.
+    pub fn rc_rtr(
+        path_mtu: Mtu,
+        dest: AddressVector,
+        dest_qpn: u32,
+        rq_psn: Psn,
+        max_dest_rd_atomic: u8,
+        min_rnr_timer: u8,
+    ) -> QpAttr {
+        QpAttr {
+            qp_state: Some(QpState::Rtr),
+            path_mtu: Some(path_mtu),
+            ah_attr: Some(dest),
+            dest_qp_num: Some(dest_qpn),
+            rq_psn: Some(rq_psn),
+            max_dest_rd_atomic: Some(max_dest_rd_atomic),
+            min_rnr_timer: Some(min_rnr_timer),
+            ..QpAttr::default()
+        }
+    }
+
+    /// RTR → RTS of an RC QP: the first PSN to send, the ACK timeout exponent, the retry
+    /// budgets, and how many READ/atomic requests may be outstanding.
+    pub fn rc_rts(
+        sq_psn: Psn,
+        timeout: u8,
+        retry_cnt: u8,
+        rnr_retry: u8,
+        max_rd_atomic: u8,
+    ) -> QpAttr {
+        QpAttr {
+            qp_state: Some(QpState::Rts),
+            sq_psn: Some(sq_psn),
+            timeout: Some(timeout),
+            retry_cnt: Some(retry_cnt),
+            rnr_retry: Some(rnr_retry),
+            max_rd_atomic: Some(max_rd_atomic),
+            ..QpAttr::default()
+        }
+    }
+}
+
 /// Fully resolved attributes of a QP (defaults where never set).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct QpConfig {
