@@ -3,7 +3,7 @@
 
 use softrdma_wire::{OpKind, PacketRepr};
 
-use super::{Output, Resource, RespError};
+use super::{check_remote, Output, Resource, RespError};
 use crate::mr::AccessFlags;
 use crate::qp::{Ctx, QueuePair};
 
@@ -15,17 +15,18 @@ impl QueuePair {
         kind: OpKind,
     ) -> Result<(), RespError> {
         let eth = pkt.ext.atomic_eth.ok_or(RespError::InvalidRequest)?;
-        if !self.cfg.access.contains(AccessFlags::REMOTE_ATOMIC) {
-            return Err(RespError::RemoteAccess);
-        }
-        // C9-??: a misaligned atomic target is an invalid request.
+        // A misaligned atomic target is an invalid request, not an access error.
         if eth.va % 8 != 0 {
             return Err(RespError::InvalidRequest);
         }
-        let (mr, off) = ctx
-            .mrs
-            .check(self.pd, eth.rkey, eth.va, 8, AccessFlags::REMOTE_ATOMIC)
-            .map_err(|_| RespError::RemoteAccess)?;
+        let (mr, off) = check_remote(
+            self,
+            ctx.mrs,
+            eth.rkey,
+            eth.va,
+            8,
+            AccessFlags::REMOTE_ATOMIC,
+        )?;
         let orig = match kind {
             OpKind::CompareSwap => mr.memory.compare_swap(off, eth.compare, eth.swap_add),
             _ => mr.memory.fetch_add(off, eth.swap_add),

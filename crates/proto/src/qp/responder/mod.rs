@@ -179,6 +179,25 @@ impl RespError {
     }
 }
 
+/// The one check every incoming RDMA access passes (IBTA 9.7.4.1.4/C9-88ff, 10.6.3): the QP
+/// grants the right (`qp_access_flags`), the R_Key names a region of the QP's protection
+/// domain that grants it, and `[va, va + len)` lies inside the region. Any failure is a remote
+/// access error, whatever the detail — the requester learns nothing more, as on rxe.
+pub(super) fn check_remote<'m>(
+    qp: &QueuePair,
+    mrs: &'m crate::mr::MrTable,
+    rkey: u32,
+    va: u64,
+    len: u64,
+    right: crate::mr::AccessFlags,
+) -> Result<(&'m crate::mr::MemoryRegion, usize), RespError> {
+    if !qp.cfg.access.contains(right) {
+        return Err(RespError::RemoteAccess);
+    }
+    mrs.check(qp.pd, rkey, va, len, right)
+        .map_err(|_| RespError::RemoteAccess)
+}
+
 impl QueuePair {
     /// Handles a request packet addressed to this QP (state already checked by the engine).
     pub(crate) fn handle_request(&mut self, ctx: &mut Ctx<'_>, pkt: &PacketRepr<'_>) {

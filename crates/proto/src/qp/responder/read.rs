@@ -3,7 +3,7 @@
 
 use softrdma_wire::{Aeth, Bth, ExtHeaders, Opcode, PacketRepr, Psn, Reth, Syndrome};
 
-use super::{Output, Resource, RespError};
+use super::{check_remote, Output, Resource, RespError};
 use crate::engine::Transmit;
 use crate::mr::AccessFlags;
 use crate::qp::{Ctx, QueuePair};
@@ -29,19 +29,16 @@ impl QueuePair {
 
     /// Access checks of a READ request (also for a duplicate, which is re-executed).
     pub(super) fn check_read(&self, ctx: &Ctx<'_>, reth: &Reth) -> Result<(), RespError> {
-        if !self.cfg.access.contains(AccessFlags::REMOTE_READ) {
-            return Err(RespError::RemoteAccess);
-        }
-        ctx.mrs
-            .check(
-                self.pd,
-                reth.rkey,
-                reth.va,
-                u64::from(reth.dma_len),
-                AccessFlags::REMOTE_READ,
-            )
-            .map(|_| ())
-            .map_err(|_| RespError::RemoteAccess)
+        let len = u64::from(reth.dma_len);
+        check_remote(
+            self,
+            ctx.mrs,
+            reth.rkey,
+            reth.va,
+            len,
+            AccessFlags::REMOTE_READ,
+        )
+        .map(|_| ())
     }
 
     pub(super) fn queue_read_response(&mut self, ctx: &mut Ctx<'_>, psn: Psn, reth: &Reth) {
@@ -92,9 +89,7 @@ impl QueuePair {
         }
         // Memory may have been deregistered since the request was accepted: answer with a
         // remote access NAK instead of data.
-        let region = ctx
-            .mrs
-            .check(self.pd, rkey, va, n, AccessFlags::REMOTE_READ)
+        let region = check_remote(self, ctx.mrs, rkey, va, n, AccessFlags::REMOTE_READ)
             .ok()
             .map(|(mr, off)| (mr.memory.clone(), off));
         let Some((memory, off)) = region else {

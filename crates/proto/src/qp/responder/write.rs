@@ -3,7 +3,7 @@
 
 use softrdma_wire::{PacketRepr, Position};
 
-use super::{RespError, SendInProgress, WriteInProgress};
+use super::{check_remote, RespError, SendInProgress, WriteInProgress};
 use crate::mr::AccessFlags;
 use crate::qp::{Ctx, QueuePair};
 use crate::wr::{RecvWr, WcStatus};
@@ -28,18 +28,15 @@ impl QueuePair {
                 return Err(RespError::InvalidRequest);
             };
             let total = u64::from(reth.dma_len);
-            if !self.cfg.access.contains(AccessFlags::REMOTE_WRITE) {
-                return Err(RespError::RemoteAccess);
-            }
-            ctx.mrs
-                .check(
-                    self.pd,
-                    reth.rkey,
-                    reth.va,
-                    total,
-                    AccessFlags::REMOTE_WRITE,
-                )
-                .map_err(|_| RespError::RemoteAccess)?;
+            // The whole message is checked up front, so no packet of it lands out of bounds.
+            check_remote(
+                self,
+                ctx.mrs,
+                reth.rkey,
+                reth.va,
+                total,
+                AccessFlags::REMOTE_WRITE,
+            )?;
             WriteInProgress {
                 rkey: reth.rkey,
                 va: reth.va,
@@ -59,10 +56,9 @@ impl QueuePair {
             return Err(RespError::InvalidRequest);
         }
         if len > 0 {
-            let (mr, off) = ctx
-                .mrs
-                .check(self.pd, w.rkey, w.va, len, AccessFlags::REMOTE_WRITE)
-                .map_err(|_| RespError::RemoteAccess)?;
+            // Again per packet: the region may have been deregistered meanwhile.
+            let (mr, off) =
+                check_remote(self, ctx.mrs, w.rkey, w.va, len, AccessFlags::REMOTE_WRITE)?;
             mr.memory.write(off, pkt.payload);
         }
         w.va = w.va.wrapping_add(len);
