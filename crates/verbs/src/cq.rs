@@ -135,18 +135,23 @@ impl CompletionQueue {
         inner.start_polling();
         let notify = &self.inner.notify;
         let ready = loop {
-            // Armed before looking: a completion another thread adds after the check below
-            // then writes the CQ's event fd, and the sleep returns at once.
-            notify.armed.store(true, Ordering::Release);
             if !self.is_empty() {
                 break true;
             }
+            // Disarmed while this thread drives: completions it produces itself need no
+            // wake-up call.
             let got = inner.drive();
             if !self.is_empty() {
                 break true;
             }
             if got {
                 continue;
+            }
+            // Armed, then looked at once more: a completion another thread adds after this
+            // check writes the CQ's event fd, and the sleep below returns at once.
+            notify.armed.store(true, Ordering::Release);
+            if !self.is_empty() {
+                break true;
             }
             let left = match deadline {
                 Some(d) => match d.checked_duration_since(Instant::now()) {
@@ -159,9 +164,13 @@ impl CompletionQueue {
                 std::hint::spin_loop();
                 continue;
             }
-            // Timers stay with the progress thread; this thread waits for datagrams and for
-            // completions others produce.
-            inner.sleep_for_cq(&notify.fd, left);
+            // Wait for a datagram, a completion another thread produced, or the engine's next
+            // timer: while this thread waits, the device's timers are its job too.
+            let sleep = match (left, inner.until_next_timer()) {
+                (Some(a), Some(b)) => Some(a.min(b)),
+                (a, b) => a.or(b),
+            };
+            inner.sleep_for_cq(&notify.fd, sleep);
         };
         notify.armed.store(false, Ordering::Release);
         inner.stop_polling();

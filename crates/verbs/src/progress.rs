@@ -533,12 +533,17 @@ impl Inner {
             core.flush(now);
         }
         core.notify_cqs(&mut wakers);
+        // The progress thread must learn of a timer earlier than the one it sleeps for —
+        // unless an application thread waits on the device: waiters run the timers themselves
+        // (and the last one to leave wakes the progress thread), so a ping-pong does not wake
+        // it for the retransmit timer every request arms.
+        let earlier_timer = core
+            .engine
+            .poll_timeout()
+            .is_some_and(|d| d.as_nanos() < self.next_wake_ns.load(Ordering::Acquire));
         let wake_thread = !self.busy_poll
             && (!self.inline_transmit
-                || core
-                    .engine
-                    .poll_timeout()
-                    .is_some_and(|d| d.as_nanos() < self.next_wake_ns.load(Ordering::Acquire)));
+                || (earlier_timer && self.pollers.load(Ordering::Acquire) == 0));
         drop(core);
         if wake_thread {
             self.wake.signal();
