@@ -26,19 +26,11 @@
 # Exit status: 0 if every run passed, 1 otherwise, 2 if the setup failed.
 set -uo pipefail
 
-LAB=${SOFTRDMA_LAB:-}
-if [ -z "$LAB" ]; then
-  echo "perf.sh: SOFTRDMA_LAB is not set (e.g. SOFTRDMA_LAB=/work/shared/rxe-lab): skipping the perftest interop matrix"
-  exit 0
-fi
-[ "$(id -u)" = 0 ] || { echo "perf.sh: the rxe lab needs root"; exit 2; }
-[ -x "$LAB/guest.sh" ] || { echo "perf.sh: $LAB is not the rxe lab (no guest.sh)"; exit 2; }
-
-ROOT=$(cd "$(dirname "$0")/../.." && pwd)
 export LAB_NS=${LAB_NS:-rxe-perf}
 export LAB_TAPS=${LAB_TAPS:-p1 p2}
-export GUEST_TIMEOUT=${GUEST_TIMEOUT:-120}
-NS=$LAB_NS
+# shellcheck source=common.sh
+. "$(dirname "$0")/common.sh"
+lab_setup perf.sh
 GUEST=${LAB_TAPS%% *}
 TESTS=${PERF_TESTS:-"write-bw read-bw send-bw atomic-bw:FETCH_AND_ADD atomic-bw:CMP_AND_SWAP send-lat"}
 ITERS=${PERF_ITERS:-200}
@@ -47,39 +39,6 @@ OUT=${PERF_OUT:-$ROOT/target/lab/perf}
 HOST_IP=10.88.0.1
 GUEST_IP=10.88.0.11
 mkdir -p "$OUT"
-
-echo "== building softrdma (release)"
-(cd "$ROOT" && cargo build --release -q -p softrdma-cli) || { echo "perf.sh: build failed"; exit 2; }
-BIN=${CARGO_TARGET_DIR:-$ROOT/target}/release/softrdma
-[ -x "$BIN" ] || { echo "perf.sh: no binary at $BIN"; exit 2; }
-
-"$LAB/lab.sh" up || { echo "perf.sh: lab.sh up failed"; exit 2; }
-nsx() { ip netns exec "$NS" "$@"; }
-
-TCPDUMP_PID=
-start_capture() { # FILE
-  # Not through nsx: a backgrounded function is a subshell, which ignores SIGINT; `ip netns
-  # exec` execs tcpdump, so $! is tcpdump itself.
-  # -B: a large kernel buffer, so a busy 2-core host (TCG guests) drops nothing.
-  ip netns exec "$NS" tcpdump -i br0 -n -s 0 -B 65536 --immediate-mode -U -w "$1" \
-    'udp port 4791 or tcp port 18515' >"$1.tcpdump.log" 2>&1 &
-  TCPDUMP_PID=$!
-  sleep 1
-}
-stop_capture() {
-  [ -n "$TCPDUMP_PID" ] || return 0
-  sleep 0.5
-  kill -TERM "$TCPDUMP_PID" 2>/dev/null; wait "$TCPDUMP_PID" 2>/dev/null
-  TCPDUMP_PID=
-}
-trap 'stop_capture' EXIT
-
-decode() { # FILE -> summary line; decode's status
-  local line rc
-  line=$("$BIN" decode -q "$1" 2>&1); rc=$?
-  echo "$line"
-  return $rc
-}
 
 # row LOG -> the first result row of a perftest-style table (the guest's lines may carry a
 # prefix), or nothing.
@@ -102,12 +61,6 @@ plausible() {
   fi
 }
 
-RESULTS=()
-FAILED=0
-record() { # NAME STATUS DETAIL
-  RESULTS+=("$(printf '%-34s %-4s %s' "$1" "$2" "$3")")
-  [ "$2" = ok ] || FAILED=1
-}
 
 # check NAME KIND SOFTRDMA_RC GUEST_RC SOFTRDMA_LOG GUEST_LOG WIRE_PCAP TAP_PCAP
 check() {
@@ -184,6 +137,4 @@ done
 
 echo
 echo "== perftest interop matrix (iters $ITERS; captures and logs in $OUT)"
-printf '%s\n' "${RESULTS[@]}"
-if [ $FAILED = 0 ]; then echo "perf matrix: PASS"; else echo "perf matrix: FAIL"; fi
-exit $FAILED
+finish "perf matrix"

@@ -24,18 +24,9 @@
 # Exit status: 0 if every run passed, 1 otherwise, 2 if the setup failed.
 set -uo pipefail
 
-LAB=${SOFTRDMA_LAB:-}
-if [ -z "$LAB" ]; then
-  echo "pingpong.sh: SOFTRDMA_LAB is not set (e.g. SOFTRDMA_LAB=/work/shared/rxe-lab): skipping the rxe interop matrix"
-  exit 0
-fi
-[ "$(id -u)" = 0 ] || { echo "pingpong.sh: the rxe lab needs root"; exit 2; }
-[ -x "$LAB/guest.sh" ] || { echo "pingpong.sh: $LAB is not the rxe lab (no guest.sh)"; exit 2; }
-
-ROOT=$(cd "$(dirname "$0")/../.." && pwd)
-NS=${LAB_NS:-rxe-lab}
-export LAB_NS=$NS
-export GUEST_TIMEOUT=${GUEST_TIMEOUT:-120}
+# shellcheck source=common.sh
+. "$(dirname "$0")/common.sh"
+lab_setup pingpong.sh
 SIZES=${PP_SIZES:-"64 1024 4096 10000"}
 ITERS=${PP_ITERS:-20}
 OUT=${PP_OUT:-$ROOT/target/lab/pingpong}
@@ -43,44 +34,6 @@ HOST_IP=10.88.0.1
 GUEST_IP=10.88.0.11
 mkdir -p "$OUT"
 
-echo "== building softrdma (release)"
-(cd "$ROOT" && cargo build --release -q -p softrdma-cli) || { echo "pingpong.sh: build failed"; exit 2; }
-BIN=${CARGO_TARGET_DIR:-$ROOT/target}/release/softrdma
-[ -x "$BIN" ] || { echo "pingpong.sh: no binary at $BIN"; exit 2; }
-
-"$LAB/lab.sh" up || { echo "pingpong.sh: lab.sh up failed"; exit 2; }
-nsx() { ip netns exec "$NS" "$@"; }
-
-TCPDUMP_PID=
-start_capture() { # FILE
-  # Not through nsx(): `ip netns exec` execs tcpdump, so $! is tcpdump itself.
-  ip netns exec "$NS" tcpdump -i br0 -n -s 0 --immediate-mode -U -w "$1" \
-    'udp port 4791 or tcp port 18515' >/dev/null 2>&1 &
-  TCPDUMP_PID=$!
-  sleep 1
-}
-stop_capture() {
-  [ -n "$TCPDUMP_PID" ] || return 0
-  sleep 0.5
-  kill -INT "$TCPDUMP_PID" 2>/dev/null; wait "$TCPDUMP_PID" 2>/dev/null
-  TCPDUMP_PID=
-}
-trap 'stop_capture' EXIT
-
-# decode FILE -> prints the summary line, returns decode's status
-decode() {
-  local line rc
-  line=$("$BIN" decode -q "$1" 2>&1); rc=$?
-  echo "$line"
-  return $rc
-}
-
-RESULTS=()
-FAILED=0
-record() { # NAME STATUS DETAIL
-  RESULTS+=("$(printf '%-28s %-4s %s' "$1" "$2" "$3")")
-  [ "$2" = ok ] || FAILED=1
-}
 
 # check NAME SOFTRDMA_RC GUEST_RC SOFTRDMA_LOG GUEST_LOG WIRE_PCAP TAP_PCAP
 check() {
@@ -145,6 +98,4 @@ done
 
 echo
 echo "== pingpong interop matrix (iters $ITERS, -c; captures and logs in $OUT)"
-printf '%s\n' "${RESULTS[@]}"
-if [ $FAILED = 0 ]; then echo "pingpong matrix: PASS"; else echo "pingpong matrix: FAIL"; fi
-exit $FAILED
+finish "pingpong matrix"

@@ -1,0 +1,74 @@
+#!/bin/bash
+# scripts/lab/common.sh: what the interop scripts share — sourced, not run.
+#
+# lab_setup NAME   checks SOFTRDMA_LAB / root / the lab, builds softrdma (release), sets BIN,
+#                  ROOT, LAB, NS (from LAB_NS) and brings the lab up; exits 0 with a message
+#                  when SOFTRDMA_LAB is unset (opt-in), 2 when the setup fails.
+# nsx CMD...       runs CMD in the lab namespace.
+# start_capture FILE / stop_capture
+#                  tcpdump on br0 of RoCEv2 and the out-of-band TCP port, in the background.
+# decode FILE      prints `softrdma decode`'s summary line; returns its status.
+# record NAME STATUS DETAIL, finish TITLE
+#                  collect result rows; print them and exit 0 if every row is ok, else 1.
+
+lab_setup() {
+  local name=$1
+  LAB=${SOFTRDMA_LAB:-}
+  if [ -z "$LAB" ]; then
+    echo "$name: SOFTRDMA_LAB is not set (e.g. SOFTRDMA_LAB=/work/shared/rxe-lab): skipping"
+    exit 0
+  fi
+  [ "$(id -u)" = 0 ] || { echo "$name: the rxe lab needs root"; exit 2; }
+  [ -x "$LAB/guest.sh" ] || { echo "$name: $LAB is not the rxe lab (no guest.sh)"; exit 2; }
+  ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)
+  NS=${LAB_NS:-rxe-lab}
+  export LAB_NS=$NS
+  export GUEST_TIMEOUT=${GUEST_TIMEOUT:-120}
+  echo "== building softrdma (release)"
+  (cd "$ROOT" && cargo build --release -q -p softrdma-cli) || { echo "$name: build failed"; exit 2; }
+  BIN=${CARGO_TARGET_DIR:-$ROOT/target}/release/softrdma
+  [ -x "$BIN" ] || { echo "$name: no binary at $BIN"; exit 2; }
+  "$LAB/lab.sh" up || { echo "$name: lab.sh up failed"; exit 2; }
+  trap 'stop_capture' EXIT
+}
+
+nsx() { ip netns exec "$NS" "$@"; }
+
+TCPDUMP_PID=
+start_capture() { # FILE
+  # Not through nsx: a backgrounded function is a subshell, which ignores SIGINT; `ip netns
+  # exec` execs tcpdump, so $! is tcpdump itself. -B: a large kernel buffer, so a busy 2-core
+  # host (TCG guests) drops nothing.
+  ip netns exec "$NS" tcpdump -i br0 -n -s 0 -B 65536 --immediate-mode -U -w "$1" \
+    'udp port 4791 or tcp port 18515' >"$1.tcpdump.log" 2>&1 &
+  TCPDUMP_PID=$!
+  sleep 1
+}
+
+stop_capture() {
+  [ -n "$TCPDUMP_PID" ] || return 0
+  sleep 0.5
+  kill -TERM "$TCPDUMP_PID" 2>/dev/null
+  wait "$TCPDUMP_PID" 2>/dev/null
+  TCPDUMP_PID=
+}
+
+decode() { # FILE -> summary line; decode's status
+  local line rc
+  line=$("$BIN" decode -q "$1" 2>&1); rc=$?
+  echo "$line"
+  return $rc
+}
+
+RESULTS=()
+FAILED=0
+record() { # NAME STATUS DETAIL
+  RESULTS+=("$(printf '%-34s %-4s %s' "$1" "$2" "$3")")
+  [ "$2" = ok ] || FAILED=1
+}
+
+finish() { # TITLE
+  printf '%s\n' "${RESULTS[@]}"
+  if [ "$FAILED" = 0 ]; then echo "$1: PASS"; else echo "$1: FAIL"; fi
+  exit "$FAILED"
+}
