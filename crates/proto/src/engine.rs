@@ -127,6 +127,9 @@ pub enum EngineError {
     /// The work queue is full.
     #[error("work queue full")]
     QueueFull,
+    /// A table is full (its limit is in the docs of the object).
+    #[error("too many {0}")]
+    Exhausted(&'static str),
     /// The QP transition was refused.
     #[error(transparent)]
     Modify(#[from] ModifyQpError),
@@ -253,7 +256,10 @@ impl Engine {
                 "region wraps the address space",
             ));
         }
-        Ok(self.shared.mrs.register(pd, iova, length, access, memory))
+        self.shared
+            .mrs
+            .register(pd, iova, length, access, memory)
+            .ok_or(EngineError::Exhausted("memory regions"))
     }
 
     /// Deregisters a memory region. Requests already in flight that name it fail their

@@ -7,7 +7,6 @@
 //! an in-bounds offset. How bytes are stored (a `Vec` in the simulator, application memory in
 //! the verbs layer) is the region's business; so is making concurrent access sound.
 
-use std::collections::HashMap;
 use std::fmt;
 use std::sync::Arc;
 
@@ -165,16 +164,31 @@ pub enum AccessError {
     Misaligned,
 }
 
+/// The most memory regions one engine holds at a time: keys carry a 24-bit index.
+pub const MAX_MEMORY_REGIONS: usize = (1 << 24) - 1;
+
 /// All memory regions of one engine, by key.
+///
+/// A key is `index << 8 | key_byte`, as on rxe: the index picks a slot (found without hashing:
+/// this lookup sits on every data packet's path), the key byte is bumped each time the slot is
+/// reused, so a key that outlived its region does not name the next region in that slot
+/// (until 255 more reuses of the slot — the ibverbs key model).
 #[derive(Default)]
 pub struct MrTable {
-    regions: HashMap<u32, MemoryRegion>,
-    next_index: u32,
+    /// Slot 0 is never used, so no valid key is below 0x100.
+    slots: Vec<MrSlot>,
+    free: Vec<u32>,
+}
+
+#[derive(Default)]
+struct MrSlot {
+    key_byte: u8,
+    region: Option<MemoryRegion>,
 }
 
 impl MrTable {
-    /// Registers a region and returns its key (lkey = rkey). Keys are `index << 8 | 0x??`
-    /// like rxe's, never reused for the engine's lifetime, so a stale key cannot alias.
+    /// Registers a region and returns its key (lkey = rkey), or `None` when
+    /// [`MAX_MEMORY_REGIONS`] are registered.
     pub fn register(
         &mut self,
         pd: PdHandle,
@@ -182,38 +196,64 @@ impl MrTable {
         length: u64,
         access: AccessFlags,
         memory: Arc<dyn RegionMemory>,
-    ) -> u32 {
-        self.next_index += 1;
-        // The low byte is the "key" part of an ibverbs key; 0x02 like rxe's first MRs (0x2xx).
-        let key = (self.next_index << 8) | 0x02;
-        self.regions.insert(
-            key,
-            MemoryRegion {
-                lkey: key,
-                rkey: key,
-                pd,
-                iova,
-                length,
-                access,
-                memory,
-            },
-        );
-        key
+    ) -> Option<u32> {
+        if self.slots.is_empty() {
+            self.slots.push(MrSlot::default());
+        }
+        let index = match self.free.pop() {
+            Some(i) => i,
+            None if self.slots.len() <= MAX_MEMORY_REGIONS => {
+                self.slots.push(MrSlot::default());
+                (self.slots.len() - 1) as u32
+            }
+            None => return None,
+        };
+        let slot = &mut self.slots[index as usize];
+        // The first key byte is 0x02, like rxe's first MRs (0x2xx).
+        slot.key_byte = if slot.key_byte == 0 {
+            0x02
+        } else {
+            slot.key_byte.wrapping_add(1)
+        };
+        let key = (index << 8) | u32::from(slot.key_byte);
+        slot.region = Some(MemoryRegion {
+            lkey: key,
+            rkey: key,
+            pd,
+            iova,
+            length,
+            access,
+            memory,
+        });
+        Some(key)
     }
 
     /// Removes a region; `false` if the key was unknown.
     pub fn deregister(&mut self, key: u32) -> bool {
-        self.regions.remove(&key).is_some()
+        if self.get(key).is_none() {
+            return false;
+        }
+        self.slots[(key >> 8) as usize].region = None;
+        self.free.push(key >> 8);
+        true
     }
 
     /// The region with this key.
+    #[inline]
     pub fn get(&self, key: u32) -> Option<&MemoryRegion> {
-        self.regions.get(&key)
+        self.slots
+            .get((key >> 8) as usize)?
+            .region
+            .as_ref()
+            .filter(|r| r.lkey == key)
     }
 
     /// Whether any region still belongs to `pd`.
     pub fn pd_in_use(&self, pd: PdHandle) -> bool {
-        self.regions.values().any(|r| r.pd == pd)
+        self.slots
+            .iter()
+            .filter_map(|s| s.region.as_ref())
+            .any(|r| r.pd == pd)
     }
 
     /// Checks an access of `len` bytes at `addr` through `key` from protection domain `pd`
@@ -226,7 +266,7 @@ impl MrTable {
         len: u64,
         need: AccessFlags,
     ) -> Result<(&MemoryRegion, usize), AccessError> {
-        let mr = self.regions.get(&key).ok_or(AccessError::BadKey(key))?;
+        let mr = self.get(key).ok_or(AccessError::BadKey(key))?;
         if mr.pd != pd {
             return Err(AccessError::WrongPd);
         }
@@ -406,13 +446,15 @@ mod tests {
     fn test_check() {
         let mut t = MrTable::default();
         let pd = PdHandle(1);
-        let key = t.register(
-            pd,
-            0x1000,
-            64,
-            AccessFlags::REMOTE_READ,
-            Arc::new(VecMemory::new(64)),
-        );
+        let key = t
+            .register(
+                pd,
+                0x1000,
+                64,
+                AccessFlags::REMOTE_READ,
+                Arc::new(VecMemory::new(64)),
+            )
+            .unwrap();
         assert_eq!(
             t.check(pd, key, 0x1000, 64, AccessFlags::REMOTE_READ)
                 .unwrap()
@@ -456,6 +498,33 @@ mod tests {
         assert!(t
             .check(pd, key, 0x1040, 0, AccessFlags::REMOTE_READ)
             .is_ok());
+    }
+
+    #[test]
+    fn test_stale_keys_do_not_alias() {
+        let mut t = MrTable::default();
+        let pd = PdHandle(1);
+        let mem = || Arc::new(VecMemory::new(8)) as Arc<dyn RegionMemory>;
+        let a = t
+            .register(pd, 0, 8, AccessFlags::REMOTE_READ, mem())
+            .unwrap();
+        assert_eq!(a, 0x102, "first key like rxe's 0x2xx... at index 1");
+        assert!(t.deregister(a));
+        assert!(!t.deregister(a), "twice");
+        // The slot is reused with the next key byte: the old key names nothing.
+        let b = t
+            .register(pd, 0, 8, AccessFlags::REMOTE_READ, mem())
+            .unwrap();
+        assert_eq!(b >> 8, a >> 8);
+        assert_ne!(b, a);
+        assert!(t.get(a).is_none());
+        assert_eq!(
+            t.check(pd, a, 0, 8, AccessFlags::REMOTE_READ).err(),
+            Some(AccessError::BadKey(a))
+        );
+        assert!(t.get(b).is_some());
+        // Keys below 0x100 and beyond the table name nothing.
+        assert!(t.get(0x02).is_none() && t.get(0xffff_ff02).is_none());
     }
 
     #[test]

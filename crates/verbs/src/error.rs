@@ -54,6 +54,9 @@ pub enum RegMrError {
     /// The range wraps around the address space or is otherwise invalid.
     #[error("invalid memory range: {0}")]
     InvalidRange(&'static str),
+    /// The device already holds its maximum of memory regions (`max_mr`).
+    #[error("too many memory regions")]
+    TooMany,
 }
 
 /// Creating a completion queue failed (`ibv_create_cq`).

@@ -113,6 +113,7 @@ impl ProtectionDomain {
             .reg_mr(self.handle(), addr, len as u64, access, memory.clone())
             .map_err(|e| match e {
                 softrdma_proto::EngineError::InvalidArgument(s) => RegMrError::InvalidRange(s),
+                softrdma_proto::EngineError::Exhausted(_) => RegMrError::TooMany,
                 _ => RegMrError::InvalidRange("refused by the engine"),
             })?;
         Ok(MemoryRegion {
