@@ -774,3 +774,61 @@ fn peer_ipv4_id_habit_is_learned() {
         assert!(deliver(&mut p, 0xe565 + i));
     }
 }
+
+/// A NAK can acknowledge the WQEs before the one it fails (its PSN minus one). Those complete
+/// successfully, the NAKed one carries the error, and only the ones after it are flushed —
+/// here with the ACK of the first WRITE lost, so the NAK is what acknowledges it.
+#[test]
+fn nak_completes_earlier_wqes_and_fails_the_right_one() {
+    let mut p = Pair::new(Mtu::Mtu1024, [1, 2]);
+    p.filter = drop_nth(1, 0, |p| kind(p) == OpKind::Acknowledge);
+    let s = p.sge(0, BASE, 8);
+    let rkey = p.nodes[1].key;
+    p.post_send(
+        0,
+        wr(
+            1,
+            SendOp::RdmaWrite {
+                remote_addr: BASE,
+                rkey,
+            },
+            vec![s],
+        ),
+    );
+    p.post_send(
+        0,
+        wr(
+            2,
+            SendOp::RdmaWrite {
+                remote_addr: BASE,
+                rkey: rkey ^ 0x100,
+            },
+            vec![s],
+        ),
+    );
+    p.post_send(
+        0,
+        wr(
+            3,
+            SendOp::RdmaWrite {
+                remote_addr: BASE,
+                rkey,
+            },
+            vec![s],
+        ),
+    );
+    p.drive();
+    let got: Vec<_> = p
+        .completions(0)
+        .iter()
+        .map(|w| (w.wr_id, w.status))
+        .collect();
+    assert_eq!(
+        got,
+        vec![
+            (1, WcStatus::Success),
+            (2, WcStatus::RemAccessErr),
+            (3, WcStatus::WrFlushErr)
+        ]
+    );
+}

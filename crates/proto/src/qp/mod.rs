@@ -22,7 +22,7 @@ use crate::engine::{EngineConfig, Transmit};
 use crate::mr::{MrTable, PdHandle};
 use crate::stats::Stats;
 use crate::time::Instant;
-use crate::wr::{RecvWr, WcOpcode, WcStatus, WorkCompletion};
+use crate::wr::{RecvWr, SendFlags, WcOpcode, WcStatus, WorkCompletion};
 
 pub use attr::{AddressVector, ModifyQpError, Mtu, QpAttr, QpCaps, QpConfig, QpState, QpType};
 use requester::Requester;
@@ -258,13 +258,15 @@ impl QueuePair {
         self.resp.clear_output();
     }
 
-    /// Completes every remaining send WQE with its recorded error, or WR_FLUSH_ERR.
+    /// Completes every remaining send WQE, in order: one already known to have succeeded as a
+    /// success (if signaled), one with a recorded error with that error, the rest with
+    /// WR_FLUSH_ERR (error completions are generated signaled or not, as in ibverbs).
     pub(crate) fn flush_send_queue(&mut self, ctx: &mut Ctx<'_>) {
         while let Some(wqe) = self.req.sq.pop_front() {
-            let status = match wqe.status {
-                Some(s) if s != WcStatus::Success => s,
-                _ => WcStatus::WrFlushErr,
-            };
+            let status = wqe.status.unwrap_or(WcStatus::WrFlushErr);
+            if status == WcStatus::Success && !wqe.wr.flags.contains(SendFlags::SIGNALED) {
+                continue;
+            }
             let wc = wqe.completion(self.qpn, status);
             ctx.complete(self.send_cq, wc);
         }

@@ -358,14 +358,13 @@ impl QueuePair {
         Ok(t)
     }
 
-    /// Records `status` for WQE `idx` and moves the QP to the error state.
+    /// Records `status` for WQE `idx` (its index in the send queue as the caller sees it) and
+    /// moves the QP to the error state. WQEs before it already known to have succeeded still
+    /// complete successfully; unfinished ones before it, and all after it, are flushed.
     pub(crate) fn fail_wqe(&mut self, ctx: &mut Ctx<'_>, idx: usize, status: WcStatus) {
-        self.retire_completed(ctx);
-        let idx = idx.min(self.req.sq.len().saturating_sub(1));
         if let Some(wqe) = self.req.sq.get_mut(idx) {
             wqe.status = Some(status);
         }
-        // WQEs before it that were not yet known to be complete are flushed too.
         for wqe in self.req.sq.iter_mut().take(idx) {
             if wqe.status.is_none() {
                 wqe.status = Some(WcStatus::WrFlushErr);
