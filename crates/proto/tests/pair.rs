@@ -832,3 +832,73 @@ fn nak_completes_earlier_wqes_and_fails_the_right_one() {
         ]
     );
 }
+
+/// RNR retries run out on the second SEND while the first was received: the first succeeds,
+/// the second fails with RNR_RETRY_EXC_ERR, the third is flushed.
+#[test]
+fn rnr_exhaustion_after_a_received_send() {
+    let mut p = Pair::new(Mtu::Mtu1024, [1, 2]);
+    p.post_recv(1, 70, BASE, 64); // exactly one receive
+    let s = p.sge(0, BASE, 16);
+    for id in 1..=3 {
+        p.post_send(0, wr(id, SendOp::Send, vec![s]));
+    }
+    p.drive();
+    let got: Vec<_> = p
+        .completions(0)
+        .iter()
+        .map(|w| (w.wr_id, w.status))
+        .collect();
+    assert_eq!(
+        got,
+        vec![
+            (1, WcStatus::Success),
+            (2, WcStatus::RnrRetryExcErr),
+            (3, WcStatus::WrFlushErr)
+        ]
+    );
+    one_ok(&p.completions(1), 70, WcOpcode::Recv, 16);
+}
+
+/// A fatal error detected by the responder (a WRITE to a bad rkey) puts the responder's QP in
+/// the error state too: its own outstanding SENDs and its receives are flushed, and later
+/// requests to it are dropped, not executed.
+#[test]
+fn responder_error_flushes_the_responders_own_work() {
+    let mut p = Pair::new(Mtu::Mtu1024, [1, 2]);
+    p.post_recv(1, 80, BASE, 64);
+    let s1 = p.sge(1, BASE + 0x100, 8);
+    // Node 1 has a SEND of its own outstanding (node 0 posted no receive: it RNR-waits).
+    p.post_send(1, wr(81, SendOp::Send, vec![s1]));
+    let s0 = p.sge(0, BASE, 8);
+    let bad = p.nodes[1].key ^ 0x100;
+    p.post_send(
+        0,
+        wr(
+            1,
+            SendOp::RdmaWrite {
+                remote_addr: BASE,
+                rkey: bad,
+            },
+            vec![s0],
+        ),
+    );
+    p.drive();
+    assert_eq!(p.completions(0)[0].status, WcStatus::RemAccessErr);
+    let mut got: Vec<_> = p
+        .completions(1)
+        .iter()
+        .map(|w| (w.wr_id, w.status))
+        .collect();
+    got.sort_unstable_by_key(|(id, _)| *id);
+    assert_eq!(
+        got,
+        vec![(80, WcStatus::WrFlushErr), (81, WcStatus::WrFlushErr)]
+    );
+    assert_eq!(
+        p.nodes[1].engine.qp(p.nodes[1].qpn).unwrap().state(),
+        QpState::Err
+    );
+    // Nothing reached node 1's memory.
+    assert_eq!(p.read_mem(1, BASE, 8), vec![0; 8]);
+}
