@@ -168,6 +168,9 @@ pub struct Engine {
     next_qpn: u32,
     /// QPs that may have output, in the order they became ready.
     ready: VecDeque<u32>,
+    /// Every QP's earliest timer, ordered: `poll_timeout` is the first entry, not a scan of
+    /// all QPs (it is asked after every post and every batch of packets).
+    timers: BTreeSet<(Instant, u32)>,
 }
 
 impl Engine {
@@ -186,6 +189,7 @@ impl Engine {
             qps: BTreeMap::new(),
             next_qpn: config.first_qpn,
             ready: VecDeque::new(),
+            timers: BTreeSet::new(),
         }
     }
 
@@ -362,6 +366,7 @@ impl Engine {
         let mut ctx = self.shared.ctx(Instant::ZERO, 0);
         qp.apply_modify(&mut ctx, to, attr);
         self.ready.push_back(qpn);
+        self.sync_timer(qpn);
         Ok(())
     }
 
@@ -378,10 +383,11 @@ impl Engine {
     /// Destroys a QP. Outstanding WRs are discarded without completions (ibverbs semantics:
     /// move the QP to ERR and drain the CQ first if they matter).
     pub fn destroy_qp(&mut self, qpn: u32) -> Result<(), EngineError> {
-        self.qps
-            .remove(&qpn)
-            .map(|_| ())
-            .ok_or(EngineError::NoSuchQp)
+        let qp = self.qps.remove(&qpn).ok_or(EngineError::NoSuchQp)?;
+        if let Some(at) = qp.scheduled {
+            self.timers.remove(&(at, qpn));
+        }
+        Ok(())
     }
 
     // --- work requests -------------------------------------------------------------------
@@ -509,9 +515,11 @@ impl Engine {
             }
             qp.handle_response(&mut ctx, &pkt);
         }
+        let qpn = qp.qpn;
         if qp.wants_transmit() {
-            self.ready.push_back(qp.qpn);
+            self.ready.push_back(qpn);
         }
+        self.sync_timer(qpn);
     }
 
     /// Writes the next datagram to send into `out` and describes it, or returns `None` when
@@ -538,18 +546,16 @@ impl Engine {
                 continue;
             };
             let mut ctx = self.shared.ctx(now, ipv4_id);
-            match qp.poll_transmit(&mut ctx, out) {
-                Some(t) => {
-                    // Round robin: a QP with more to send goes to the back of the line.
-                    self.ready.pop_front();
-                    if qp.wants_transmit() {
-                        self.ready.push_back(qpn);
-                    }
-                    return Some(t);
-                }
-                None => {
-                    self.ready.pop_front();
-                }
+            let sent = qp.poll_transmit(&mut ctx, out);
+            self.ready.pop_front();
+            // Round robin: a QP with more to send goes to the back of the line.
+            if sent.is_some() && qp.wants_transmit() {
+                self.ready.push_back(qpn);
+            }
+            // Sending arms the retransmit timer; a failed send may have stopped them all.
+            self.sync_timer(qpn);
+            if sent.is_some() {
+                return sent;
             }
         }
         None
@@ -557,20 +563,46 @@ impl Engine {
 
     /// The earliest instant at which [`Engine::handle_timeout`] has work.
     pub fn poll_timeout(&self) -> Option<Instant> {
-        self.qps.values().filter_map(|q| q.next_deadline()).min()
+        self.timers.first().map(|&(at, _)| at)
     }
 
     /// Runs every timer that has expired at `now`.
     pub fn handle_timeout(&mut self, now: Instant) {
-        for (qpn, qp) in self.qps.iter_mut() {
-            if qp.next_deadline().is_some_and(|d| d <= now) {
-                let mut ctx = self.shared.ctx(now, 0);
-                qp.handle_timeout(&mut ctx);
-                if qp.wants_transmit() {
-                    self.ready.push_back(*qpn);
-                }
+        let due: Vec<u32> = self
+            .timers
+            .iter()
+            .take_while(|&&(at, _)| at <= now)
+            .map(|&(_, qpn)| qpn)
+            .collect();
+        for qpn in due {
+            let Some(qp) = self.qps.get_mut(&qpn) else {
+                continue;
+            };
+            let mut ctx = self.shared.ctx(now, 0);
+            qp.handle_timeout(&mut ctx);
+            if qp.wants_transmit() {
+                self.ready.push_back(qpn);
             }
+            self.sync_timer(qpn);
         }
+    }
+
+    /// Files `qpn` under its current earliest timer, after anything that may have changed it.
+    fn sync_timer(&mut self, qpn: u32) {
+        let Some(qp) = self.qps.get_mut(&qpn) else {
+            return;
+        };
+        let next = qp.next_deadline();
+        if next == qp.scheduled {
+            return;
+        }
+        if let Some(old) = qp.scheduled {
+            self.timers.remove(&(old, qpn));
+        }
+        if let Some(new) = next {
+            self.timers.insert((new, qpn));
+        }
+        qp.scheduled = next;
     }
 }
 

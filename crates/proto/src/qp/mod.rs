@@ -75,6 +75,8 @@ pub struct QueuePair {
     pub(crate) timers: TimerTable,
     /// What IPv4 identifications the peer's datagrams carry (see [`PeerIpv4Ids`]).
     pub(crate) peer_ids: PeerIpv4Ids,
+    /// The deadline the engine's timer index has this QP under.
+    pub(crate) scheduled: Option<Instant>,
 }
 
 /// How the peer numbers the IPv4 identification of its datagrams, learned from its packets.
@@ -177,6 +179,7 @@ impl QueuePair {
             resp: Responder::default(),
             timers: TimerTable::default(),
             peer_ids: PeerIpv4Ids::default(),
+            scheduled: None,
         }
     }
 
