@@ -21,6 +21,10 @@ const SEEDS_IMPLICIT_NAK_OVERRIDDEN: [u64; 13] = [
     1477, 1869, 2071, 5446, 6065, 6117, 6913, 7422, 8311, 10414, 13591, 16851, 18052,
 ];
 const SEEDS_STALE_NAK_HANG: [u64; 5] = [3774, 5924, 11714, 12014, 16423];
+/// A READ's first response packet lost again and again while the responder kept executing the
+/// requests behind it: its sequence NAKs drained the retry budget (RETRY_EXC_ERR in 65 µs of
+/// a live connection) because progress was only counted when the READ completed.
+const SEEDS_NAKS_DRAIN_RETRIES: [u64; 1] = [2040589];
 /// 16542: a corruption aliased as another IPv4 ID mid-connection; 25561 and 105993: the same
 /// on a connection's first packet.
 /// 193471: the same bit corrupted three times, aliasing three times to one ID.
@@ -32,6 +36,7 @@ fn swarm_seeds_that_found_engine_bugs() {
     for seed in SEEDS_IMPLICIT_NAK_OVERRIDDEN
         .iter()
         .chain(&SEEDS_STALE_NAK_HANG)
+        .chain(&SEEDS_NAKS_DRAIN_RETRIES)
         .chain(&SEEDS_ICRC_ALIAS)
     {
         if let Err(f) = run_seed(*seed) {

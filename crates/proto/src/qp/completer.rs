@@ -243,6 +243,15 @@ impl QueuePair {
         if !psn.is_after(self.req.unacked_psn.sub(1)) {
             return;
         }
+        if psn.is_after(self.req.peer_acked) {
+            // The responder executed further than before: the connection is alive, whatever
+            // is still missing. Sequence NAKs of a busy, lossy path must not drain the retry
+            // budget meant for a peer that answers nothing (IBTA: retries count attempts
+            // without forward progress).
+            self.req.peer_acked = psn;
+            let cfg = self.cfg;
+            self.req.reset_retry_counters(&cfg);
+        }
         let mut new_unacked = self.req.unacked_psn;
         for wqe in self.req.sq.iter_mut() {
             if !wqe.started || wqe.first_psn.is_after(psn) {
@@ -280,6 +289,10 @@ impl QueuePair {
     fn progress(&mut self, _ctx: &mut Ctx<'_>) {
         let cfg = self.cfg;
         self.req.reset_retry_counters(&cfg);
+        let acked = self.req.unacked_psn.sub(1);
+        if acked.is_after(self.req.peer_acked) {
+            self.req.peer_acked = acked;
+        }
         if let Some(wqe) = self.req.sq.get(self.req.cursor) {
             if wqe.started && !wqe.wr.op.is_read_or_atomic() {
                 let cursor_psn = wqe.first_psn.add(self.req.cursor_pkt);

@@ -95,6 +95,10 @@ pub(crate) struct Requester {
     pub next_psn: Psn,
     /// Every PSN before this one has been acknowledged (explicitly or by a response).
     pub unacked_psn: Psn,
+    /// The highest PSN the responder has acknowledged, even past a READ or atomic whose
+    /// response is still missing (which holds `unacked_psn` back): the measure of forward
+    /// progress that refills the retry counters.
+    pub peer_acked: Psn,
     /// One past the highest PSN ever sent: packets below it are retransmissions.
     pub sent_high: Psn,
     /// READ/atomic WQEs started and not completed.
@@ -116,6 +120,7 @@ impl Requester {
     pub(crate) fn reset(&mut self, cfg: &QpConfig) {
         self.next_psn = cfg.sq_psn;
         self.unacked_psn = cfg.sq_psn;
+        self.peer_acked = cfg.sq_psn.sub(1);
         self.sent_high = cfg.sq_psn;
         self.cursor = 0;
         self.cursor_pkt = 0;
