@@ -213,7 +213,16 @@ fn attack(t: Target, stop: Arc<AtomicBool>, sent: Arc<AtomicU64>) {
                     reth(8),
                     &[0xEE; 8],
                 );
-                let i = rng.below(p.len() as u64) as usize;
+                // A bad ICRC: flip a bit the ICRC covers. BTH byte 4 (FECN, BECN, reserved) is
+                // masked out of it by design; flipped there, this forgery of the expected PSN
+                // would be a perfectly valid packet, which no RoCE peer can tell from its
+                // real peer's (the responder would rightly execute it).
+                let i = loop {
+                    let i = rng.below(p.len() as u64) as usize;
+                    if i != Bth::FECN_BECN_OFFSET {
+                        break i;
+                    }
+                };
                 p[i] ^= 1 << rng.below(8);
                 (&spoof_a, t.b, p)
             }
