@@ -266,8 +266,9 @@ impl Core {
                         && g.len + g.segment <= MAX_UDP_PAYLOAD;
                 } else {
                     let i = self.tx_meta.len();
-                    self.tx_bufs[i].clear();
-                    self.tx_bufs[i].extend_from_slice(&self.tx_scratch);
+                    // A packet that starts a datagram is not copied: its buffer becomes the
+                    // batch slot (the old slot becomes scratch; the engine clears it first).
+                    std::mem::swap(&mut self.tx_bufs[i], &mut self.tx_scratch);
                     let gso = self.gso && t.dst.ip().is_loopback();
                     self.tx_meta.push(TxGroup {
                         dst: t.dst,
