@@ -13,13 +13,15 @@
 //! replay a failing run from its seed.
 
 use std::collections::{BTreeMap, BTreeSet, VecDeque};
-use std::net::{IpAddr, Ipv4Addr, SocketAddr};
 use std::sync::Arc;
 
-use softrdma_wire::{IcrcContext, OpKind, PacketRepr, Transport, ROCEV2_UDP_PORT};
+use softrdma_wire::{IcrcContext, OpKind, PacketRepr, Transport};
 
+use crate::access::AccessFlags;
+use crate::config::EngineConfig;
 use crate::cq::{CompletionQueue, CqHandle};
-use crate::mr::{AccessFlags, MrTable, PdHandle, RegionMemory};
+use crate::io::{DatagramMeta, Transmit};
+use crate::mr::{MrTable, PdHandle, RegionMemory};
 use crate::qp::{Ctx, ModifyQpError, QpAttr, QpCaps, QpState, QpType, QueuePair};
 use crate::stats::{DropReason, Stats};
 use crate::time::Instant;
@@ -27,77 +29,6 @@ use crate::wr::{RecvWr, SendFlags, SendWr, WcStatus, WorkCompletion};
 
 /// Largest message the engine accepts (rxe's max_msg_sz is 8 MiB; IBTA allows 2^31).
 pub const MAX_MESSAGE_BYTES: u64 = 1 << 31;
-
-/// Static configuration of one engine (one software RNIC port).
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct EngineConfig {
-    /// The local IP address packets are sent from (covered by the ICRC).
-    pub local_ip: IpAddr,
-    /// The local UDP port requests arrive on (4791).
-    pub local_udp_port: u16,
-    /// The UDP port peers listen on (4791).
-    pub remote_udp_port: u16,
-    /// Maximum request packets in flight per QP before the requester waits for ACKs.
-    pub max_inflight_packets: u32,
-    /// The requester sets AckReq at least every this many packets of a long message.
-    pub ack_req_every: u32,
-    /// Check the ICRC of received packets (off only for fuzzing).
-    pub verify_icrc: bool,
-    /// The first QP number handed out (rxe starts at 0x11).
-    pub first_qpn: u32,
-    /// Every peer is a softrdma device, which sends IPv4 identification 0 (or a GSO segment
-    /// number below 64). The ICRC check then holds every QP's peer to such identifications
-    /// from its first packet on. Off by default, since Linux rxe and RoCE NICs count
-    /// identifications up from anywhere: a QP then learns its peer's habit from the first
-    /// packet, which leaves that one packet checked with 16 rather than ~26 effective bits
-    /// (see `QueuePair` docs and `softrdma_wire::icrc`).
-    pub peers_use_small_ipv4_ids: bool,
-}
-
-impl EngineConfig {
-    /// Defaults for a device bound to `local_ip`.
-    pub fn new(local_ip: IpAddr) -> EngineConfig {
-        EngineConfig {
-            local_ip,
-            local_udp_port: ROCEV2_UDP_PORT,
-            remote_udp_port: ROCEV2_UDP_PORT,
-            max_inflight_packets: 1024,
-            ack_req_every: 64,
-            verify_icrc: true,
-            first_qpn: 0x11,
-            peers_use_small_ipv4_ids: false,
-        }
-    }
-}
-
-impl Default for EngineConfig {
-    fn default() -> EngineConfig {
-        EngineConfig::new(IpAddr::V4(Ipv4Addr::LOCALHOST))
-    }
-}
-
-/// A datagram the engine wants sent; its bytes are in the buffer passed to `poll_transmit`.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-#[must_use]
-pub struct Transmit {
-    /// Destination address and port.
-    pub dst: SocketAddr,
-    /// UDP source port the ICRC was computed with (send from it, or recompute the ICRC).
-    pub src_port: u16,
-    /// ECN codepoint for the IP header (0 = Not-ECT).
-    pub ecn: u8,
-    /// Datagram length.
-    pub len: usize,
-}
-
-/// What the caller knows about a received datagram.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct DatagramMeta {
-    /// Sender's address and UDP source port.
-    pub src: SocketAddr,
-    /// ECN bits of the IP header.
-    pub ecn: u8,
-}
 
 /// Why an object could not be created, modified or destroyed, or a WR posted. Like ibverbs'
 /// errno returns: nothing happened.
@@ -408,7 +339,7 @@ impl Engine {
         let mut ctx = self.shared.ctx(now, 0);
         if qp.state == QpState::Err {
             // IBTA: WRs posted to a QP in the error state complete with flush errors.
-            let wc = crate::qp::requester::SendWqe::new(wr, qp.cfg.path_mtu)
+            let wc = crate::qp::send_queue::SendWqe::new(wr, qp.cfg.path_mtu)
                 .completion(qpn, WcStatus::WrFlushErr);
             ctx.complete(qp.send_cq, wc);
             return Ok(());

@@ -13,17 +13,23 @@
 //! - [`wr`]: work requests and completions; [`cq`]: completion queues;
 //! - [`stats`]: counters for every drop, NAK and retry; [`time`]: the engine's clock type.
 
+pub mod access;
+pub mod config;
 pub mod cq;
 pub mod engine;
+pub mod io;
 pub mod mr;
 pub mod qp;
 pub mod stats;
 pub mod time;
 pub mod wr;
 
+pub use access::AccessFlags;
+pub use config::EngineConfig;
 pub use cq::{CompletionQueue, CqHandle};
-pub use engine::{DatagramMeta, Engine, EngineConfig, EngineError, Transmit, MAX_MESSAGE_BYTES};
-pub use mr::{AccessError, AccessFlags, MemoryRegion, MrTable, PdHandle, RegionMemory, VecMemory};
+pub use engine::{Engine, EngineError, MAX_MESSAGE_BYTES};
+pub use io::{DatagramMeta, Transmit};
+pub use mr::{AccessError, MemoryRegion, MrTable, PdHandle, RegionMemory, VecMemory};
 pub use qp::{
     rxe_source_port, AddressVector, ModifyQpError, Mtu, QpAttr, QpCaps, QpConfig, QpState, QpType,
     QueuePair,

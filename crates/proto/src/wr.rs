@@ -1,6 +1,6 @@
 //! Work requests in, work completions out: the engine's side of the ibverbs queue model.
 
-use crate::mr::AccessFlags;
+use crate::access::AccessFlags;
 
 /// One scatter/gather element: `length` bytes at virtual address `addr` of the memory region
 /// whose local key is `lkey`.

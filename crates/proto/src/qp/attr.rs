@@ -4,7 +4,7 @@ use std::net::IpAddr;
 
 use softrdma_wire::Psn;
 
-use crate::mr::AccessFlags;
+use crate::access::AccessFlags;
 
 /// Transport service of a QP.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]

@@ -10,6 +10,8 @@ pub mod attr;
 pub(crate) mod completer;
 pub(crate) mod requester;
 pub(crate) mod responder;
+pub(crate) mod responder_state;
+pub(crate) mod send_queue;
 pub mod timers;
 
 use std::collections::{BTreeMap, VecDeque};
@@ -17,16 +19,17 @@ use std::net::{IpAddr, SocketAddr};
 
 use softrdma_wire::{emit_headers, packet_len, Bth, ExtHeaders, IcrcContext};
 
+use crate::config::EngineConfig;
 use crate::cq::{CompletionQueue, CqHandle};
-use crate::engine::{EngineConfig, Transmit};
+use crate::io::Transmit;
 use crate::mr::{MrTable, PdHandle};
 use crate::stats::Stats;
 use crate::time::Instant;
 use crate::wr::{RecvWr, SendFlags, WcOpcode, WcStatus, WorkCompletion};
 
 pub use attr::{AddressVector, ModifyQpError, Mtu, QpAttr, QpCaps, QpConfig, QpState, QpType};
-use requester::Requester;
-use responder::Responder;
+use responder_state::Responder;
+use send_queue::Requester;
 use timers::TimerTable;
 
 /// Everything outside the QP that its stages use: time, memory, CQs, counters.

@@ -1,168 +1,17 @@
 //! The requester: turns send WQEs into request packets.
 //!
-//! Each WQE, when first started, is given a PSN range: one PSN per packet for SEND and WRITE,
-//! one per expected response packet for READ (the request itself is a single packet), one for
-//! an atomic. A cursor (`cursor`, `cursor_pkt`) says which packet goes out next; going back N
-//! for a retransmission is just moving the cursor back (see `go_back`). Packets are built from
-//! registered memory at transmit time, so a retransmission re-reads the buffer exactly as a
-//! NIC does; the application must not touch it before the completion.
+//! Packets are built from registered memory at transmit time, so a retransmission re-reads the
+//! buffer exactly as a NIC does; the application must not touch it before the completion. The
+//! send queue state it walks is in `send_queue.rs`.
 
-use std::collections::VecDeque;
+use softrdma_wire::{AtomicEth, Bth, ExtHeaders, Ieth, ImmDt, Opcode, Reth};
 
-use softrdma_wire::{AtomicEth, Bth, ExtHeaders, Ieth, ImmDt, Opcode, Psn, Reth};
-
-use super::attr::{Mtu, QpConfig, QpState};
+use super::attr::QpState;
+use super::send_queue::SendWqe;
 use super::timers::Timer;
 use super::{Ctx, QueuePair};
-use crate::engine::Transmit;
-use crate::wr::{SendFlags, SendOp, SendWr, WcStatus, WorkCompletion};
-
-/// A send WQE and its progress.
-#[derive(Debug, Clone)]
-pub(crate) struct SendWqe {
-    pub wr: SendWr,
-    /// Message length in bytes.
-    pub len: u32,
-    /// Payload bytes per packet when the WQE was posted.
-    pub mtu: u32,
-    /// PSNs the WQE consumes.
-    pub npkts: u32,
-    /// First PSN, once started.
-    pub first_psn: Psn,
-    pub started: bool,
-    /// The outcome, once known; the completion is generated when all older WQEs are done.
-    pub status: Option<WcStatus>,
-    /// READ: response bytes placed so far.
-    pub read_done: u32,
-}
-
-impl SendWqe {
-    pub(crate) fn new(wr: SendWr, mtu: Mtu) -> SendWqe {
-        let len = u32::try_from(wr.length()).unwrap_or(u32::MAX);
-        let mtu = mtu.bytes();
-        let npkts = if wr.op.is_atomic() {
-            1
-        } else {
-            len.div_ceil(mtu).max(1)
-        };
-        SendWqe {
-            wr,
-            len,
-            mtu,
-            npkts,
-            first_psn: Psn::ZERO,
-            started: false,
-            status: None,
-            read_done: 0,
-        }
-    }
-
-    /// Last PSN of the WQE.
-    pub(crate) fn last_psn(&self) -> Psn {
-        self.first_psn.add(self.npkts - 1)
-    }
-
-    /// Whether `psn` is one of the WQE's PSNs.
-    pub(crate) fn contains(&self, psn: Psn) -> bool {
-        self.started && psn.in_window(self.first_psn, self.npkts)
-    }
-
-    /// The completion reporting `status` for this WQE.
-    pub(crate) fn completion(&self, qpn: u32, status: WcStatus) -> WorkCompletion {
-        WorkCompletion {
-            wr_id: self.wr.wr_id,
-            status,
-            opcode: self.wr.op.wc_opcode(),
-            byte_len: self.len,
-            imm_data: None,
-            invalidated_rkey: None,
-            qp_num: qpn,
-            src_qp: 0,
-        }
-    }
-}
-
-/// Requester and completer state of a QP.
-#[derive(Debug, Default)]
-pub(crate) struct Requester {
-    /// WQEs not yet completed, oldest first.
-    pub sq: VecDeque<SendWqe>,
-    /// Index in `sq` of the WQE whose packet goes out next.
-    pub cursor: usize,
-    /// Packet index within that WQE.
-    pub cursor_pkt: u32,
-    /// PSN of the next new WQE's first packet.
-    pub next_psn: Psn,
-    /// Every PSN before this one has been acknowledged (explicitly or by a response).
-    pub unacked_psn: Psn,
-    /// The highest PSN the responder has acknowledged, even past a READ or atomic whose
-    /// response is still missing (which holds `unacked_psn` back): the measure of forward
-    /// progress that refills the retry counters.
-    pub peer_acked: Psn,
-    /// One past the highest PSN ever sent: packets below it are retransmissions.
-    pub sent_high: Psn,
-    /// READ/atomic WQEs started and not completed.
-    pub rd_atomic_inflight: u32,
-    /// Transport retries left before RETRY_EXC_ERR.
-    pub retry_left: u8,
-    /// RNR retries left (7 = infinite).
-    pub rnr_left: u8,
-    /// Waiting out an RNR NAK's timer: send nothing.
-    pub rnr_wait: bool,
-    /// Packets since the last AckReq.
-    pub pkts_since_ackreq: u32,
-    /// The READ-response gap already acted on (one retry per gap, not one per packet).
-    pub gap_retry_at: Option<Psn>,
-}
-
-impl Requester {
-    /// State for a QP entering RTS.
-    pub(crate) fn reset(&mut self, cfg: &QpConfig) {
-        self.next_psn = cfg.sq_psn;
-        self.unacked_psn = cfg.sq_psn;
-        self.peer_acked = cfg.sq_psn.sub(1);
-        self.sent_high = cfg.sq_psn;
-        self.cursor = 0;
-        self.cursor_pkt = 0;
-        self.reset_retry_counters(cfg);
-    }
-
-    pub(crate) fn reset_retry_counters(&mut self, cfg: &QpConfig) {
-        self.retry_left = cfg.retry_cnt;
-        self.rnr_left = cfg.rnr_retry;
-    }
-
-    pub(crate) fn push(&mut self, wr: SendWr, mtu: Mtu) {
-        self.sq.push_back(SendWqe::new(wr, mtu));
-    }
-
-    pub(crate) fn has_output(&self) -> bool {
-        !self.rnr_wait && self.cursor < self.sq.len()
-    }
-
-    /// Packets sent and not yet acknowledged.
-    pub(crate) fn inflight(&self) -> u32 {
-        self.next_psn.distance(self.unacked_psn).max(0) as u32
-    }
-
-    /// Moves the cursor back so that transmission resumes at `psn`.
-    pub(crate) fn go_back(&mut self, psn: Psn) {
-        for (i, wqe) in self.sq.iter().enumerate() {
-            if wqe.contains(psn) {
-                self.cursor = i;
-                self.cursor_pkt = psn.distance(wqe.first_psn) as u32;
-                return;
-            }
-            if !wqe.started {
-                self.cursor = i;
-                self.cursor_pkt = 0;
-                return;
-            }
-        }
-        self.cursor = self.sq.len();
-        self.cursor_pkt = 0;
-    }
-}
+use crate::io::Transmit;
+use crate::wr::{SendFlags, SendOp, WcStatus};
 
 impl QueuePair {
     /// Produces the next request packet, new or retransmitted.

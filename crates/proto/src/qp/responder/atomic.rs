@@ -3,8 +3,9 @@
 
 use softrdma_wire::{OpKind, PacketRepr};
 
-use super::{check_remote, Output, Resource, RespError};
-use crate::mr::AccessFlags;
+use super::{check_remote, RespError};
+use crate::access::AccessFlags;
+use crate::qp::responder_state::{Output, Resource};
 use crate::qp::{Ctx, QueuePair};
 
 impl QueuePair {

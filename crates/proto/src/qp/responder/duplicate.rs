@@ -9,7 +9,7 @@
 
 use softrdma_wire::{OpKind, PacketRepr, Syndrome};
 
-use super::{Output, Resource};
+use crate::qp::responder_state::{Output, Resource};
 use crate::qp::{Ctx, QueuePair};
 use crate::stats::DropReason;
 

@@ -3,9 +3,10 @@
 
 use softrdma_wire::{Aeth, Bth, ExtHeaders, Opcode, PacketRepr, Psn, Reth, Syndrome};
 
-use super::{check_remote, Output, Resource, RespError};
-use crate::engine::Transmit;
-use crate::mr::AccessFlags;
+use super::{check_remote, RespError};
+use crate::access::AccessFlags;
+use crate::io::Transmit;
+use crate::qp::responder_state::{Output, Resource};
 use crate::qp::{Ctx, QueuePair};
 
 impl QueuePair {

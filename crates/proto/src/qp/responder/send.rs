@@ -3,7 +3,8 @@
 
 use softrdma_wire::{PacketRepr, Position};
 
-use super::{RespError, SendInProgress};
+use super::RespError;
+use crate::qp::responder_state::SendInProgress;
 use crate::qp::{Ctx, QueuePair};
 use crate::wr::{WcOpcode, WcStatus, WorkCompletion};
 

@@ -3,8 +3,9 @@
 
 use softrdma_wire::{PacketRepr, Position};
 
-use super::{check_remote, RespError, SendInProgress, WriteInProgress};
-use crate::mr::AccessFlags;
+use super::{check_remote, RespError};
+use crate::access::AccessFlags;
+use crate::qp::responder_state::{SendInProgress, WriteInProgress};
 use crate::qp::{Ctx, QueuePair};
 use crate::wr::{RecvWr, WcStatus};
 

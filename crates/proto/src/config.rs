@@ -1,0 +1,53 @@
+//! The static configuration of one engine (one software RNIC port).
+
+use std::net::{IpAddr, Ipv4Addr};
+
+use softrdma_wire::ROCEV2_UDP_PORT;
+
+/// Static configuration of one engine (one software RNIC port).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct EngineConfig {
+    /// The local IP address packets are sent from (covered by the ICRC).
+    pub local_ip: IpAddr,
+    /// The local UDP port requests arrive on (4791).
+    pub local_udp_port: u16,
+    /// The UDP port peers listen on (4791).
+    pub remote_udp_port: u16,
+    /// Maximum request packets in flight per QP before the requester waits for ACKs.
+    pub max_inflight_packets: u32,
+    /// The requester sets AckReq at least every this many packets of a long message.
+    pub ack_req_every: u32,
+    /// Check the ICRC of received packets (off only for fuzzing).
+    pub verify_icrc: bool,
+    /// The first QP number handed out (rxe starts at 0x11).
+    pub first_qpn: u32,
+    /// Every peer is a softrdma device, which sends IPv4 identification 0 (or a GSO segment
+    /// number below 64). The ICRC check then holds every QP's peer to such identifications
+    /// from its first packet on. Off by default, since Linux rxe and RoCE NICs count
+    /// identifications up from anywhere: a QP then learns its peer's habit from the first
+    /// packet, which leaves that one packet checked with 16 rather than ~26 effective bits
+    /// (see `QueuePair` docs and `softrdma_wire::icrc`).
+    pub peers_use_small_ipv4_ids: bool,
+}
+
+impl EngineConfig {
+    /// Defaults for a device bound to `local_ip`.
+    pub fn new(local_ip: IpAddr) -> EngineConfig {
+        EngineConfig {
+            local_ip,
+            local_udp_port: ROCEV2_UDP_PORT,
+            remote_udp_port: ROCEV2_UDP_PORT,
+            max_inflight_packets: 1024,
+            ack_req_every: 64,
+            verify_icrc: true,
+            first_qpn: 0x11,
+            peers_use_small_ipv4_ids: false,
+        }
+    }
+}
+
+impl Default for EngineConfig {
+    fn default() -> EngineConfig {
+        EngineConfig::new(IpAddr::V4(Ipv4Addr::LOCALHOST))
+    }
+}

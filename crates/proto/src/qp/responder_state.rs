@@ -1,0 +1,118 @@
+//! The responder's state between packets: the message being received or written, the
+//! answers waiting to go out, and the READ/atomic resources kept for duplicates. Only state;
+//! the responder stages (`responder/`) move it.
+
+use std::collections::VecDeque;
+
+use softrdma_wire::{Psn, Syndrome};
+
+use crate::wr::RecvWr;
+
+/// A multi-packet SEND being received into a receive WQE.
+#[derive(Debug, Clone)]
+pub(crate) struct SendInProgress {
+    pub wr: RecvWr,
+    /// Bytes placed so far.
+    pub offset: u64,
+}
+
+/// A multi-packet WRITE being placed.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct WriteInProgress {
+    pub rkey: u32,
+    /// Where the next packet's payload goes.
+    pub va: u64,
+    /// Bytes still expected.
+    pub remaining: u64,
+    /// Total length from the RETH (reported by a WRITE with immediate).
+    pub total: u32,
+}
+
+/// What a READ or atomic request left behind, to answer its duplicates (IBTA 9.7.5.1.6).
+#[derive(Debug, Clone, Copy)]
+pub(crate) enum Resource {
+    /// A READ covering `npkts` response PSNs from `psn`.
+    Read { psn: Psn, npkts: u32 },
+    /// An executed atomic and the value it returned: never executed twice.
+    Atomic { psn: Psn, orig: u64, msn: u32 },
+}
+
+/// An answer waiting to go out.
+#[derive(Debug, Clone, Copy)]
+pub(crate) enum Output {
+    /// ACK or NAK.
+    Ack {
+        psn: Psn,
+        syndrome: Syndrome,
+        msn: u32,
+    },
+    /// READ response packets still to send.
+    Read {
+        psn: Psn,
+        rkey: u32,
+        va: u64,
+        remaining: u64,
+        first: bool,
+        msn: u32,
+    },
+    /// Atomic acknowledge.
+    AtomicAck { psn: Psn, orig: u64, msn: u32 },
+}
+
+/// Responder state of a QP.
+#[derive(Debug, Default)]
+pub(crate) struct Responder {
+    /// The PSN the next new request must carry.
+    pub expected_psn: Psn,
+    /// Messages completed (24 bits on the wire).
+    pub msn: u32,
+    pub send: Option<SendInProgress>,
+    pub write: Option<WriteInProgress>,
+    /// A sequence-error NAK was sent and the expected PSN has not arrived since.
+    pub nak_sent: bool,
+    /// Recent READ/atomic requests, oldest first, at most max(1, max_dest_rd_atomic).
+    pub resources: VecDeque<Resource>,
+    pub output: VecDeque<Output>,
+    /// A fatal NAK is queued: accept nothing more; enter ERR once it is sent.
+    pub fatal: bool,
+}
+
+impl Responder {
+    pub(crate) fn reset(&mut self, psn: Psn) {
+        *self = Responder {
+            expected_psn: psn,
+            ..Responder::default()
+        };
+    }
+
+    pub(crate) fn clear_output(&mut self) {
+        self.output.clear();
+        self.send = None;
+        self.write = None;
+    }
+
+    pub(crate) fn has_output(&self) -> bool {
+        !self.output.is_empty()
+    }
+
+    /// Queues an ACK or NAK, replacing a queued ACK right before it (coalescing).
+    pub(crate) fn push_ack(&mut self, psn: Psn, syndrome: Syndrome) {
+        let msn = self.msn;
+        if let Some(Output::Ack {
+            syndrome: Syndrome::Ack { .. },
+            ..
+        }) = self.output.back()
+        {
+            self.output.pop_back();
+        }
+        self.output.push_back(Output::Ack { psn, syndrome, msn });
+    }
+
+    /// Remembers a READ/atomic for duplicate detection, evicting the oldest beyond `max`.
+    pub(crate) fn remember(&mut self, res: Resource, max: u8) {
+        while self.resources.len() >= usize::from(max.max(1)) {
+            self.resources.pop_front();
+        }
+        self.resources.push_back(res);
+    }
+}
