@@ -79,10 +79,8 @@ fn pump(sides: &mut [Side; 2], buf: &mut Vec<u8>) {
         let mut moved = false;
         for i in 0..2 {
             while let Some(t) = sides[i].engine.poll_transmit(Instant::ZERO, buf) {
-                let meta = DatagramMeta {
-                    src: SocketAddr::new(sides[i].ip, t.src_port),
-                    ecn: 0,
-                };
+                let meta =
+                    DatagramMeta::new(SocketAddr::new(sides[i].ip, t.src_port), sides[1 - i].ip);
                 sides[1 - i]
                     .engine
                     .handle_datagram(Instant::ZERO, &meta, &buf[..t.len]);
@@ -118,6 +116,7 @@ fn bench_write(c: &mut Criterion) {
                     }],
                     flags: SendFlags::SIGNALED,
                     inline_data: None,
+                    ud: None,
                 };
                 let qpn = sides[0].qpn;
                 sides[0].engine.post_send(Instant::ZERO, qpn, wr).unwrap();
@@ -161,6 +160,7 @@ fn bench_write(c: &mut Criterion) {
                 }],
                 flags: SendFlags::SIGNALED,
                 inline_data: None,
+                ud: None,
             };
             sides[0].engine.post_send(Instant::ZERO, qpn0, wr).unwrap();
             pump(&mut sides, &mut buf);

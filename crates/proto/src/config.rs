@@ -4,6 +4,8 @@ use std::net::{IpAddr, Ipv4Addr};
 
 use softrdma_wire::ROCEV2_UDP_PORT;
 
+use crate::qp::Mtu;
+
 /// Static configuration of one engine (one software RNIC port).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct EngineConfig {
@@ -21,6 +23,9 @@ pub struct EngineConfig {
     pub verify_icrc: bool,
     /// The first QP number handed out (rxe starts at 0x11).
     pub first_qpn: u32,
+    /// The port's active MTU: the largest UD message (UD has no path MTU attribute; rxe uses
+    /// the port's), and what connected QPs are usually given as their path MTU.
+    pub port_mtu: Mtu,
     /// Every peer is a softrdma device, which sends IPv4 identification 0 (or a GSO segment
     /// number below 64). The ICRC check then holds every QP's peer to such identifications
     /// from its first packet on. Off by default, since Linux rxe and RoCE NICs count
@@ -41,6 +46,7 @@ impl EngineConfig {
             ack_req_every: 64,
             verify_icrc: true,
             first_qpn: 0x11,
+            port_mtu: Mtu::Mtu4096,
             peers_use_small_ipv4_ids: false,
         }
     }

@@ -1,7 +1,7 @@
 //! What crosses the engine's boundary besides work requests and completions: the description
 //! of a datagram to send and of one received. The bytes themselves stay in caller-owned buffers.
 
-use std::net::SocketAddr;
+use std::net::{IpAddr, SocketAddr};
 
 /// A datagram the engine wants sent; its bytes are in the buffer passed to `poll_transmit`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -17,11 +17,34 @@ pub struct Transmit {
     pub len: usize,
 }
 
-/// What the caller knows about a received datagram.
+/// What the caller knows about a received datagram: its IP header as far as the socket
+/// reports it. The ICRC covers the addresses; a UD receive reproduces the whole header in its
+/// GRH area.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct DatagramMeta {
     /// Sender's address and UDP source port.
     pub src: SocketAddr,
-    /// ECN bits of the IP header.
-    pub ecn: u8,
+    /// The address the datagram was sent to: the device's own, or a multicast group.
+    pub dst: IpAddr,
+    /// The TOS / traffic-class byte (DSCP and the ECN bits).
+    pub tos: u8,
+    /// TTL / hop limit on arrival.
+    pub ttl: u8,
+}
+
+impl DatagramMeta {
+    /// A datagram from `src` to `dst` with TOS 0 and TTL 64 (what softrdma and rxe send).
+    pub fn new(src: SocketAddr, dst: IpAddr) -> DatagramMeta {
+        DatagramMeta {
+            src,
+            dst,
+            tos: 0,
+            ttl: 64,
+        }
+    }
+
+    /// The ECN codepoint (the two low bits of the TOS).
+    pub fn ecn(&self) -> u8 {
+        self.tos & 0b11
+    }
 }

@@ -17,6 +17,7 @@ pub mod access;
 pub mod config;
 pub mod cq;
 pub mod engine;
+pub mod error;
 pub mod io;
 pub mod mr;
 pub mod qp;
@@ -27,16 +28,20 @@ pub mod wr;
 pub use access::AccessFlags;
 pub use config::EngineConfig;
 pub use cq::{CompletionQueue, CqHandle};
-pub use engine::{Engine, EngineError, MAX_MESSAGE_BYTES};
+pub use engine::{Engine, MAX_MESSAGE_BYTES, MAX_UD_PEERS};
+pub use error::EngineError;
 pub use io::{DatagramMeta, Transmit};
 pub use mr::{AccessError, MemoryRegion, MrTable, PdHandle, RegionMemory, VecMemory};
 pub use qp::{
-    rxe_source_port, AddressVector, ModifyQpError, Mtu, QpAttr, QpCaps, QpConfig, QpState, QpType,
-    QueuePair,
+    rxe_source_port, ud_source_port, AddressVector, ModifyQpError, Mtu, QpAttr, QpCaps, QpConfig,
+    QpState, QpType, QueuePair, GSI_QKEY,
 };
 pub use stats::{DropReason, NakKind, Stats};
 pub use time::{Duration, Instant};
-pub use wr::{RecvWr, SendFlags, SendOp, SendWr, Sge, WcOpcode, WcStatus, WorkCompletion};
+pub use wr::{
+    RecvWr, SendFlags, SendOp, SendWr, Sge, UdDest, WcOpcode, WcStatus, WorkCompletion,
+    MULTICAST_QPN,
+};
 
 /// The most READ/atomic requests a QP may have outstanding in either direction (rxe: 128).
 pub const MAX_RD_ATOMIC: u8 = 128;

@@ -28,11 +28,19 @@ pub enum DropReason {
     BadPkey,
     /// Q_Key mismatch (UD).
     BadQkey,
+    /// A UD or UC message arrived and no receive WQE was posted (RC answers RNR instead).
+    NoReceiveWqe,
+    /// A UD or UC message longer than the port MTU or the posted receive buffer.
+    TooLong,
+    /// A UC WRITE whose R_Key, bounds or rights do not allow it (RC NAKs instead).
+    RemoteAccess,
+    /// A UC packet that does not continue the message in progress (RC NAKs instead).
+    InvalidRequest,
 }
 
 impl DropReason {
     /// All reasons, for reporting.
-    pub const ALL: [DropReason; 11] = [
+    pub const ALL: [DropReason; 15] = [
         DropReason::Malformed,
         DropReason::BadIcrc,
         DropReason::UnknownQp,
@@ -44,6 +52,10 @@ impl DropReason {
         DropReason::Duplicate,
         DropReason::BadPkey,
         DropReason::BadQkey,
+        DropReason::NoReceiveWqe,
+        DropReason::TooLong,
+        DropReason::RemoteAccess,
+        DropReason::InvalidRequest,
     ];
 
     /// A stable snake_case name.
@@ -60,6 +72,10 @@ impl DropReason {
             DropReason::Duplicate => "duplicate",
             DropReason::BadPkey => "bad_pkey",
             DropReason::BadQkey => "bad_qkey",
+            DropReason::NoReceiveWqe => "no_receive_wqe",
+            DropReason::TooLong => "too_long",
+            DropReason::RemoteAccess => "remote_access",
+            DropReason::InvalidRequest => "invalid_request",
         }
     }
 
@@ -129,7 +145,7 @@ pub struct Stats {
     /// Transmitted packets by opcode byte.
     pub tx_by_opcode: Vec<u64>,
     /// Drops by [`DropReason`] (indexed by the enum order).
-    pub drops: [u64; 11],
+    pub drops: [u64; DropReason::ALL.len()],
     /// NAKs sent, by [`NakKind`].
     pub naks_sent: [u64; 5],
     /// NAKs received, by [`NakKind`].

@@ -1,6 +1,7 @@
 //! Work requests in, work completions out: the engine's side of the ibverbs queue model.
 
 use crate::access::AccessFlags;
+use crate::qp::AddressVector;
 
 /// One scatter/gather element: `length` bytes at virtual address `addr` of the memory region
 /// whose local key is `lkey`.
@@ -159,7 +160,25 @@ pub struct SendWr {
     /// Payload copied at post time; when set, `sg_list` is not used for the payload (ibverbs
     /// `IBV_SEND_INLINE`: the caller may reuse its buffer as soon as `post_send` returns).
     pub inline_data: Option<Box<[u8]>>,
+    /// Where a SEND on a UD QP goes (ibverbs `wr.ud`); `None` on connected QPs, which send to
+    /// their one peer.
+    pub ud: Option<UdDest>,
 }
+
+/// The destination of a UD SEND: the address handle's address, the remote QP and its Q_Key.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub struct UdDest {
+    /// Where the datagram goes (from the address handle).
+    pub av: AddressVector,
+    /// The remote QP number ([`MULTICAST_QPN`] for a multicast group).
+    pub remote_qpn: u32,
+    /// The Q_Key to present. With the high bit set ("controlled" Q_Key) the sending QP's own
+    /// Q_Key goes instead (IBTA 10.2.5, as rxe does).
+    pub remote_qkey: u32,
+}
+
+/// The destination QP number of a datagram to a multicast group (IBTA 9.8.1: QPN 0xFFFFFF).
+pub const MULTICAST_QPN: u32 = 0x00ff_ffff;
 
 impl SendWr {
     /// Payload length in bytes (for READ: bytes to read; for atomics: 8).
@@ -279,6 +298,9 @@ pub struct WorkCompletion {
     pub invalidated_rkey: Option<u32>,
     /// The local QP number.
     pub qp_num: u32,
-    /// The remote QP number (receives).
+    /// The remote QP number (receives; on UD the sender's QPN from its DETH).
     pub src_qp: u32,
+    /// The receive buffer starts with the 40-byte GRH area (ibverbs `IBV_WC_GRH`): every UD
+    /// receive, which reports the area in `byte_len`.
+    pub grh: bool,
 }

@@ -62,6 +62,7 @@ fn send(wr_id: u64, sg_list: Vec<Sge>) -> SendWr {
         sg_list,
         flags: SendFlags::SIGNALED,
         inline_data: None,
+        ud: None,
     }
 }
 
@@ -134,6 +135,7 @@ fn structural_send_errors() {
         sg_list: vec![Sge { length: 4, ..sge }],
         flags: SendFlags::SIGNALED,
         inline_data: None,
+        ud: None,
     };
     assert!(
         matches!(
@@ -153,6 +155,7 @@ fn structural_send_errors() {
         sg_list: vec![sge],
         flags: SendFlags::SIGNALED,
         inline_data: None,
+        ud: None,
     };
     assert!(matches!(
         e.post_send(Instant::ZERO, qpn, misaligned),
@@ -305,10 +308,7 @@ fn error_state_flushes_posted_and_later_work() {
 fn hostile_datagrams_are_counted_not_fatal() {
     let (mut e, _, _, _, qpn) = engine();
     to_rts(&mut e, qpn);
-    let meta = DatagramMeta {
-        src: "10.0.0.2:49152".parse().unwrap(),
-        ecn: 0,
-    };
+    let meta = DatagramMeta::new("10.0.0.2:49152".parse().unwrap(), e.config().local_ip);
     let mut seed = 0x1234_5678_u64;
     for len in 0..300usize {
         let data: Vec<u8> = (0..len)

@@ -119,7 +119,7 @@ impl Pair {
             let pkt = PacketRepr::parse(&p.data).unwrap();
             if (self.filter)(p.from, &pkt) {
                 self.log.push((p.from, pkt.bth.opcode, pkt.bth.psn));
-                let meta = DatagramMeta { src: p.src, ecn: 0 };
+                let meta = DatagramMeta::new(p.src, ip(1 - p.from));
                 self.nodes[1 - p.from]
                     .engine
                     .handle_datagram(self.now, &meta, &p.data);
@@ -220,6 +220,7 @@ fn wr(wr_id: u64, op: SendOp, sg_list: Vec<Sge>) -> SendWr {
         sg_list,
         flags: SendFlags::SIGNALED,
         inline_data: None,
+        ud: None,
     }
 }
 
@@ -436,10 +437,7 @@ fn atomic_case(filter: Option<Filter>, dup: bool) -> Pair {
         let mut buf = Vec::new();
         let t = p.nodes[0].engine.poll_transmit(p.now, &mut buf).unwrap();
         for _ in 0..2 {
-            let meta = DatagramMeta {
-                src: SocketAddr::new(ip(0), t.src_port),
-                ecn: 0,
-            };
+            let meta = DatagramMeta::new(SocketAddr::new(ip(0), t.src_port), ip(1));
             p.nodes[1]
                 .engine
                 .handle_datagram(p.now, &meta, &buf[..t.len]);
@@ -741,10 +739,7 @@ fn peer_ipv4_id_habit_is_learned() {
         };
         ctx.fill(&mut data).unwrap();
         let before = p.stats(1).drops_for(DropReason::BadIcrc);
-        let meta = DatagramMeta {
-            src: SocketAddr::new(ip(0), t.src_port),
-            ecn: 0,
-        };
+        let meta = DatagramMeta::new(SocketAddr::new(ip(0), t.src_port), ip(1));
         p.nodes[1].engine.handle_datagram(p.now, &meta, &data);
         p.drive();
         p.completions(0);

@@ -458,7 +458,7 @@ impl Fabric {
         let src = SocketAddr::new(self.nodes[pkt.src.0].ip.into(), pkt.src_port);
         let dst = SocketAddr::new(self.nodes[pkt.dst.0].ip.into(), pkt.dst_port);
         let d = UdpDatagram {
-            ecn: pkt.ecn,
+            tos: pkt.ecn,
             ..UdpDatagram::new(src, dst, &pkt.data)
         };
         if let Err(e) = w.write_udp(at.as_nanos(), &d) {
@@ -685,8 +685,11 @@ impl Fabric {
         self.stats.packets_delivered += 1;
         let src_ip = self.nodes[pkt.src.0].ip;
         let meta = DatagramMeta {
-            src: SocketAddr::new(IpAddr::V4(src_ip), pkt.src_port),
-            ecn: pkt.ecn,
+            tos: pkt.ecn,
+            ..DatagramMeta::new(
+                SocketAddr::new(IpAddr::V4(src_ip), pkt.src_port),
+                IpAddr::V4(self.nodes[pkt.dst.0].ip),
+            )
         };
         let now = self.now;
         self.nodes[pkt.dst.0]

@@ -82,7 +82,7 @@ pub struct EngineTotals {
     /// NAKs received, by kind.
     pub naks_received_by_kind: [u64; 5],
     /// Drops by reason (index: [`softrdma_proto::DropReason::ALL`] order).
-    pub drops_by_reason: [u64; 11],
+    pub drops_by_reason: [u64; softrdma_proto::DropReason::ALL.len()],
 }
 
 impl fmt::Display for EngineTotals {

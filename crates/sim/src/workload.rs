@@ -1148,6 +1148,7 @@ impl Workload {
             sg_list,
             flags,
             inline_data: None,
+            ud: None,
         };
         let res = fabric
             .engine_mut(node)

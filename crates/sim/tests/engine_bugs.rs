@@ -104,6 +104,7 @@ impl Pair {
             }],
             flags: SendFlags::SIGNALED,
             inline_data: None,
+            ud: None,
         };
         let now = self.fabric.now();
         self.fabric

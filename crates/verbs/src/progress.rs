@@ -188,13 +188,13 @@ impl Core {
                 meta.stride
             };
             let dm = DatagramMeta {
-                src: meta.src,
-                ecn: meta.ecn.bits(),
+                tos: meta.ecn.bits(),
+                ..DatagramMeta::new(meta.src, meta.dst_ip)
             };
             for d in data.chunks(stride) {
                 self.io.rx_datagrams += 1;
                 if let Some(tap) = self.tap.as_mut() {
-                    tap.received(meta.src, meta.dst_ip, dm.ecn, d);
+                    tap.received(meta.src, meta.dst_ip, dm.tos, d);
                 }
                 self.engine.handle_datagram(now, &dm, d);
             }

@@ -69,7 +69,7 @@ impl Tap {
     ) {
         let src = SocketAddr::new(self.local.ip(), src_port);
         let d = UdpDatagram {
-            ecn,
+            tos: ecn,
             ipv4_id,
             ..UdpDatagram::new(src, dst, payload)
         };
@@ -80,19 +80,12 @@ impl Tap {
     pub(crate) fn received(&mut self, src: SocketAddr, dst_ip: IpAddr, ecn: u8, payload: &[u8]) {
         let dst = SocketAddr::new(dst_ip, self.local.port());
         let ctx = IcrcContext::new(src.ip(), dst_ip, src.port(), dst.port());
-        let (ipv4_id, dont_fragment) = match ctx.verify_unknown_id(payload) {
-            Ok(id) => {
-                let df = IcrcContext {
-                    ipv4_id: id,
-                    ipv4_dont_fragment: true,
-                    ..ctx
-                };
-                (id, df.verify(payload).is_ok())
-            }
+        let (ipv4_id, dont_fragment) = match ctx.verify_unknown_ipv4(payload) {
+            Ok(r) => (r.id, r.dont_fragment),
             Err(_) => (0, true),
         };
         let d = UdpDatagram {
-            ecn,
+            tos: ecn,
             ipv4_id,
             dont_fragment,
             ..UdpDatagram::new(src, dst, payload)

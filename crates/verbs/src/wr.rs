@@ -10,6 +10,7 @@ fn signaled(wr_id: u64, op: SendOp, sg_list: Vec<Sge>) -> SendWr {
         sg_list,
         flags: SendFlags::SIGNALED,
         inline_data: None,
+        ud: None,
     }
 }
 
@@ -31,6 +32,7 @@ pub fn send_inline(wr_id: u64, data: &[u8]) -> SendWr {
         sg_list: Vec::new(),
         flags: SendFlags::SIGNALED | SendFlags::INLINE,
         inline_data: Some(data.into()),
+        ud: None,
     }
 }
 

@@ -530,6 +530,7 @@ fn local_misuse() {
         sg_list: vec![a.mr.sge(0, 8)],
         flags: SendFlags::SIGNALED,
         inline_data: None,
+        ud: None,
     };
     let err =
         a.qp.post_send([

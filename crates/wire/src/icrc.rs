@@ -177,6 +177,13 @@ impl IcrcContext {
     /// and DF flag are not known. Returns the identification the sender used (0 for IPv6).
     /// `self.ipv4_id` and `self.ipv4_dont_fragment` are ignored.
     pub fn verify_unknown_id(&self, packet: &[u8]) -> Result<u16> {
+        self.verify_unknown_ipv4(packet).map(|r| r.id)
+    }
+
+    /// Like [`verify_unknown_id`](Self::verify_unknown_id), also telling whether the sender
+    /// set don't-fragment (IPv6: identification 0, don't-fragment reported set). A receiver
+    /// that must reproduce the sender's IP header (the GRH area of a UD receive) needs both.
+    pub fn verify_unknown_ipv4(&self, packet: &[u8]) -> Result<RecoveredIpv4> {
         let stored = crate::packet::stored_icrc(packet).ok_or(ParseError::Truncated)?;
         let v4 = matches!((self.src, self.dst), (IpAddr::V4(_), IpAddr::V4(_)));
         let mut ctx = IcrcContext {
@@ -185,8 +192,12 @@ impl IcrcContext {
             ..*self
         };
         let with_df = ctx.compute(packet)?;
+        let df = |id| RecoveredIpv4 {
+            id,
+            dont_fragment: true,
+        };
         if with_df == stored {
-            return Ok(0);
+            return Ok(df(0));
         }
         if !v4 {
             return Err(ParseError::BadIcrc);
@@ -195,12 +206,26 @@ impl IcrcContext {
         // header (6 bytes after offset 6), UDP header, and the transport bytes before the ICRC.
         let after_id = (Ipv4Header::LEN - 6) + UdpHeader::LEN + packet.len() - ICRC_LEN;
         if let Some(id) = solve_id(stored ^ with_df, after_id) {
-            return Ok(id);
+            return Ok(df(id));
         }
         ctx.ipv4_dont_fragment = false;
         let without_df = ctx.compute(packet)?;
-        solve_id(stored ^ without_df, after_id).ok_or(ParseError::BadIcrc)
+        solve_id(stored ^ without_df, after_id)
+            .map(|id| RecoveredIpv4 {
+                id,
+                dont_fragment: false,
+            })
+            .ok_or(ParseError::BadIcrc)
     }
+}
+
+/// What [`IcrcContext::verify_unknown_ipv4`] learned of the sender's IPv4 header.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct RecoveredIpv4 {
+    /// The identification.
+    pub id: u16,
+    /// The don't-fragment flag.
+    pub dont_fragment: bool,
 }
 
 fn to_v6(ip: IpAddr) -> std::net::Ipv6Addr {

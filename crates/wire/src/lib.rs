@@ -25,6 +25,8 @@
 //! | [`ImmDt`] | [`imm_dt`] | "with immediate" |
 //! | [`Ieth`] | [`ieth`] | "with invalidate" |
 //! | [`Feth`] | [`feth`] | FLUSH |
+//!
+//! [`GrhArea`] is the 40-byte header area a UD receive buffer starts with.
 
 #![forbid(unsafe_code)]
 
@@ -36,6 +38,7 @@ pub mod deth;
 mod error;
 pub mod feth;
 pub mod gid;
+pub mod grh;
 pub mod icrc;
 pub mod ieth;
 pub mod imm_dt;
@@ -54,7 +57,8 @@ pub use deth::Deth;
 pub use error::{ParseError, Result};
 pub use feth::Feth;
 pub use gid::{eui64, Gid, GidParseError};
-pub use icrc::IcrcContext;
+pub use grh::{GrhArea, GRH_LEN};
+pub use icrc::{IcrcContext, RecoveredIpv4};
 pub use ieth::Ieth;
 pub use imm_dt::ImmDt;
 pub use ip::{IpHeader, IpPacket, Ipv4Header, Ipv6Header, UdpHeader, ROCEV2_UDP_PORT};

@@ -108,8 +108,8 @@ pub struct UdpDatagram<'a> {
     pub src: SocketAddr,
     /// Destination address and UDP port.
     pub dst: SocketAddr,
-    /// ECN bits (the two low bits of the TOS / traffic class).
-    pub ecn: u8,
+    /// The TOS / traffic-class byte: DSCP in the six high bits, ECN in the two low ones.
+    pub tos: u8,
     /// TTL / hop limit.
     pub ttl: u8,
     /// IPv4 identification (ignored for IPv6).
@@ -121,13 +121,13 @@ pub struct UdpDatagram<'a> {
 }
 
 impl<'a> UdpDatagram<'a> {
-    /// A datagram as softrdma (and Linux, for an unconnected DF socket) sends it: ECN 0,
+    /// A datagram as softrdma (and Linux, for an unconnected DF socket) sends it: TOS 0,
     /// TTL 64, IPv4 identification 0, don't-fragment set.
     pub fn new(src: SocketAddr, dst: SocketAddr, payload: &'a [u8]) -> UdpDatagram<'a> {
         UdpDatagram {
             src,
             dst,
-            ecn: 0,
+            tos: 0,
             ttl: DEFAULT_TTL,
             ipv4_id: 0,
             dont_fragment: true,
@@ -159,8 +159,8 @@ impl<'a> UdpDatagram<'a> {
     /// of `buf` and returns that length, or `None` if the datagram is too long for the length
     /// fields (or `buf` is too short).
     ///
-    /// IPv4: version 4, IHL 5, the TOS holds the ECN bits, a correct header checksum; UDP
-    /// checksum 0 ("none", as rxe sends). IPv6: flow label 0, and a correct UDP checksum
+    /// IPv4: version 4, IHL 5, a correct header checksum; UDP checksum 0 ("none", as rxe
+    /// sends). IPv6: flow label 0, and a correct UDP checksum
     /// (mandatory over IPv6).
     pub fn emit_headers(&self, buf: &mut [u8]) -> Option<usize> {
         let hlen = self.headers_len();
@@ -180,7 +180,7 @@ impl<'a> UdpDatagram<'a> {
                 let ip = &mut buf[..Ipv4Header::LEN];
                 ip.fill(0);
                 ip[0] = 0x45;
-                ip[1] = self.ecn & 0b11;
+                ip[1] = self.tos;
                 ip[2..4].copy_from_slice(&total.to_be_bytes());
                 ip[4..6].copy_from_slice(&self.ipv4_id.to_be_bytes());
                 ip[6] = if self.dont_fragment { 0x40 } else { 0 };
@@ -196,9 +196,9 @@ impl<'a> UdpDatagram<'a> {
                 let (src, dst) = (to_v6(src), to_v6(dst));
                 let ip = &mut buf[..Ipv6Header::LEN];
                 ip.fill(0);
-                // version 6, traffic class = ECN bits, flow label 0
-                ip[0] = 0x60;
-                ip[1] = (self.ecn & 0b11) << 4;
+                // version 6, traffic class, flow label 0
+                ip[0] = 0x60 | (self.tos >> 4);
+                ip[1] = (self.tos & 0x0f) << 4;
                 ip[4..6].copy_from_slice(&udp_len.to_be_bytes());
                 ip[6] = IPPROTO_UDP;
                 ip[7] = self.ttl;
@@ -338,7 +338,7 @@ mod tests {
             let d = UdpDatagram {
                 ipv4_id: id,
                 dont_fragment: df,
-                ecn: 0b10,
+                tos: 0b10,
                 ..UdpDatagram::new(src, dst, &payload)
             };
             let mut w = PcapWriter::new(Vec::new()).unwrap();

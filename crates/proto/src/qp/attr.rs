@@ -241,6 +241,48 @@ impl QpAttr {
     }
 }
 
+impl QpAttr {
+    /// RESET → INIT of a UD QP: P_Key index 0, port 1, and the Q_Key senders must present.
+    pub fn ud_init(qkey: u32) -> QpAttr {
+        QpAttr {
+            qp_state: Some(QpState::Init),
+            pkey_index: Some(0),
+            port_num: Some(1),
+            qkey: Some(qkey),
+            ..QpAttr::default()
+        }
+    }
+
+    /// INIT → RTR of a UD QP: nothing to say (there is no peer).
+    pub fn ud_rtr() -> QpAttr {
+        QpAttr {
+            qp_state: Some(QpState::Rtr),
+            ..QpAttr::default()
+        }
+    }
+
+    /// RTR → RTS of a UD or UC QP: the first PSN to send with.
+    pub fn unreliable_rts(sq_psn: Psn) -> QpAttr {
+        QpAttr {
+            qp_state: Some(QpState::Rts),
+            sq_psn: Some(sq_psn),
+            ..QpAttr::default()
+        }
+    }
+
+    /// INIT → RTR of a UC QP: where the peer is and the first PSN it sends with.
+    pub fn uc_rtr(path_mtu: Mtu, dest: AddressVector, dest_qpn: u32, rq_psn: Psn) -> QpAttr {
+        QpAttr {
+            qp_state: Some(QpState::Rtr),
+            path_mtu: Some(path_mtu),
+            ah_attr: Some(dest),
+            dest_qp_num: Some(dest_qpn),
+            rq_psn: Some(rq_psn),
+            ..QpAttr::default()
+        }
+    }
+}
+
 /// Fully resolved attributes of a QP (defaults where never set).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct QpConfig {

@@ -8,11 +8,13 @@
 
 pub mod attr;
 pub(crate) mod completer;
+pub(crate) mod datagram;
 pub(crate) mod requester;
 pub(crate) mod responder;
 pub(crate) mod responder_state;
 pub(crate) mod send_queue;
 pub mod timers;
+pub(crate) mod validate;
 
 use std::collections::{BTreeMap, VecDeque};
 use std::net::{IpAddr, SocketAddr};
@@ -28,6 +30,7 @@ use crate::time::Instant;
 use crate::wr::{RecvWr, SendFlags, WcOpcode, WcStatus, WorkCompletion};
 
 pub use attr::{AddressVector, ModifyQpError, Mtu, QpAttr, QpCaps, QpConfig, QpState, QpType};
+pub use datagram::{ud_source_port, GSI_QKEY};
 use responder_state::Responder;
 use send_queue::Requester;
 use timers::TimerTable;
@@ -176,7 +179,11 @@ impl QueuePair {
             caps,
             state: QpState::Reset,
             cfg: QpConfig::default(),
-            src_port: 0xc000,
+            // Connected QPs learn theirs with the remote QPN (rxe's flow-label hash).
+            src_port: match qp_type {
+                QpType::Ud => ud_source_port(qpn),
+                QpType::Rc | QpType::Uc => 0xc000,
+            },
             rq: VecDeque::new(),
             req: Requester::default(),
             resp: Responder::default(),
@@ -282,6 +289,10 @@ impl QueuePair {
 
     /// Completes every posted receive WQE with WR_FLUSH_ERR.
     pub(crate) fn flush_recv_queue(&mut self, ctx: &mut Ctx<'_>) {
+        // A SEND in progress holds the oldest receive WQE: it completes first.
+        if let Some(msg) = self.resp.send.take() {
+            self.flush_recv(ctx, &msg.wr);
+        }
         while let Some(wr) = self.rq.pop_front() {
             self.flush_recv(ctx, &wr);
         }
@@ -300,6 +311,7 @@ impl QueuePair {
                 invalidated_rkey: None,
                 qp_num: self.qpn,
                 src_qp: self.cfg.dest_qpn,
+                grh: false,
             },
         );
     }
@@ -325,6 +337,21 @@ impl QueuePair {
         fill: impl FnOnce(&mut [u8]) -> bool,
     ) -> Option<Transmit> {
         let dst = self.peer(ctx)?;
+        self.build_packet_to(ctx, out, dst, bth, ext, payload_len, fill)
+    }
+
+    /// [`build_packet`](Self::build_packet) to an explicit destination (a UD datagram's).
+    #[allow(clippy::too_many_arguments)]
+    pub(crate) fn build_packet_to(
+        &self,
+        ctx: &mut Ctx<'_>,
+        out: &mut Vec<u8>,
+        dst: SocketAddr,
+        bth: Bth,
+        ext: &ExtHeaders,
+        payload_len: usize,
+        fill: impl FnOnce(&mut [u8]) -> bool,
+    ) -> Option<Transmit> {
         let len = packet_len(bth.opcode, payload_len);
         out.clear();
         out.resize(len, 0);
@@ -358,6 +385,9 @@ impl QueuePair {
     ) -> Option<Transmit> {
         if matches!(self.state, QpState::Reset | QpState::Init | QpState::Err) {
             return None;
+        }
+        if self.qp_type == QpType::Ud {
+            return self.poll_datagram_transmit(ctx, out);
         }
         if let Some(t) = self.poll_responder_transmit(ctx, out) {
             return Some(t);

@@ -6,7 +6,7 @@
 
 use softrdma_wire::{AtomicEth, Bth, ExtHeaders, Ieth, ImmDt, Opcode, Reth};
 
-use super::attr::QpState;
+use super::attr::{QpState, QpType};
 use super::send_queue::SendWqe;
 use super::timers::Timer;
 use super::{Ctx, QueuePair};
@@ -165,10 +165,17 @@ impl QueuePair {
             }
         }
         let ends_message = last || advance_to_end;
+        let reliable = self.qp_type == QpType::Rc;
+        if !reliable {
+            // UC: the same opcodes in the UC range (IBTA 9.2: the three high bits name the
+            // transport), and no acknowledgements to ask for.
+            bth.opcode = Opcode(bth.opcode.0 | UC_OPCODE_BASE);
+        }
         self.req.pkts_since_ackreq += 1;
-        bth.ack_req = ends_message
-            || wqe.wr.op.is_read_or_atomic()
-            || self.req.pkts_since_ackreq >= ctx.config.ack_req_every;
+        bth.ack_req = reliable
+            && (ends_message
+                || wqe.wr.op.is_read_or_atomic()
+                || self.req.pkts_since_ackreq >= ctx.config.ack_req_every);
         if bth.ack_req {
             self.req.pkts_since_ackreq = 0;
         }
@@ -204,6 +211,16 @@ impl QueuePair {
             };
             self.req.sent_high = end.next();
         }
+        if !reliable {
+            if last {
+                // UC completes a WQE once its last packet is on the wire: nothing will ever
+                // acknowledge it (IBTA 9.7.7; rxe does the same).
+                self.req.sq[idx].status = Some(WcStatus::Success);
+                self.req.unacked_psn = psn.next();
+                self.retire_completed(ctx);
+            }
+            return Ok(t);
+        }
         if !self.timers.is_armed(Timer::Retransmit) {
             if let Some(timeout) = self.cfg.ack_timeout() {
                 self.timers.set(Timer::Retransmit, ctx.now + timeout);
@@ -227,6 +244,9 @@ impl QueuePair {
         self.enter_error(ctx);
     }
 }
+
+/// What turns an RC opcode into its UC twin (`0b001` in the transport bits).
+const UC_OPCODE_BASE: u8 = 0x20;
 
 enum RequestBuild {
     /// The cursor was past the WQE's last packet; try the next one.

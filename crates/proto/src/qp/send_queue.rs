@@ -74,6 +74,7 @@ impl SendWqe {
             invalidated_rkey: None,
             qp_num: qpn,
             src_qp: 0,
+            grh: false,
         }
     }
 }

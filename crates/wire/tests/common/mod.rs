@@ -12,7 +12,7 @@ use softrdma_wire::ip::{parse_ethernet, ETHERTYPE_IPV4, ETHERTYPE_IPV6};
 use softrdma_wire::{IcrcContext, IpHeader, IpPacket, ROCEV2_UDP_PORT};
 
 /// The bundled rxe captures, by file name.
-pub const CAPTURES: [&str; 7] = [
+pub const CAPTURES: [&str; 14] = [
     "rc_send.pcap",
     "rc_send_retransmit.pcap",
     "ud_send.pcap",
@@ -20,6 +20,13 @@ pub const CAPTURES: [&str; 7] = [
     "rc_read.pcap",
     "atomic_fa.pcap",
     "rdma_cm.pcap",
+    "uc_send.pcap",
+    "uc_write.pcap",
+    "ud_perf.pcap",
+    "srq_send.pcap",
+    "srq_perf.pcap",
+    "write_lat.pcap",
+    "read_lat.pcap",
 ];
 
 /// Path of a bundled capture.

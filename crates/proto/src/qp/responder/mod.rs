@@ -17,6 +17,7 @@ mod atomic;
 mod duplicate;
 mod read;
 mod send;
+mod uc;
 mod write;
 
 use softrdma_wire::{
@@ -24,10 +25,12 @@ use softrdma_wire::{
     Syndrome,
 };
 
+use super::attr::QpType;
 use super::responder_state::Output;
 use super::{Ctx, QueuePair};
 use crate::io::Transmit;
 use crate::stats::{DropReason, NakKind};
+use crate::wr::WcStatus;
 
 /// A request the responder refuses: which NAK to send (and, for a receive WQE in use, which
 /// completion status the receiver reports).
@@ -41,6 +44,10 @@ pub(crate) enum RespError {
     RemoteAccess,
     /// The responder's own failure (e.g. its receive WQE's buffers are not accessible).
     RemoteOperational,
+    /// A SEND longer than its receive WQE; the WQE is still `resp.send`. RC completes it with
+    /// a local length error and NAKs an invalid request; UC drops the message and the WQE
+    /// waits for the next one.
+    TooLong,
 }
 
 impl RespError {
@@ -52,7 +59,7 @@ impl RespError {
                 },
                 NakKind::Rnr,
             ),
-            RespError::InvalidRequest => (
+            RespError::InvalidRequest | RespError::TooLong => (
                 Syndrome::Nak(NakCode::InvalidRequest),
                 NakKind::InvalidRequest,
             ),
@@ -90,6 +97,10 @@ pub(super) fn check_remote<'m>(
 impl QueuePair {
     /// Handles a request packet addressed to this QP (state already checked by the engine).
     pub(crate) fn handle_request(&mut self, ctx: &mut Ctx<'_>, pkt: &PacketRepr<'_>) {
+        if self.qp_type == QpType::Uc {
+            self.handle_uc_request(ctx, pkt);
+            return;
+        }
         if self.resp.fatal {
             ctx.stats.drop(DropReason::BadState);
             return;
@@ -131,6 +142,11 @@ impl QueuePair {
             _ => Err(RespError::InvalidRequest),
         };
         if let Err(e) = result {
+            if e == RespError::TooLong {
+                if let Some(msg) = self.resp.send.take() {
+                    self.complete_recv(ctx, &msg, WcStatus::LocLenErr, pkt);
+                }
+            }
             self.respond_error(ctx, psn, e);
         }
     }
@@ -174,7 +190,7 @@ impl QueuePair {
         if ends_message {
             self.resp.msn = (self.resp.msn + 1) & 0x00ff_ffff;
         }
-        if pkt.bth.ack_req {
+        if pkt.bth.ack_req && self.qp_type == QpType::Rc {
             self.resp.push_ack(pkt.bth.psn, Syndrome::ACK);
         }
     }

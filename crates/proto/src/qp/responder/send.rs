@@ -37,10 +37,10 @@ impl QueuePair {
             return Err(RespError::InvalidRequest);
         };
         if msg.offset + len > msg.wr.capacity() {
-            // The message does not fit: the receiver sees a local length error, the sender an
-            // invalid request NAK.
-            self.complete_recv(ctx, &msg, WcStatus::LocLenErr, pkt);
-            return Err(RespError::InvalidRequest);
+            // The message does not fit. The WQE stays with the message: RC completes it with
+            // a local length error, UC gives it back (see `TooLong`).
+            self.resp.send = Some(msg);
+            return Err(RespError::TooLong);
         }
         if ctx
             .mrs
@@ -86,6 +86,7 @@ impl QueuePair {
             invalidated_rkey: pkt.ext.ieth.map(|i| i.rkey),
             qp_num: self.qpn,
             src_qp: self.cfg.dest_qpn,
+            grh: false,
         };
         ctx.complete(self.recv_cq, wc);
     }

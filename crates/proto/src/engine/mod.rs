@@ -12,59 +12,25 @@
 //! the engine produces the same packets and completions: that is what lets the simulator
 //! replay a failing run from its seed.
 
-use std::collections::{BTreeMap, BTreeSet, VecDeque};
-use std::sync::Arc;
+mod demux;
 
-use softrdma_wire::{IcrcContext, OpKind, PacketRepr, Transport};
+pub use crate::qp::validate::MAX_MESSAGE_BYTES;
+pub use demux::MAX_UD_PEERS;
+
+use std::collections::{BTreeMap, BTreeSet, VecDeque};
+use std::net::IpAddr;
+use std::sync::Arc;
 
 use crate::access::AccessFlags;
 use crate::config::EngineConfig;
 use crate::cq::{CompletionQueue, CqHandle};
-use crate::io::{DatagramMeta, Transmit};
+use crate::error::EngineError;
+use crate::io::Transmit;
 use crate::mr::{MrTable, PdHandle, RegionMemory};
-use crate::qp::{Ctx, ModifyQpError, QpAttr, QpCaps, QpState, QpType, QueuePair};
-use crate::stats::{DropReason, Stats};
+use crate::qp::{Ctx, QpAttr, QpCaps, QpState, QpType, QueuePair};
+use crate::stats::Stats;
 use crate::time::Instant;
-use crate::wr::{RecvWr, SendFlags, SendWr, WcStatus, WorkCompletion};
-
-/// Largest message the engine accepts (rxe's max_msg_sz is 8 MiB; IBTA allows 2^31).
-pub const MAX_MESSAGE_BYTES: u64 = 1 << 31;
-
-/// Why an object could not be created, modified or destroyed, or a WR posted. Like ibverbs'
-/// errno returns: nothing happened.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
-pub enum EngineError {
-    /// No such protection domain.
-    #[error("no such protection domain")]
-    NoSuchPd,
-    /// No such completion queue.
-    #[error("no such completion queue")]
-    NoSuchCq,
-    /// No such queue pair.
-    #[error("no such queue pair")]
-    NoSuchQp,
-    /// No such memory region.
-    #[error("no such memory region")]
-    NoSuchMr,
-    /// The object is still used by others (QPs on a CQ, MRs or QPs in a PD).
-    #[error("object still in use")]
-    Busy,
-    /// An argument is invalid; the string says which.
-    #[error("invalid argument: {0}")]
-    InvalidArgument(&'static str),
-    /// The QP's state does not allow the call.
-    #[error("operation not allowed in QP state {0:?}")]
-    InvalidState(QpState),
-    /// The work queue is full.
-    #[error("work queue full")]
-    QueueFull,
-    /// A table is full (its limit is in the docs of the object).
-    #[error("too many {0}")]
-    Exhausted(&'static str),
-    /// The QP transition was refused.
-    #[error(transparent)]
-    Modify(#[from] ModifyQpError),
-}
+use crate::wr::{RecvWr, SendWr, WcStatus, WorkCompletion};
 
 /// What every QP's stages share: configuration, memory, completion queues, counters.
 struct Shared {
@@ -102,6 +68,10 @@ pub struct Engine {
     /// Every QP's earliest timer, ordered: `poll_timeout` is the first entry, not a scan of
     /// all QPs (it is asked after every post and every batch of packets).
     timers: BTreeSet<(Instant, u32)>,
+    /// Multicast groups (their IP address, from the group's GID) and the UD QPs attached.
+    mcast: BTreeMap<IpAddr, Vec<u32>>,
+    /// What the senders of UD datagrams use as IPv4 identification.
+    ud_peers: demux::UdPeers,
 }
 
 impl Engine {
@@ -121,6 +91,8 @@ impl Engine {
             next_qpn: config.first_qpn,
             ready: VecDeque::new(),
             timers: BTreeSet::new(),
+            mcast: BTreeMap::new(),
+            ud_peers: demux::UdPeers::default(),
         }
     }
 
@@ -266,11 +238,6 @@ impl Engine {
         if !self.shared.cqs.contains_key(&send_cq) || !self.shared.cqs.contains_key(&recv_cq) {
             return Err(EngineError::NoSuchCq);
         }
-        if qp_type != QpType::Rc {
-            return Err(EngineError::InvalidArgument(
-                "only RC queue pairs are implemented",
-            ));
-        }
         if caps.max_send_wr == 0 && caps.max_recv_wr == 0 {
             return Err(EngineError::InvalidArgument(
                 "a QP needs a send or a receive queue",
@@ -312,13 +279,66 @@ impl Engine {
     }
 
     /// Destroys a QP. Outstanding WRs are discarded without completions (ibverbs semantics:
-    /// move the QP to ERR and drain the CQ first if they matter).
+    /// move the QP to ERR and drain the CQ first if they matter). A QP still attached to a
+    /// multicast group is refused (`Busy`), as on rxe: detach it first.
     pub fn destroy_qp(&mut self, qpn: u32) -> Result<(), EngineError> {
+        if !self.qps.contains_key(&qpn) {
+            return Err(EngineError::NoSuchQp);
+        }
+        if self.mcast.values().any(|qps| qps.contains(&qpn)) {
+            return Err(EngineError::Busy);
+        }
         let qp = self.qps.remove(&qpn).ok_or(EngineError::NoSuchQp)?;
         if let Some(at) = qp.scheduled {
             self.timers.remove(&(at, qpn));
         }
         Ok(())
+    }
+
+    /// Attaches UD QP `qpn` to the multicast group whose address is `group` (ibverbs
+    /// `ibv_attach_mcast`, the GID mapped to an IP address): datagrams sent to the group's
+    /// address with destination QPN [`MULTICAST_QPN`](crate::wr::MULTICAST_QPN) reach it.
+    /// Attaching twice is not an error.
+    pub fn attach_mcast(&mut self, qpn: u32, group: IpAddr) -> Result<(), EngineError> {
+        let qp = self.qps.get(&qpn).ok_or(EngineError::NoSuchQp)?;
+        if qp.qp_type != QpType::Ud {
+            return Err(EngineError::InvalidArgument(
+                "only UD QPs join multicast groups",
+            ));
+        }
+        if !group.is_multicast() {
+            return Err(EngineError::InvalidArgument(
+                "not a multicast group address",
+            ));
+        }
+        let members = self.mcast.entry(group).or_default();
+        if !members.contains(&qpn) {
+            members.push(qpn);
+        }
+        Ok(())
+    }
+
+    /// Detaches `qpn` from `group` (ibverbs `ibv_detach_mcast`); `InvalidArgument` if it was
+    /// not attached.
+    pub fn detach_mcast(&mut self, qpn: u32, group: IpAddr) -> Result<(), EngineError> {
+        if !self.qps.contains_key(&qpn) {
+            return Err(EngineError::NoSuchQp);
+        }
+        let members = self
+            .mcast
+            .get_mut(&group)
+            .filter(|m| m.contains(&qpn))
+            .ok_or(EngineError::InvalidArgument("QP not attached to the group"))?;
+        members.retain(|&q| q != qpn);
+        if members.is_empty() {
+            self.mcast.remove(&group);
+        }
+        Ok(())
+    }
+
+    /// The multicast groups some QP is attached to: the I/O layer joins exactly these.
+    pub fn mcast_groups(&self) -> impl Iterator<Item = IpAddr> + '_ {
+        self.mcast.keys().copied()
     }
 
     // --- work requests -------------------------------------------------------------------
@@ -335,7 +355,7 @@ impl Engine {
         if qp.req.sq.len() >= qp.caps.max_send_wr as usize {
             return Err(EngineError::QueueFull);
         }
-        validate_send_wr(qp, &wr)?;
+        qp.validate_send(&self.shared.config, &wr)?;
         let mut ctx = self.shared.ctx(now, 0);
         if qp.state == QpState::Err {
             // IBTA: WRs posted to a QP in the error state complete with flush errors.
@@ -344,7 +364,11 @@ impl Engine {
             ctx.complete(qp.send_cq, wc);
             return Ok(());
         }
-        qp.req.push(wr, qp.cfg.path_mtu);
+        let mtu = match qp.qp_type {
+            QpType::Ud => self.shared.config.port_mtu,
+            _ => qp.cfg.path_mtu,
+        };
+        qp.req.push(wr, mtu);
         self.ready.push_back(qpn);
         Ok(())
     }
@@ -374,84 +398,6 @@ impl Engine {
     }
 
     // --- I/O -----------------------------------------------------------------------------
-
-    /// Processes one received UDP datagram (its payload: BTH through ICRC). Anything wrong
-    /// with it is counted and the datagram dropped; nothing a peer sends can make this panic.
-    pub fn handle_datagram(&mut self, now: Instant, meta: &DatagramMeta, data: &[u8]) {
-        self.shared.stats.rx_packets += 1;
-        let mut ipv4_id = 0;
-        if self.shared.config.verify_icrc && !cfg!(fuzzing) {
-            let ctx = IcrcContext::new(
-                meta.src.ip(),
-                self.shared.config.local_ip,
-                meta.src.port(),
-                self.shared.config.local_udp_port,
-            );
-            match ctx.verify_unknown_id(data) {
-                Ok(id) => ipv4_id = id,
-                Err(_) => {
-                    self.shared.stats.drop(DropReason::BadIcrc);
-                    return;
-                }
-            }
-        }
-        let pkt = match PacketRepr::parse(data) {
-            Ok(p) => p,
-            Err(e) => {
-                self.shared.stats.drop(e.into());
-                return;
-            }
-        };
-        if pkt.bth.pkey & 0x7fff != 0x7fff {
-            self.shared.stats.drop(DropReason::BadPkey);
-            return;
-        }
-        let Some(qp) = self.qps.get_mut(&pkt.bth.dest_qpn) else {
-            self.shared.stats.drop(DropReason::UnknownQp);
-            return;
-        };
-        let Some(info) = pkt.bth.opcode.info() else {
-            self.shared.stats.drop(DropReason::Malformed);
-            return;
-        };
-        let transport_ok = matches!(
-            (info.transport, qp.qp_type),
-            (Transport::Rc, QpType::Rc) | (Transport::Uc, QpType::Uc) | (Transport::Ud, QpType::Ud)
-        );
-        if !transport_ok {
-            self.shared.stats.drop(DropReason::WrongTransport);
-            return;
-        }
-        if qp.qp_type != QpType::Ud && !qp.accepts_source(meta.src.ip()) {
-            self.shared.stats.drop(DropReason::WrongSource);
-            return;
-        }
-        if !qp.peer_ids.admit(ipv4_id) {
-            self.shared.stats.drop(DropReason::BadIcrc);
-            return;
-        }
-        self.shared.stats.rx_bytes += data.len() as u64;
-        Stats::count_opcode(&mut self.shared.stats.rx_by_opcode, pkt.bth.opcode.0);
-        let mut ctx = self.shared.ctx(now, 0);
-        if info.is_request() {
-            if matches!(qp.state, QpState::Reset | QpState::Init | QpState::Err) {
-                ctx.stats.drop(DropReason::BadState);
-                return;
-            }
-            qp.handle_request(&mut ctx, &pkt);
-        } else {
-            if !matches!(qp.state, QpState::Rts | QpState::Sqd) || info.kind == OpKind::Cnp {
-                ctx.stats.drop(DropReason::BadState);
-                return;
-            }
-            qp.handle_response(&mut ctx, &pkt);
-        }
-        let qpn = qp.qpn;
-        if qp.wants_transmit() {
-            self.ready.push_back(qpn);
-        }
-        self.sync_timer(qpn);
-    }
 
     /// Writes the next datagram to send into `out` and describes it, or returns `None` when
     /// nothing is ready. Call until `None`. The ICRC assumes the datagram leaves with IPv4
@@ -535,57 +481,4 @@ impl Engine {
         }
         qp.scheduled = next;
     }
-}
-
-fn validate_send_wr(qp: &QueuePair, wr: &SendWr) -> Result<(), EngineError> {
-    if wr.sg_list.len() > qp.caps.max_send_sge as usize {
-        return Err(EngineError::InvalidArgument(
-            "too many scatter/gather elements",
-        ));
-    }
-    if wr.flags.contains(SendFlags::INLINE) {
-        let Some(data) = &wr.inline_data else {
-            return Err(EngineError::InvalidArgument(
-                "INLINE flag without inline data",
-            ));
-        };
-        if data.len() > qp.caps.max_inline_data as usize {
-            return Err(EngineError::InvalidArgument(
-                "inline data longer than max_inline_data",
-            ));
-        }
-        if wr.op.is_read_or_atomic() {
-            return Err(EngineError::InvalidArgument(
-                "READ and atomics cannot be inline",
-            ));
-        }
-    } else if wr.inline_data.is_some() {
-        return Err(EngineError::InvalidArgument(
-            "inline data without the INLINE flag",
-        ));
-    }
-    if wr.op.is_atomic() {
-        let len: u64 = wr.sg_list.iter().map(|s| u64::from(s.length)).sum();
-        if len != 8 {
-            return Err(EngineError::InvalidArgument(
-                "atomic operations need an 8-byte SGL",
-            ));
-        }
-        let addr = match wr.op {
-            crate::wr::SendOp::AtomicCmpSwap { remote_addr, .. }
-            | crate::wr::SendOp::AtomicFetchAdd { remote_addr, .. } => remote_addr,
-            _ => 0,
-        };
-        if addr % 8 != 0 {
-            return Err(EngineError::InvalidArgument(
-                "atomic remote address not 8-byte aligned",
-            ));
-        }
-    }
-    if wr.length() > MAX_MESSAGE_BYTES {
-        return Err(EngineError::InvalidArgument(
-            "message longer than 2^31 bytes",
-        ));
-    }
-    Ok(())
 }

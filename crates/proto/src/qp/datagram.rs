@@ -1,0 +1,182 @@
+//! Unreliable datagram (IBTA 9.8, as Linux rxe implements it): one packet per message, a DETH
+//! on every packet, no acknowledgements, no retransmission, no PSN checks at the receiver.
+//!
+//! Sending: each WQE names its destination (address, remote QPN, Q_Key) and becomes one SEND
+//! ONLY packet; it completes as soon as the packet is handed to the wire, as on rxe. The Q_Key
+//! presented is the WQE's, unless its high bit is set ("controlled" Q_Key): then the QP's own.
+//!
+//! Receiving: the DETH's Q_Key must equal the QP's (QP1's is the GSI Q_Key), the message must
+//! fit the port MTU, and a receive WQE must be posted with room for the 40-byte GRH area plus
+//! the payload. Anything else loses the datagram — counted, never fatal: the QP and its
+//! receive queue are exactly as before. The area receives the sender's IP header as rxe writes
+//! it (see `softrdma_wire::grh`), so the application can answer the sender.
+
+use std::net::SocketAddr;
+
+use softrdma_wire::{Bth, Deth, ExtHeaders, ImmDt, Opcode, PacketRepr, GRH_LEN};
+
+use super::attr::QpState;
+use super::{Ctx, QueuePair};
+use crate::io::Transmit;
+use crate::stats::DropReason;
+use crate::wr::{SendFlags, SendOp, WcOpcode, WcStatus, WorkCompletion};
+
+/// The Q_Key of QP1, the General Services Interface (IBTA 13.4.6.2; rdma_cm's MADs).
+pub const GSI_QKEY: u32 = 0x8001_0000;
+
+/// The UDP source port rxe gives a UD QP's packets: `0xC000 + hash_32(qpn, 14)` (the kernel's
+/// multiplicative hash with the 32-bit golden ratio), so QP1 sends from 55410.
+pub fn ud_source_port(qpn: u32) -> u16 {
+    let hash = qpn.wrapping_mul(0x61c8_8647) >> (32 - 14);
+    0xc000 + hash as u16
+}
+
+impl QueuePair {
+    /// The next UD datagram: the WQE at the head of the send queue, sent and completed.
+    pub(crate) fn poll_datagram_transmit(
+        &mut self,
+        ctx: &mut Ctx<'_>,
+        out: &mut Vec<u8>,
+    ) -> Option<Transmit> {
+        if !matches!(self.state, QpState::Rts) || self.req.rnr_wait {
+            return None;
+        }
+        let wqe = self.req.sq.front()?;
+        let Some(dest) = wqe.wr.ud else {
+            // post_send refuses UD WQEs without a destination; nothing else can put one here.
+            self.fail_wqe(ctx, 0, WcStatus::LocQpOpErr);
+            return None;
+        };
+        let sgl_ok = wqe.wr.inline_data.is_some()
+            || ctx
+                .mrs
+                .check_sgl(self.pd, &wqe.wr.sg_list, wqe.wr.op.local_access())
+                .is_ok();
+        if !sgl_ok {
+            self.fail_wqe(ctx, 0, WcStatus::LocProtErr);
+            return None;
+        }
+        let imm = match wqe.wr.op {
+            SendOp::SendWithImm { imm } => Some(imm),
+            _ => None,
+        };
+        let opcode = if imm.is_some() {
+            Opcode::UD_SEND_ONLY_WITH_IMMEDIATE
+        } else {
+            Opcode::UD_SEND_ONLY
+        };
+        let psn = self.req.next_psn;
+        let mut bth = Bth::new(opcode, dest.remote_qpn, psn);
+        bth.solicited = wqe.wr.flags.contains(SendFlags::SOLICITED);
+        let qkey = if dest.remote_qkey & 0x8000_0000 != 0 {
+            self.cfg.qkey
+        } else {
+            dest.remote_qkey
+        };
+        let ext = ExtHeaders {
+            deth: Some(Deth {
+                qkey,
+                src_qpn: self.qpn,
+            }),
+            imm_dt: imm.map(|imm| ImmDt { imm }),
+            ..ExtHeaders::default()
+        };
+        let dst = SocketAddr::new(dest.av.dest_ip, ctx.config.remote_udp_port);
+        let len = wqe.len as usize;
+        let (pd, mrs, wr) = (self.pd, ctx.mrs, &wqe.wr);
+        let fill = |buf: &mut [u8]| match &wr.inline_data {
+            Some(data) => {
+                buf.copy_from_slice(&data[..buf.len()]);
+                true
+            }
+            None => buf.is_empty() || mrs.gather(pd, &wr.sg_list, 0, buf).is_ok(),
+        };
+        let Some(t) = self.build_packet_to(ctx, out, dst, bth, &ext, len, fill) else {
+            self.fail_wqe(ctx, 0, WcStatus::LocProtErr);
+            return None;
+        };
+        self.req.next_psn = psn.next();
+        let wqe = self.req.sq.pop_front().expect("the head WQE was just sent");
+        if wqe.wr.flags.contains(SendFlags::SIGNALED) {
+            ctx.complete(self.send_cq, wqe.completion(self.qpn, WcStatus::Success));
+        }
+        Some(t)
+    }
+
+    /// Delivers one UD datagram (the transport and the QP's state are already checked) into
+    /// the next receive WQE, `grh` first.
+    pub(crate) fn handle_datagram_request(
+        &mut self,
+        ctx: &mut Ctx<'_>,
+        pkt: &PacketRepr<'_>,
+        grh: &[u8; GRH_LEN],
+    ) {
+        let Some(deth) = pkt.ext.deth else {
+            ctx.stats.drop(DropReason::Malformed);
+            return;
+        };
+        let qkey = if self.qpn == 1 {
+            GSI_QKEY
+        } else {
+            self.cfg.qkey
+        };
+        if deth.qkey != qkey {
+            ctx.stats.drop(DropReason::BadQkey);
+            return;
+        }
+        let len = pkt.payload.len();
+        if len > ctx.config.port_mtu.bytes() as usize {
+            ctx.stats.drop(DropReason::TooLong);
+            return;
+        }
+        let Some(wr) = self.rq.front() else {
+            ctx.stats.drop(DropReason::NoReceiveWqe);
+            return;
+        };
+        if wr.capacity() < (GRH_LEN + len) as u64 {
+            ctx.stats.drop(DropReason::TooLong);
+            return;
+        }
+        let placed = ctx
+            .mrs
+            .scatter(self.pd, &wr.sg_list, 0, grh)
+            .and_then(|()| {
+                ctx.mrs
+                    .scatter(self.pd, &wr.sg_list, GRH_LEN as u64, pkt.payload)
+            });
+        let wr = self.rq.pop_front().expect("front exists");
+        let status = if placed.is_ok() {
+            WcStatus::Success
+        } else {
+            WcStatus::LocProtErr
+        };
+        let wc = WorkCompletion {
+            wr_id: wr.wr_id,
+            status,
+            opcode: WcOpcode::Recv,
+            byte_len: (GRH_LEN + len) as u32,
+            imm_data: pkt.ext.imm_dt.map(|i| i.imm),
+            invalidated_rkey: None,
+            qp_num: self.qpn,
+            src_qp: deth.src_qpn,
+            grh: true,
+        };
+        ctx.complete(self.recv_cq, wc);
+        if status != WcStatus::Success {
+            // The receive WQE's own buffers are bad: a local error of this QP (rxe: class A).
+            self.enter_error(ctx);
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn test_source_ports_like_rxe() {
+        // From rxe captures: QP1 sends from 55410, UD QPN 0x11 from 57236.
+        assert_eq!(ud_source_port(1), 55410);
+        assert_eq!(ud_source_port(0x11), 57236);
+    }
+}

@@ -1,0 +1,97 @@
+//! What `post_send` refuses before anything is queued (ibverbs returns `EINVAL` for these):
+//! the structure of a work request and whether the QP's transport offers the operation.
+//! Protection (keys, bounds, rights) is checked later, when the WQE executes, and reported in
+//! its completion, as on hardware.
+
+use super::attr::QpType;
+use super::QueuePair;
+use crate::config::EngineConfig;
+use crate::error::EngineError;
+use crate::wr::{SendFlags, SendOp, SendWr};
+
+/// Largest message the engine accepts (rxe's max_msg_sz is 8 MiB; IBTA allows 2^31).
+pub const MAX_MESSAGE_BYTES: u64 = 1 << 31;
+
+impl QueuePair {
+    /// Checks `wr` against this QP's transport and capacities.
+    pub(crate) fn validate_send(
+        &self,
+        config: &EngineConfig,
+        wr: &SendWr,
+    ) -> Result<(), EngineError> {
+        let invalid = |why| Err(EngineError::InvalidArgument(why));
+        if wr.sg_list.len() > self.caps.max_send_sge as usize {
+            return invalid("too many scatter/gather elements");
+        }
+        if wr.flags.contains(SendFlags::INLINE) {
+            let Some(data) = &wr.inline_data else {
+                return invalid("INLINE flag without inline data");
+            };
+            if data.len() > self.caps.max_inline_data as usize {
+                return invalid("inline data longer than max_inline_data");
+            }
+            if wr.op.is_read_or_atomic() {
+                return invalid("READ and atomics cannot be inline");
+            }
+        } else if wr.inline_data.is_some() {
+            return invalid("inline data without the INLINE flag");
+        }
+        if wr.op.is_atomic() {
+            let len: u64 = wr.sg_list.iter().map(|s| u64::from(s.length)).sum();
+            if len != 8 {
+                return invalid("atomic operations need an 8-byte SGL");
+            }
+            let addr = match wr.op {
+                SendOp::AtomicCmpSwap { remote_addr, .. }
+                | SendOp::AtomicFetchAdd { remote_addr, .. } => remote_addr,
+                _ => 0,
+            };
+            if addr % 8 != 0 {
+                return invalid("atomic remote address not 8-byte aligned");
+            }
+        }
+        if wr.length() > MAX_MESSAGE_BYTES {
+            return invalid("message longer than 2^31 bytes");
+        }
+        match self.qp_type {
+            QpType::Rc => {
+                if wr.ud.is_some() {
+                    return invalid("a UD destination on a connected QP");
+                }
+            }
+            QpType::Uc => {
+                if wr.ud.is_some() {
+                    return invalid("a UD destination on a connected QP");
+                }
+                // IBTA 9.3.1: UC carries SEND and RDMA WRITE (with immediate), nothing else.
+                if !matches!(
+                    wr.op,
+                    SendOp::Send
+                        | SendOp::SendWithImm { .. }
+                        | SendOp::RdmaWrite { .. }
+                        | SendOp::RdmaWriteWithImm { .. }
+                ) {
+                    return invalid("UC QPs offer only SEND and RDMA WRITE (with immediate)");
+                }
+            }
+            QpType::Ud => {
+                if !matches!(wr.op, SendOp::Send | SendOp::SendWithImm { .. }) {
+                    return invalid("UD QPs offer only SEND and SEND with immediate");
+                }
+                let Some(dest) = wr.ud else {
+                    return invalid("a UD SEND needs a destination (address handle)");
+                };
+                if dest.av.dest_ip.is_ipv4() != config.local_ip.is_ipv4() {
+                    return invalid("the address handle is of another IP family");
+                }
+                // A UD message is one packet. IBTA C10-93.1.1 has an oversized one vanish
+                // silently (rxe fakes a successful send); softrdma refuses it at post time, so
+                // the mistake is seen and still nothing is sent.
+                if wr.length() > u64::from(config.port_mtu.bytes()) {
+                    return invalid("UD message longer than the port MTU");
+                }
+            }
+        }
+        Ok(())
+    }
+}
