@@ -237,9 +237,13 @@ pub(crate) fn write_devinfo(
         writeln!(out, "\tmax_mw:\t\t\t\t0")?;
         writeln!(out, "\tmax_raw_ipv6_qp:\t\t0")?;
         writeln!(out, "\tmax_raw_ethy_qp:\t\t0")?;
-        writeln!(out, "\tmax_mcast_grp:\t\t\t0")?;
-        writeln!(out, "\tmax_mcast_qp_attach:\t\t0")?;
-        writeln!(out, "\tmax_total_mcast_qp_attach:\t0")?;
+        writeln!(out, "\tmax_mcast_grp:\t\t\t{}", a.max_mcast_grp)?;
+        writeln!(out, "\tmax_mcast_qp_attach:\t\t{}", a.max_mcast_qp_attach)?;
+        writeln!(
+            out,
+            "\tmax_total_mcast_qp_attach:\t{}",
+            a.max_total_mcast_qp_attach
+        )?;
         writeln!(out, "\tmax_ah:\t\t\t\t{}", a.max_ah)?;
         writeln!(out, "\tmax_fmr:\t\t\t0")?;
         writeln!(out, "\tmax_srq:\t\t\t{}", a.max_srq)?;

@@ -97,9 +97,11 @@ fn bw_test(test: &str, title: &str, args: &[&str], size: f64, iters: f64) {
     assert_eq!((bytes, n), (size, iters), "{out}");
     // The client measures a peak; a SEND server reports none (0.00), like perftest's.
     assert!(avg > 0.0 && (peak >= avg * 0.99 || peak == 0.0), "{out}");
-    // MB/s is MiB/s in perftest; the rate must agree with the bandwidth.
+    // MB/s is MiB/s in perftest; the rate must agree with the bandwidth, to the precision
+    // the bandwidth is printed with (two decimals: slow 8-byte atomics print 0.16 or so).
     let implied = avg * 1_048_576.0 / size / 1e6;
-    assert!((implied - rate).abs() <= rate * 0.02 + 1e-6, "{out}");
+    let printed = 0.005 * 1_048_576.0 / size / 1e6;
+    assert!((implied - rate).abs() <= rate * 0.02 + printed, "{out}");
     checks_ok(&out);
 }
 

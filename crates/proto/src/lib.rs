@@ -28,7 +28,7 @@ pub mod wr;
 pub use access::AccessFlags;
 pub use config::EngineConfig;
 pub use cq::{CompletionQueue, CqHandle};
-pub use engine::{Engine, MAX_MESSAGE_BYTES, MAX_UD_PEERS};
+pub use engine::{Engine, MAX_MCAST_GROUPS, MAX_MCAST_QP_ATTACH, MAX_MESSAGE_BYTES, MAX_UD_PEERS};
 pub use error::EngineError;
 pub use io::{DatagramMeta, Transmit};
 pub use mr::{AccessError, MemoryRegion, MrTable, PdHandle, RegionMemory, VecMemory};

@@ -116,3 +116,31 @@ pub enum RecvError {
         source: io::Error,
     },
 }
+
+/// Joining a multicast group failed; the socket is as before.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum MulticastError {
+    /// Not a multicast address, or of the other address family than the socket's.
+    #[error("{group} is not a multicast group of the socket's address family ({local})")]
+    NotAGroup {
+        /// The group asked for.
+        group: std::net::IpAddr,
+        /// The socket's address.
+        local: SocketAddr,
+    },
+    /// The kernel refused: no multicast route or interface (loopback without `MULTICAST`),
+    /// the port is in use without address reuse, or out of file descriptors.
+    #[error("cannot join multicast group {group} on {local}: {source}")]
+    Join {
+        /// The group.
+        group: std::net::IpAddr,
+        /// The socket's address (the interface joined on).
+        local: SocketAddr,
+        /// The operating system's reason.
+        source: io::Error,
+    },
+    /// The portable fallback backend has no multicast.
+    #[error("multicast needs the Linux backend")]
+    Unsupported,
+}

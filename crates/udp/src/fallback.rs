@@ -9,7 +9,7 @@ use std::time::Duration;
 
 use socket2::{Domain, Protocol, SockAddr, Socket, Type};
 
-use crate::{Config, Ecn, OpenError, RecvArena, RecvMeta, Transmit};
+use crate::{Config, OpenError, RecvArena, RecvMeta, Transmit};
 
 /// The sockets and what probing found.
 pub(crate) struct Opened {
@@ -125,8 +125,7 @@ pub(crate) fn recv(socket: &Socket, local: SocketAddr, arena: &mut RecvArena) ->
                     dst_ip: local.ip(),
                     len,
                     stride: len,
-                    ecn: Ecn::NotEct,
-                    truncated: false,
+                    ..RecvMeta::default()
                 };
                 n += 1;
             }
@@ -135,6 +134,44 @@ pub(crate) fn recv(socket: &Socket, local: SocketAddr, arena: &mut RecvArena) ->
         }
     }
     Ok(n)
+}
+
+/// Multicast needs `IP_PKTINFO` and friends: not here.
+pub(crate) fn open_group(
+    _config: &Config,
+    _local: SocketAddr,
+    _group: std::net::IpAddr,
+) -> io::Result<Socket> {
+    Err(io::Error::from(io::ErrorKind::Unsupported))
+}
+
+/// No readiness set here: waiting peeks at the main socket.
+#[derive(Debug)]
+pub(crate) struct Poller;
+
+impl Poller {
+    pub(crate) fn new(_main: &Socket) -> io::Result<Self> {
+        Ok(Self)
+    }
+
+    pub(crate) fn add(&self, _socket: &Socket) -> io::Result<()> {
+        Err(io::Error::from(io::ErrorKind::Unsupported))
+    }
+
+    pub(crate) fn remove(&self, _socket: &Socket) {}
+
+    pub(crate) fn fd(&self) -> Option<std::os::fd::BorrowedFd<'_>> {
+        None
+    }
+}
+
+/// Waits for the main socket (the only receiving one here).
+pub(crate) fn wait_any(
+    _poller: &Poller,
+    main: &Socket,
+    timeout: Option<Duration>,
+) -> io::Result<bool> {
+    wait(main, true, timeout)
 }
 
 /// Waits by peeking with a read timeout (writability is assumed: UDP sends rarely block).

@@ -4,17 +4,17 @@
 use std::io;
 use std::mem::{self, size_of};
 use std::net::{IpAddr, Ipv4Addr, Ipv6Addr, SocketAddr, SocketAddrV4, SocketAddrV6};
-use std::os::fd::{AsRawFd, RawFd};
+use std::os::fd::{AsFd, AsRawFd, BorrowedFd, FromRawFd, OwnedFd, RawFd};
 use std::ptr;
 use std::time::Duration;
 
 use socket2::{Domain, Protocol, Socket, Type};
 
-use crate::{Config, Ecn, OpenError, RecvArena, RecvMeta, Transmit, BATCH_MAX, MAX_GSO_SEGMENTS};
+use crate::{Config, OpenError, RecvArena, RecvMeta, Transmit, BATCH_MAX, MAX_GSO_SEGMENTS};
 
 /// Control-message space per datagram. Sending needs TOS + UDP_SEGMENT (2 x 16 bytes);
-/// receiving needs packet info (up to 40) + TOS/TCLASS (24) + UDP_GRO (24).
-const CMSG_BUF_LEN: usize = 128;
+/// receiving needs packet info (up to 40) + TOS/TCLASS (24) + TTL/hop limit (24) + UDP_GRO (24).
+const CMSG_BUF_LEN: usize = 160;
 
 /// An aligned control-message buffer (`cmsghdr` needs `size_t` alignment).
 #[derive(Clone, Copy)]
@@ -33,30 +33,7 @@ pub(crate) fn open(config: &Config) -> Result<Opened, OpenError> {
     let addr = config.addr;
     let socket = new_socket(config, addr, config.recv_buffer_bytes)?;
     let fd = socket.as_raw_fd();
-    let set = |option, level, name, value| {
-        setsockopt_int(fd, level, name, value).map_err(|source| OpenError::SetOption {
-            option,
-            addr,
-            source,
-        })
-    };
-    if addr.is_ipv4() {
-        set("IP_RECVTOS", libc::IPPROTO_IP, libc::IP_RECVTOS, 1)?;
-        set("IP_PKTINFO", libc::IPPROTO_IP, libc::IP_PKTINFO, 1)?;
-    } else {
-        set(
-            "IPV6_RECVTCLASS",
-            libc::IPPROTO_IPV6,
-            libc::IPV6_RECVTCLASS,
-            1,
-        )?;
-        set(
-            "IPV6_RECVPKTINFO",
-            libc::IPPROTO_IPV6,
-            libc::IPV6_RECVPKTINFO,
-            1,
-        )?;
-    }
+    set_recv_options(fd, addr)?;
     socket
         .bind(&addr.into())
         .map_err(|source| OpenError::Bind { addr, source })?;
@@ -92,6 +69,156 @@ pub(crate) fn open_send_only(config: &Config, addr: SocketAddr) -> Result<Socket
     Ok(socket)
 }
 
+/// The control messages every received datagram must carry: TOS/traffic class (ECN), TTL /
+/// hop limit, and the destination address.
+fn set_recv_options(fd: RawFd, addr: SocketAddr) -> Result<(), OpenError> {
+    let set = |option, level, name, value| {
+        setsockopt_int(fd, level, name, value).map_err(|source| OpenError::SetOption {
+            option,
+            addr,
+            source,
+        })
+    };
+    if addr.is_ipv4() {
+        set("IP_RECVTOS", libc::IPPROTO_IP, libc::IP_RECVTOS, 1)?;
+        set("IP_RECVTTL", libc::IPPROTO_IP, libc::IP_RECVTTL, 1)?;
+        set("IP_PKTINFO", libc::IPPROTO_IP, libc::IP_PKTINFO, 1)?;
+    } else {
+        set(
+            "IPV6_RECVTCLASS",
+            libc::IPPROTO_IPV6,
+            libc::IPV6_RECVTCLASS,
+            1,
+        )?;
+        set(
+            "IPV6_RECVPKTINFO",
+            libc::IPPROTO_IPV6,
+            libc::IPV6_RECVPKTINFO,
+            1,
+        )?;
+        set(
+            "IPV6_RECVHOPLIMIT",
+            libc::IPPROTO_IPV6,
+            libc::IPV6_RECVHOPLIMIT,
+            1,
+        )?;
+    }
+    Ok(())
+}
+
+/// Opens a receive-only socket for multicast `group`, bound to `<group>:<local port>` with
+/// address reuse (other devices of the host may join too) and joined on `local`'s interface.
+pub(crate) fn open_group(config: &Config, local: SocketAddr, group: IpAddr) -> io::Result<Socket> {
+    let addr = SocketAddr::new(group, local.port());
+    let socket = new_socket(config, addr, config.recv_buffer_bytes).map_err(io::Error::other)?;
+    socket.set_reuse_address(true)?;
+    set_recv_options(socket.as_raw_fd(), addr).map_err(io::Error::other)?;
+    socket.bind(&addr.into())?;
+    match (group, local.ip()) {
+        (IpAddr::V4(g), IpAddr::V4(l)) => socket.join_multicast_v4(&g, &l)?,
+        (IpAddr::V6(g), IpAddr::V6(l)) => socket.join_multicast_v6(&g, interface_index(l)?)?,
+        _ => return Err(io::Error::from(io::ErrorKind::InvalidInput)),
+    }
+    Ok(socket)
+}
+
+/// The index of the interface that has address `ip`.
+fn interface_index(ip: Ipv6Addr) -> io::Result<u32> {
+    let mut list: *mut libc::ifaddrs = ptr::null_mut();
+    // SAFETY: getifaddrs writes a list head pointer we own and free below.
+    if unsafe { libc::getifaddrs(&mut list) } != 0 {
+        return Err(io::Error::last_os_error());
+    }
+    let mut found = None;
+    let mut cur = list;
+    while !cur.is_null() {
+        // SAFETY: `cur` is a node of the list getifaddrs returned, alive until freeifaddrs.
+        let ifa = unsafe { &*cur };
+        // SAFETY: a non-null ifa_addr points at a sockaddr of the family it names; for
+        // AF_INET6 that is a sockaddr_in6.
+        let is_ours = !ifa.ifa_addr.is_null()
+            && unsafe { i32::from((*ifa.ifa_addr).sa_family) } == libc::AF_INET6
+            && unsafe {
+                (*ifa.ifa_addr.cast::<libc::sockaddr_in6>())
+                    .sin6_addr
+                    .s6_addr
+            } == ip.octets();
+        if is_ours {
+            // SAFETY: ifa_name is a NUL-terminated string owned by the list.
+            let index = unsafe { libc::if_nametoindex(ifa.ifa_name) };
+            if index != 0 {
+                found = Some(index);
+                break;
+            }
+        }
+        cur = ifa.ifa_next;
+    }
+    // SAFETY: `list` came from getifaddrs and is freed once.
+    unsafe { libc::freeifaddrs(list) };
+    found.ok_or_else(|| io::Error::from(io::ErrorKind::AddrNotAvailable))
+}
+
+/// An epoll set of a [`RoceSocket`](crate::RoceSocket)'s receiving sockets (the main one and
+/// the multicast groups'): one descriptor that is readable when any of them is.
+#[derive(Debug)]
+pub(crate) struct Poller {
+    epoll: OwnedFd,
+}
+
+impl Poller {
+    pub(crate) fn new(main: &Socket) -> io::Result<Self> {
+        // SAFETY: plain system call; the result is checked.
+        let fd = unsafe { libc::epoll_create1(libc::EPOLL_CLOEXEC) };
+        if fd < 0 {
+            return Err(io::Error::last_os_error());
+        }
+        let poller = Self {
+            // SAFETY: `fd` is a new descriptor nobody else owns.
+            epoll: unsafe { OwnedFd::from_raw_fd(fd) },
+        };
+        poller.add(main)?;
+        Ok(poller)
+    }
+
+    pub(crate) fn add(&self, socket: &Socket) -> io::Result<()> {
+        let mut event = libc::epoll_event {
+            events: libc::EPOLLIN as u32,
+            u64: 0,
+        };
+        // SAFETY: both descriptors are open; `event` lives across the call.
+        let rc = unsafe {
+            libc::epoll_ctl(
+                self.epoll.as_raw_fd(),
+                libc::EPOLL_CTL_ADD,
+                socket.as_raw_fd(),
+                &mut event,
+            )
+        };
+        if rc == 0 {
+            Ok(())
+        } else {
+            Err(io::Error::last_os_error())
+        }
+    }
+
+    pub(crate) fn remove(&self, socket: &Socket) {
+        // SAFETY: both descriptors are open; DEL ignores the event argument.
+        let _ = unsafe {
+            libc::epoll_ctl(
+                self.epoll.as_raw_fd(),
+                libc::EPOLL_CTL_DEL,
+                socket.as_raw_fd(),
+                ptr::null_mut(),
+            )
+        };
+    }
+
+    /// The descriptor to wait on.
+    pub(crate) fn fd(&self) -> Option<BorrowedFd<'_>> {
+        Some(self.epoll.as_fd())
+    }
+}
+
 /// A non-blocking, close-on-exec UDP socket with the send-side options every RoCEv2 packet
 /// depends on: DF (`IP_PMTUDISC_DO`), TTL, default TOS, buffer sizes. Not bound yet.
 fn new_socket(config: &Config, addr: SocketAddr, recv_buffer: usize) -> Result<Socket, OpenError> {
@@ -121,6 +248,25 @@ fn new_socket(config: &Config, addr: SocketAddr, recv_buffer: usize) -> Result<S
         )?;
         set("IP_TTL", libc::IPPROTO_IP, libc::IP_TTL, ttl)?;
         set("IP_TOS", libc::IPPROTO_IP, libc::IP_TOS, tos)?;
+        // Multicast leaves from this address's interface with the unicast TTL, and local
+        // members get a copy. An interface without multicast refuses only the first.
+        if let IpAddr::V4(ip) = addr.ip() {
+            if !ip.is_unspecified() && !ip.is_multicast() {
+                let _ = socket.set_multicast_if_v4(&ip);
+            }
+        }
+        set(
+            "IP_MULTICAST_TTL",
+            libc::IPPROTO_IP,
+            libc::IP_MULTICAST_TTL,
+            ttl,
+        )?;
+        set(
+            "IP_MULTICAST_LOOP",
+            libc::IPPROTO_IP,
+            libc::IP_MULTICAST_LOOP,
+            1,
+        )?;
     } else {
         set("IPV6_V6ONLY", libc::IPPROTO_IPV6, libc::IPV6_V6ONLY, 1)?;
         set(
@@ -137,6 +283,23 @@ fn new_socket(config: &Config, addr: SocketAddr, recv_buffer: usize) -> Result<S
             ttl,
         )?;
         set("IPV6_TCLASS", libc::IPPROTO_IPV6, libc::IPV6_TCLASS, tos)?;
+        if let IpAddr::V6(ip) = addr.ip() {
+            if let Ok(index) = interface_index(ip) {
+                let _ = socket.set_multicast_if_v6(index);
+            }
+        }
+        set(
+            "IPV6_MULTICAST_HOPS",
+            libc::IPPROTO_IPV6,
+            libc::IPV6_MULTICAST_HOPS,
+            ttl,
+        )?;
+        set(
+            "IPV6_MULTICAST_LOOP",
+            libc::IPPROTO_IPV6,
+            libc::IPV6_MULTICAST_LOOP,
+            1,
+        )?;
     }
     set_buffer(fd, libc::SO_RCVBUFFORCE, libc::SO_RCVBUF, recv_buffer);
     set_buffer(
@@ -476,8 +639,8 @@ pub(crate) fn recv(socket: &Socket, local: SocketAddr, arena: &mut RecvArena) ->
             dst_ip: local.ip(),
             len,
             stride: len,
-            ecn: Ecn::NotEct,
             truncated: hdr.msg_hdr.msg_flags & libc::MSG_TRUNC != 0,
+            ..RecvMeta::default()
         };
         decode_cmsgs(&hdr.msg_hdr, &mut meta);
         if meta.stride == 0 {
@@ -513,12 +676,20 @@ fn decode_cmsgs(hdr: &libc::msghdr, meta: &mut RecvMeta) {
         match (header.cmsg_level, header.cmsg_type) {
             (libc::IPPROTO_IP, libc::IP_TOS) if data_len >= 1 => {
                 // SAFETY: at least one data byte is present.
-                meta.ecn = Ecn::from_tos(unsafe { *data });
+                meta.tos = unsafe { *data };
             }
             (libc::IPPROTO_IPV6, libc::IPV6_TCLASS) if data_len >= size_of::<libc::c_int>() => {
                 // SAFETY: a c_int of data is present; read_unaligned needs no alignment.
                 let tclass = unsafe { ptr::read_unaligned(data.cast::<libc::c_int>()) };
-                meta.ecn = Ecn::from_tos((tclass & 0xff) as u8);
+                meta.tos = (tclass & 0xff) as u8;
+            }
+            (libc::IPPROTO_IP, libc::IP_TTL) | (libc::IPPROTO_IPV6, libc::IPV6_HOPLIMIT)
+                if data_len >= size_of::<libc::c_int>() =>
+            {
+                // SAFETY: a c_int of data is present (the kernel writes TTL and hop limit as
+                // ints); read_unaligned needs no alignment.
+                let ttl = unsafe { ptr::read_unaligned(data.cast::<libc::c_int>()) };
+                meta.ttl = u8::try_from(ttl).unwrap_or(u8::MAX);
             }
             (libc::IPPROTO_IP, libc::IP_PKTINFO) if data_len >= size_of::<libc::in_pktinfo>() => {
                 // SAFETY: an in_pktinfo of data is present.
@@ -554,8 +725,21 @@ fn decode_cmsgs(hdr: &libc::msghdr, meta: &mut RecvMeta) {
 
 /// Waits with `ppoll(2)` (nanosecond timeout) for readability or writability.
 pub(crate) fn wait(socket: &Socket, readable: bool, timeout: Option<Duration>) -> io::Result<bool> {
+    wait_fd(socket.as_raw_fd(), readable, timeout)
+}
+
+/// Waits until any socket of `poller` is readable.
+pub(crate) fn wait_any(
+    poller: &Poller,
+    _main: &Socket,
+    timeout: Option<Duration>,
+) -> io::Result<bool> {
+    wait_fd(poller.epoll.as_raw_fd(), true, timeout)
+}
+
+fn wait_fd(fd: RawFd, readable: bool, timeout: Option<Duration>) -> io::Result<bool> {
     let mut pfd = libc::pollfd {
-        fd: socket.as_raw_fd(),
+        fd,
         events: if readable {
             libc::POLLIN
         } else {

@@ -188,6 +188,12 @@ pub struct DeviceAttr {
     pub max_srq: u32,
     /// Most address handles.
     pub max_ah: u32,
+    /// Most multicast groups.
+    pub max_mcast_grp: u32,
+    /// Most QPs attached to one multicast group.
+    pub max_mcast_qp_attach: u32,
+    /// Most attachments in all (groups × QPs).
+    pub max_total_mcast_qp_attach: u32,
     /// Most P_Keys.
     pub max_pkeys: u16,
     /// Local CA ACK delay.
@@ -350,6 +356,7 @@ impl Device {
         ecfg.local_udp_port = local_addr.port();
         ecfg.remote_udp_port = config.port;
         ecfg.verify_icrc = config.verify_icrc;
+        ecfg.port_mtu = active_mtu;
         let engine = Engine::new(ecfg);
         // The fd stays valid as long as the core (which owns the socket) lives in `inner`.
         let sock_fd = std::os::fd::AsRawFd::as_raw_fd(&socket);
@@ -385,8 +392,9 @@ impl Device {
             hw_ver: 0,
             max_qp: 1_048_560,
             max_qp_wr: MAX_QP_WR,
-            // PORT_ACTIVE_EVENT | SYS_IMAGE_GUID | RC_RNR_NAK_GEN: only what softrdma does.
-            device_cap_flags: (1 << 10) | (1 << 11) | (1 << 12),
+            // BAD_PKEY_CNTR | BAD_QKEY_CNTR | UD_AV_PORT_ENFORCE | PORT_ACTIVE_EVENT |
+            // SYS_IMAGE_GUID | RC_RNR_NAK_GEN: only what softrdma does.
+            device_cap_flags: (1 << 1) | (1 << 2) | (1 << 6) | (1 << 10) | (1 << 11) | (1 << 12),
             max_sge: MAX_SGE,
             max_sge_rd: MAX_SGE,
             max_cq: 1_048_576,
@@ -398,6 +406,11 @@ impl Device {
             atomic_cap: AtomicCap::Hca,
             max_srq: 0,
             max_ah: 32767,
+            max_mcast_grp: softrdma_proto::MAX_MCAST_GROUPS as u32,
+            max_mcast_qp_attach: softrdma_proto::MAX_MCAST_QP_ATTACH as u32,
+            max_total_mcast_qp_attach: (softrdma_proto::MAX_MCAST_GROUPS
+                * softrdma_proto::MAX_MCAST_QP_ATTACH)
+                as u32,
             max_pkeys: 64,
             local_ca_ack_delay: 15,
             phys_port_cnt: 1,

@@ -81,9 +81,6 @@ pub enum CreateQpError {
     /// A capability is beyond the device's limits, or both queues are empty.
     #[error("invalid QP capabilities: {0}")]
     InvalidCaps(&'static str),
-    /// Only RC queue pairs are implemented.
-    #[error("QP type {0:?} is not implemented")]
-    Unsupported(crate::QpType),
     /// The completion queues belong to another device.
     #[error("completion queue of another device")]
     WrongDevice,
@@ -156,4 +153,67 @@ impl PostErrorKind {
             _ => PostErrorKind::InvalidArgument("rejected by the engine"),
         }
     }
+}
+
+/// Creating an address handle failed (`ibv_create_ah`); nothing was created.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum CreateAhError {
+    /// Only port 1 exists.
+    #[error("no port {0} (a softrdma device has port 1 only)")]
+    NoSuchPort(u8),
+    /// The source GID index is not in the table.
+    #[error("no GID at index {0}")]
+    NoSuchGid(u8),
+    /// The source GID is not the address this device sends from (on an IPv4 device, GID 0 is
+    /// the IPv6 link-local GID: use index 1).
+    #[error(
+        "source GID {index} ({gid}) is not the device's address {local}; use the GID of {local}"
+    )]
+    SourceGid {
+        /// The index given.
+        index: u8,
+        /// The GID at that index.
+        gid: crate::Gid,
+        /// The device's address.
+        local: std::net::IpAddr,
+    },
+    /// The destination GID is not an IP address (the all-zero GID).
+    #[error("destination GID {0} is not an IP address")]
+    NotAnAddress(crate::Gid),
+    /// The destination is of the other IP family than the device (or unspecified).
+    #[error("destination {dest} is not reachable from this device's address family ({local})")]
+    AddressFamily {
+        /// The destination address.
+        dest: std::net::IpAddr,
+        /// The device's address.
+        local: std::net::IpAddr,
+    },
+    /// The host has no route to the destination.
+    #[error("no route to {dest}: {source}")]
+    Unreachable {
+        /// The destination address.
+        dest: std::net::IpAddr,
+        /// The routing lookup's error.
+        source: std::io::Error,
+    },
+}
+
+/// Attaching a QP to a multicast group, or detaching it, failed (`ibv_attach_mcast`,
+/// `ibv_detach_mcast`); nothing changed.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum McastError {
+    /// Only UD QPs join groups (ibverbs: EINVAL).
+    #[error("only UD queue pairs join multicast groups")]
+    NotUd,
+    /// The GID is not a multicast address of the device's family.
+    #[error("{0} is not a multicast group of this device's address family")]
+    NotAGroup(crate::Gid),
+    /// Detaching a QP that was not attached.
+    #[error("the QP is not attached to {0}")]
+    NotAttached(crate::Gid),
+    /// The host refused to join the IP multicast group (no multicast route on the interface).
+    #[error(transparent)]
+    Join(#[from] softrdma_udp::MulticastError),
 }

@@ -132,6 +132,7 @@
 //!
 //! [`AtomicU64`]: std::sync::atomic::AtomicU64
 
+mod ah;
 mod cq;
 mod device;
 mod error;
@@ -143,14 +144,15 @@ mod qp;
 mod tap;
 pub mod wr;
 
+pub use ah::{AddressHandle, AhAttr};
 pub use cq::{CompletionQueue, CqReady};
 pub use device::{
     AtomicCap, Device, DeviceAttr, DeviceConfig, DeviceStats, LinkLayer, PortAttr, PortState,
     MAX_CQE, MAX_INLINE_DATA, MAX_MSG_SZ, MAX_QP_WR, MAX_SGE,
 };
 pub use error::{
-    CreateCqError, CreateQpError, ModifyQpError, OpenDeviceError, PostErrorKind, PostRecvError,
-    PostSendError, QueryError, RegMrError,
+    CreateAhError, CreateCqError, CreateQpError, McastError, ModifyQpError, OpenDeviceError,
+    PostErrorKind, PostRecvError, PostSendError, QueryError, RegMrError,
 };
 pub use gid::{Gid, GidEntry, GidParseError, GidType};
 pub use pd::{MemoryRegion, OutOfBounds, ProtectionDomain, RemoteRegion};
@@ -159,6 +161,8 @@ pub use qp::{ConnectOptions, QpEndpoint, QpInfo, QpInitAttr, QueuePair};
 
 pub use softrdma_proto::{
     AccessFlags, AddressVector, DropReason, Mtu, NakKind, QpAttr, QpCaps, QpConfig, QpState,
-    QpType, RecvWr, SendFlags, SendOp, SendWr, Sge, Stats, WcOpcode, WcStatus, WorkCompletion,
+    QpType, RecvWr, SendFlags, SendOp, SendWr, Sge, Stats, UdDest, WcOpcode, WcStatus,
+    WorkCompletion, GSI_QKEY, MULTICAST_QPN,
 };
 pub use softrdma_wire::Psn;
+pub use softrdma_wire::GRH_LEN;

@@ -4,7 +4,8 @@ use std::sync::Arc;
 
 use softrdma_proto::{AccessFlags, PdHandle, RegionMemory, Sge};
 
-use crate::error::RegMrError;
+use crate::ah::{AddressHandle, AhAttr};
+use crate::error::{CreateAhError, RegMrError};
 use crate::memory::{OwnedMemory, RawMemory};
 use crate::Device;
 
@@ -52,6 +53,13 @@ impl ProtectionDomain {
 
     pub(crate) fn handle(&self) -> PdHandle {
         self.inner.handle
+    }
+
+    /// Creates an address handle (`ibv_create_ah`): the destination of UD sends. Checked
+    /// now: port, source GID, address family and a route to the destination (see
+    /// [`AddressHandle`]).
+    pub fn create_ah(&self, attr: &AhAttr) -> Result<AddressHandle, CreateAhError> {
+        AddressHandle::new(self, attr)
     }
 
     /// Allocates `len` zeroed bytes and registers them (`ibv_reg_mr` on memory softrdma owns).

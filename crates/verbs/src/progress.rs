@@ -162,6 +162,19 @@ impl Core {
         });
     }
 
+    /// Joins multicast `group` on the socket (see `softrdma_udp::RoceSocket::join_multicast`).
+    pub(crate) fn join_multicast(
+        &mut self,
+        group: std::net::IpAddr,
+    ) -> Result<(), softrdma_udp::MulticastError> {
+        self.socket.join_multicast(group)
+    }
+
+    /// Leaves multicast `group`.
+    pub(crate) fn leave_multicast(&mut self, group: std::net::IpAddr) {
+        self.socket.leave_multicast(group);
+    }
+
     pub(crate) fn unwatch_cq(&mut self, handle: CqHandle) {
         self.watches.retain(|w| w.handle != handle);
     }
@@ -188,7 +201,8 @@ impl Core {
                 meta.stride
             };
             let dm = DatagramMeta {
-                tos: meta.ecn.bits(),
+                tos: meta.tos,
+                ttl: meta.ttl,
                 ..DatagramMeta::new(meta.src, meta.dst_ip)
             };
             for d in data.chunks(stride) {

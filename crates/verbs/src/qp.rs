@@ -10,7 +10,9 @@ use softrdma_proto::{
 use softrdma_wire::Psn;
 
 use crate::device::{MAX_INLINE_DATA, MAX_MSG_SZ, MAX_QP_WR, MAX_SGE};
-use crate::error::{CreateQpError, ModifyQpError, PostErrorKind, PostRecvError, PostSendError};
+use crate::error::{
+    CreateQpError, McastError, ModifyQpError, PostErrorKind, PostRecvError, PostSendError,
+};
 use crate::{CompletionQueue, Gid, ProtectionDomain};
 
 /// How to create a queue pair (`ibv_qp_init_attr`).
@@ -20,7 +22,7 @@ pub struct QpInitAttr {
     pub send_cq: CompletionQueue,
     /// Completions of receive work requests go here.
     pub recv_cq: CompletionQueue,
-    /// Transport (only [`QpType::Rc`] is implemented).
+    /// Transport: RC, UC or UD.
     pub qp_type: QpType,
     /// Queue sizes.
     pub cap: QpCaps,
@@ -29,16 +31,31 @@ pub struct QpInitAttr {
 }
 
 impl QpInitAttr {
-    /// An RC QP with default capacities (256 WRs and 4 SGEs each way), both queues completing
-    /// to `cq`, every send signaled.
-    pub fn rc(cq: &CompletionQueue) -> QpInitAttr {
+    /// A `qp_type` QP with default capacities (256 WRs and 4 SGEs each way), both queues
+    /// completing to `cq`, every send signaled.
+    pub fn new(qp_type: QpType, cq: &CompletionQueue) -> QpInitAttr {
         QpInitAttr {
             send_cq: cq.clone(),
             recv_cq: cq.clone(),
-            qp_type: QpType::Rc,
+            qp_type,
             cap: QpCaps::default(),
             sq_sig_all: true,
         }
+    }
+
+    /// A reliable connected QP ([`QpInitAttr::new`] with [`QpType::Rc`]).
+    pub fn rc(cq: &CompletionQueue) -> QpInitAttr {
+        QpInitAttr::new(QpType::Rc, cq)
+    }
+
+    /// An unreliable connected QP: SEND and RDMA WRITE, no acknowledgements.
+    pub fn uc(cq: &CompletionQueue) -> QpInitAttr {
+        QpInitAttr::new(QpType::Uc, cq)
+    }
+
+    /// An unreliable datagram QP: one-packet SENDs to any QP through address handles.
+    pub fn ud(cq: &CompletionQueue) -> QpInitAttr {
+        QpInitAttr::new(QpType::Ud, cq)
     }
 }
 
@@ -138,6 +155,16 @@ impl Drop for QpInner {
                 ..Default::default()
             };
             let _ = core.engine.modify_qp(qpn, &attr);
+            // ibverbs refuses to destroy an attached QP; a dropped handle cannot be asked to
+            // detach first, so it detaches itself, and the device leaves emptied groups.
+            let groups: Vec<std::net::IpAddr> = core.engine.mcast_groups().collect();
+            for group in groups {
+                if core.engine.detach_mcast(qpn, group).is_ok()
+                    && !core.engine.mcast_groups().any(|g| g == group)
+                {
+                    core.leave_multicast(group);
+                }
+            }
             let _ = core.engine.destroy_qp(qpn);
         });
     }
@@ -180,9 +207,6 @@ impl QueuePair {
             if !Arc::ptr_eq(&cq.device().shared, &device.shared) {
                 return Err(CreateQpError::WrongDevice);
             }
-        }
-        if init.qp_type != QpType::Rc {
-            return Err(CreateQpError::Unsupported(init.qp_type));
         }
         let c = init.cap;
         if c.max_send_wr > MAX_QP_WR || c.max_recv_wr > MAX_QP_WR {
@@ -323,11 +347,15 @@ impl QueuePair {
             traffic_class: opts.traffic_class,
             hop_limit: opts.hop_limit,
         };
+        let psn = Psn::new(remote.psn);
+        if self.inner.qp_type == QpType::Uc {
+            return self.modify(&QpAttr::uc_rtr(mtu, dest, remote.qpn, psn));
+        }
         self.modify(&QpAttr::rc_rtr(
             mtu,
             dest,
             remote.qpn,
-            Psn::new(remote.psn),
+            psn,
             opts.max_dest_rd_atomic,
             opts.min_rnr_timer,
         ))
@@ -335,6 +363,9 @@ impl QueuePair {
 
     /// RTR → RTS, sending from [`local_psn`](Self::local_psn).
     pub fn to_rts(&self, opts: &ConnectOptions) -> Result<(), ModifyQpError> {
+        if self.inner.qp_type == QpType::Uc {
+            return self.modify(&QpAttr::unreliable_rts(Psn::new(self.inner.psn)));
+        }
         self.modify(&QpAttr::rc_rts(
             Psn::new(self.inner.psn),
             opts.timeout,
@@ -344,18 +375,92 @@ impl QueuePair {
         ))
     }
 
-    /// Connects to `remote`: RESET → INIT → RTR → RTS (a QP not in RESET is reset first).
-    /// Post receives before the peer starts sending (or rely on RNR retries).
+    /// Connects an RC or UC QP to `remote`: RESET → INIT → RTR → RTS (a QP not in RESET is
+    /// reset first). UC takes only the attributes it has (access, path MTU, PSNs). Post
+    /// receives before the peer starts sending (RC retries on RNR; UC drops what finds none).
     pub fn connect(&self, remote: &QpEndpoint, opts: &ConnectOptions) -> Result<(), ModifyQpError> {
-        if self.state() != QpState::Reset {
-            self.modify(&QpAttr {
-                qp_state: Some(QpState::Reset),
-                ..Default::default()
-            })?;
+        if self.inner.qp_type == QpType::Ud {
+            return Err(ModifyQpError::Transition(
+                softrdma_proto::ModifyQpError::InvalidValue {
+                    attr: "qp_type (a UD QP has no peer: use ready_ud)",
+                },
+            ));
         }
+        self.reset_if_needed()?;
         self.to_init(opts.access)?;
         self.to_rtr(remote, opts)?;
         self.to_rts(opts)
+    }
+
+    /// Brings a UD QP to RTS (RESET → INIT with `qkey` → RTR → RTS, a QP not in RESET is reset
+    /// first): it then sends to any QP through address handles and receives datagrams that
+    /// present `qkey`.
+    pub fn ready_ud(&self, qkey: u32) -> Result<(), ModifyQpError> {
+        self.reset_if_needed()?;
+        self.modify(&QpAttr::ud_init(qkey))?;
+        self.modify(&QpAttr::ud_rtr())?;
+        self.modify(&QpAttr::unreliable_rts(Psn::new(self.inner.psn)))
+    }
+
+    fn reset_if_needed(&self) -> Result<(), ModifyQpError> {
+        if self.state() == QpState::Reset {
+            return Ok(());
+        }
+        self.modify(&QpAttr {
+            qp_state: Some(QpState::Reset),
+            ..Default::default()
+        })
+    }
+
+    /// Attaches this UD QP to the multicast group `gid` (`ibv_attach_mcast`; the LID does not
+    /// exist on RoCE): datagrams sent to the group with QPN [`softrdma_proto::MULTICAST_QPN`]
+    /// reach it. The device joins the group's IP address on its interface with the first QP.
+    pub fn attach_mcast(&self, gid: &Gid) -> Result<(), McastError> {
+        let group = self.mcast_group(gid)?;
+        let qpn = self.inner.qpn;
+        self.inner.pd.device().inner().with_core(|core, _| {
+            let joined = core.engine.mcast_groups().any(|g| g == group);
+            core.engine
+                .attach_mcast(qpn, group)
+                .map_err(|_| McastError::NotUd)?;
+            if !joined {
+                if let Err(e) = core.join_multicast(group) {
+                    let _ = core.engine.detach_mcast(qpn, group);
+                    return Err(McastError::Join(e));
+                }
+            }
+            Ok(())
+        })
+    }
+
+    /// Detaches this QP from `gid` (`ibv_detach_mcast`); the device leaves the IP group with
+    /// the last QP.
+    pub fn detach_mcast(&self, gid: &Gid) -> Result<(), McastError> {
+        let group = self.mcast_group(gid)?;
+        let qpn = self.inner.qpn;
+        self.inner.pd.device().inner().with_core(|core, _| {
+            core.engine
+                .detach_mcast(qpn, group)
+                .map_err(|_| McastError::NotAttached(*gid))?;
+            if !core.engine.mcast_groups().any(|g| g == group) {
+                core.leave_multicast(group);
+            }
+            Ok(())
+        })
+    }
+
+    fn mcast_group(&self, gid: &Gid) -> Result<std::net::IpAddr, McastError> {
+        if self.inner.qp_type != QpType::Ud {
+            return Err(McastError::NotUd);
+        }
+        match gid.to_ip() {
+            Some(ip)
+                if ip.is_multicast() && ip.is_ipv4() == self.inner.pd.device().ip().is_ipv4() =>
+            {
+                Ok(ip)
+            }
+            _ => Err(McastError::NotAGroup(*gid)),
+        }
     }
 
     /// Posts send work requests in order (`ibv_post_send`). On error, the WRs before

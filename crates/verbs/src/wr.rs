@@ -3,6 +3,8 @@
 
 use softrdma_proto::{RecvWr, SendFlags, SendOp, SendWr, Sge};
 
+use crate::AddressHandle;
+
 fn signaled(wr_id: u64, op: SendOp, sg_list: Vec<Sge>) -> SendWr {
     SendWr {
         wr_id,
@@ -99,6 +101,22 @@ pub fn fetch_add(wr_id: u64, result: Sge, remote_addr: u64, rkey: u32, add: u64)
         },
         vec![result],
     )
+}
+
+/// A UD SEND of the bytes the SGL names (at most the port MTU) through `ah` to QP
+/// `remote_qpn` presenting `remote_qkey` (high bit set: the sending QP's own Q_Key). The
+/// address is copied into the request: `ah` may be dropped once it is posted.
+pub fn ud_send(
+    wr_id: u64,
+    sg_list: Vec<Sge>,
+    ah: &AddressHandle,
+    remote_qpn: u32,
+    remote_qkey: u32,
+) -> SendWr {
+    SendWr {
+        ud: Some(ah.dest(remote_qpn, remote_qkey)),
+        ..signaled(wr_id, SendOp::Send, sg_list)
+    }
 }
 
 /// A receive into the SGL.

@@ -20,7 +20,7 @@ use crate::time::Instant;
 use crate::wr::MULTICAST_QPN;
 
 /// Most UD senders whose IPv4-identification habit an engine remembers; senders beyond it
-/// are checked with the ICRC's 16 remaining bits only (see [`PeerIpv4Ids`]).
+/// are checked with the ICRC's 16 remaining bits only (see `softrdma_wire::icrc`).
 pub const MAX_UD_PEERS: usize = 4096;
 
 /// The IPv4-identification habits of the senders of UD datagrams (connected QPs keep their one

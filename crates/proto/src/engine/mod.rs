@@ -17,6 +17,11 @@ mod demux;
 pub use crate::qp::validate::MAX_MESSAGE_BYTES;
 pub use demux::MAX_UD_PEERS;
 
+/// Most multicast groups an engine's QPs may be attached to (rxe's `max_mcast_grp`).
+pub const MAX_MCAST_GROUPS: usize = 8192;
+/// Most QPs attached to one multicast group (rxe's `max_mcast_qp_attach`).
+pub const MAX_MCAST_QP_ATTACH: usize = 56;
+
 use std::collections::{BTreeMap, BTreeSet, VecDeque};
 use std::net::IpAddr;
 use std::sync::Arc;
@@ -311,8 +316,16 @@ impl Engine {
                 "not a multicast group address",
             ));
         }
+        if !self.mcast.contains_key(&group) && self.mcast.len() >= MAX_MCAST_GROUPS {
+            return Err(EngineError::Exhausted("multicast groups"));
+        }
         let members = self.mcast.entry(group).or_default();
         if !members.contains(&qpn) {
+            if members.len() >= MAX_MCAST_QP_ATTACH {
+                return Err(EngineError::Exhausted(
+                    "QPs attached to the multicast group",
+                ));
+            }
             members.push(qpn);
         }
         Ok(())

@@ -1,0 +1,133 @@
+//! Receive buffers owned by the caller, filled by one `recvmmsg(2)` at a time.
+
+use crate::datagram::RecvMeta;
+use crate::socket::RoceSocket;
+use crate::{imp, MAX_UDP_PAYLOAD, RECV_SLOTS_MAX};
+
+/// A caller-owned set of receive slots: one contiguous buffer cut into `slots` slots, plus the
+/// per-slot metadata and the system-call scratch, all allocated once.
+///
+/// [`RoceSocket::try_recv`] overwrites it; after a call, [`RecvArena::iter`] lists the messages
+/// received and [`RecvArena::datagrams`] splits GRO messages into datagrams.
+pub struct RecvArena {
+    pub(crate) buf: Box<[u8]>,
+    pub(crate) slot_len: usize,
+    pub(crate) meta: Box<[RecvMeta]>,
+    pub(crate) filled: usize,
+    pub(crate) scratch: imp::RecvScratch,
+}
+
+impl RecvArena {
+    /// An arena of `slots` slots of `slot_len` bytes each. `slots` is clamped to
+    /// `1..=RECV_SLOTS_MAX` and `slot_len` to `1..=65535`. A GRO socket needs slots of
+    /// [`MAX_UDP_PAYLOAD`] bytes (see [`RecvArena::for_socket`]); otherwise the path MTU is enough.
+    #[must_use]
+    pub fn new(slots: usize, slot_len: usize) -> Self {
+        let slots = slots.clamp(1, RECV_SLOTS_MAX);
+        let slot_len = slot_len.clamp(1, usize::from(u16::MAX));
+        let mut buf = vec![0u8; slots * slot_len].into_boxed_slice();
+        let scratch = imp::RecvScratch::new(&mut buf, slot_len);
+        Self {
+            buf,
+            slot_len,
+            meta: vec![RecvMeta::default(); slots].into_boxed_slice(),
+            filled: 0,
+            scratch,
+        }
+    }
+
+    /// An arena whose slots fit what `socket` can deliver: [`MAX_UDP_PAYLOAD`] bytes with GRO
+    /// (a coalesced message is up to 64 KiB), 9216 bytes (jumbo frames) without.
+    #[must_use]
+    pub fn for_socket(socket: &RoceSocket, slots: usize) -> Self {
+        let slot_len = if socket.gro_segments() > 1 {
+            MAX_UDP_PAYLOAD
+        } else {
+            9216
+        };
+        Self::new(slots, slot_len)
+    }
+
+    /// Number of slots.
+    #[must_use]
+    pub fn slots(&self) -> usize {
+        self.meta.len()
+    }
+
+    /// Bytes per slot.
+    #[must_use]
+    pub fn slot_len(&self) -> usize {
+        self.slot_len
+    }
+
+    /// Messages filled by the last receive.
+    #[must_use]
+    pub fn len(&self) -> usize {
+        self.filled
+    }
+
+    /// Whether the last receive got nothing.
+    #[must_use]
+    pub fn is_empty(&self) -> bool {
+        self.filled == 0
+    }
+
+    /// Message `i` of the last receive: its metadata and bytes.
+    #[must_use]
+    pub fn get(&self, i: usize) -> Option<(&RecvMeta, &[u8])> {
+        if i >= self.filled {
+            return None;
+        }
+        let meta = &self.meta[i];
+        let start = i * self.slot_len;
+        let len = meta.len.min(self.slot_len);
+        Some((meta, &self.buf[start..start + len]))
+    }
+
+    /// The messages of the last receive, in arrival order.
+    pub fn iter(&self) -> impl Iterator<Item = (&RecvMeta, &[u8])> + '_ {
+        (0..self.filled).filter_map(move |i| self.get(i))
+    }
+
+    /// The datagrams of the last receive: GRO messages split at their stride.
+    pub fn datagrams(&self) -> impl Iterator<Item = (&RecvMeta, &[u8])> + '_ {
+        self.iter().flat_map(|(meta, bytes)| {
+            let stride = if meta.stride == 0 {
+                bytes.len().max(1)
+            } else {
+                meta.stride
+            };
+            bytes.chunks(stride).map(move |chunk| (meta, chunk))
+        })
+    }
+}
+
+impl std::fmt::Debug for RecvArena {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("RecvArena")
+            .field("slots", &self.slots())
+            .field("slot_len", &self.slot_len)
+            .field("filled", &self.filled)
+            .finish_non_exhaustive()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn arena_splits_at_stride() {
+        let mut arena = RecvArena::new(2, 100);
+        arena.buf[..10].copy_from_slice(&[1, 1, 1, 1, 2, 2, 2, 2, 3, 3]);
+        arena.meta[0] = RecvMeta {
+            len: 10,
+            stride: 4,
+            ..RecvMeta::default()
+        };
+        arena.filled = 1;
+        let parts: Vec<&[u8]> = arena.datagrams().map(|(_, b)| b).collect();
+        assert_eq!(parts, [&[1, 1, 1, 1][..], &[2, 2, 2, 2], &[3, 3]]);
+        assert!(arena.get(1).is_none());
+    }
+}
