@@ -463,11 +463,10 @@ impl RoceSocket {
 
 #[cfg(unix)]
 impl std::os::fd::AsRawFd for RoceSocket {
-    /// A descriptor that is readable whenever [`try_recv`](Self::try_recv) has something:
-    /// an epoll set of the main socket and the multicast groups' (Linux), else the main
-    /// socket. For `poll(2)` or an external `epoll`.
+    /// The main socket (bound to `<ip>:<port>`), for socket options. To wait for datagrams,
+    /// use [`RoceSocket::readiness_fd`], which also covers the multicast groups.
     fn as_raw_fd(&self) -> std::os::fd::RawFd {
-        std::os::fd::AsRawFd::as_raw_fd(&std::os::fd::AsFd::as_fd(self))
+        self.main.as_raw_fd()
     }
 }
 
@@ -475,6 +474,19 @@ impl std::os::fd::AsRawFd for RoceSocket {
 impl std::os::fd::AsFd for RoceSocket {
     /// As [`as_raw_fd`](std::os::fd::AsRawFd::as_raw_fd).
     fn as_fd(&self) -> std::os::fd::BorrowedFd<'_> {
-        self.poller.fd().unwrap_or_else(|| self.main.as_fd())
+        self.main.as_fd()
+    }
+}
+
+#[cfg(unix)]
+impl RoceSocket {
+    /// A descriptor that is readable whenever [`try_recv`](Self::try_recv) has something,
+    /// for `poll(2)` or an external `epoll`: an epoll set of the main socket and the
+    /// multicast groups' on Linux, the main socket elsewhere.
+    #[must_use]
+    pub fn readiness_fd(&self) -> std::os::fd::BorrowedFd<'_> {
+        self.poller
+            .fd()
+            .unwrap_or_else(|| std::os::fd::AsFd::as_fd(&self.main))
     }
 }

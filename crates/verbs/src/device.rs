@@ -359,7 +359,7 @@ impl Device {
         ecfg.port_mtu = active_mtu;
         let engine = Engine::new(ecfg);
         // The fd stays valid as long as the core (which owns the socket) lives in `inner`.
-        let sock_fd = std::os::fd::AsRawFd::as_raw_fd(&socket);
+        let sock_fd = std::os::fd::AsRawFd::as_raw_fd(&socket.readiness_fd());
         let mut core = Core::new(engine, socket, arena, config.gso, std::time::Instant::now());
         if let Some(path) = &config.pcap {
             core.tap = Some(crate::tap::Tap::create(path, local_addr).map_err(|source| {
