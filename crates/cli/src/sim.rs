@@ -1,5 +1,6 @@
 //! `softrdma sim`: a randomized RC workload between simulated nodes over a faulty fabric,
-//! checked against a reference model (see `softrdma_sim::workload`).
+//! checked against a reference model (see `softrdma_sim::workload`), with UD and UC traffic
+//! beside it on request (`--ud`, `--uc`; see `softrdma_sim::datagrams`).
 //!
 //! Faults (`--loss`, `--dup`, `--reorder`, `--corrupt`) apply to every link in both directions
 //! for the whole run; when the workload is done, or the safety bound is hit, the network heals
@@ -21,6 +22,7 @@ use std::time::Instant as WallClock;
 
 use clap::Args as ClapArgs;
 use softrdma_proto::{Duration, Mtu};
+use softrdma_sim::datagrams::DatagramConfig;
 use softrdma_sim::link::LinkConfig;
 use softrdma_sim::swarm::{run, RunConfig, RunReport, SEED_ENV};
 use softrdma_sim::workload::WorkloadConfig;
@@ -43,6 +45,14 @@ pub(crate) struct Args {
     /// Work requests to post in total.
     #[arg(long, default_value_t = 1000)]
     ops: u64,
+    /// UD SENDs to post besides (every node to every other, and to a multicast group with
+    /// three or more nodes); they may be lost, never corrupted.
+    #[arg(long, default_value_t = 0)]
+    ud: u64,
+    /// UC operations (SEND, SEND and WRITE with immediate) to post besides, on one UC
+    /// connection per node pair; they may be lost, never corrupted, duplicated or reordered.
+    #[arg(long, default_value_t = 0)]
+    uc: u64,
     /// Probability that a datagram is lost (per link traversal).
     #[arg(long, default_value_t = 0.0, value_parser = probability)]
     loss: f64,
@@ -110,7 +120,16 @@ impl Args {
             reorder_jitter: Duration::from_micros(20),
             corrupt: self.corrupt,
         };
-        RunConfig::uniform(workload, link, SAFETY_BOUND)
+        let datagrams = (self.ud > 0 || self.uc > 0).then(|| DatagramConfig {
+            mtu,
+            window: usize::from(self.window),
+            recv_depth: usize::from(self.window),
+            ..DatagramConfig::new(self.seed, usize::from(self.nodes), self.ud, self.uc)
+        });
+        RunConfig {
+            datagrams,
+            ..RunConfig::uniform(workload, link, SAFETY_BOUND)
+        }
     }
 }
 
@@ -179,6 +198,23 @@ fn render(args: &Args, r: &RunReport, wall_s: f64) -> String {
         w.recvs_completed,
         kinds.join(", ")
     );
+    if let Some(d) = &r.datagrams {
+        let _ = writeln!(
+            s,
+            "ud: sent {}, delivered {}, lost {}, duplicates {} | multicast: sent {}, deliveries {} of {} | uc: sent {}, delivered {}, lost {} | mismatches {}",
+            d.ud_sent,
+            d.ud_delivered,
+            d.ud_lost(),
+            d.ud_duplicates,
+            d.mcast_sent,
+            d.mcast_delivered,
+            d.mcast_expected,
+            d.uc_sent,
+            d.uc_delivered,
+            d.uc_lost(),
+            d.mismatches
+        );
+    }
     let _ = writeln!(
         s,
         "fabric: sent {}, delivered {}, dropped {}, duplicated {}, corrupted {}, reordered {}",
@@ -211,7 +247,7 @@ fn render(args: &Args, r: &RunReport, wall_s: f64) -> String {
         }
     }
     if args.json {
-        let fields: Vec<(&str, String)> = vec![
+        let mut fields: Vec<(&str, String)> = vec![
             ("seed", r.seed.to_string()),
             ("passed", r.passed().to_string()),
             ("ops_posted", w.ops_posted.to_string()),
@@ -236,6 +272,27 @@ fn render(args: &Args, r: &RunReport, wall_s: f64) -> String {
                 failure.map_or_else(|| "null".to_string(), |d| json_string(&d)),
             ),
         ];
+        if let Some(d) = &r.datagrams {
+            // After the engine counters, before the wall-clock fields.
+            let at = fields
+                .iter()
+                .position(|(k, _)| *k == "virtual_time_us")
+                .unwrap_or(fields.len());
+            let datagram_fields = [
+                ("ud_sent", d.ud_sent.to_string()),
+                ("ud_delivered", d.ud_delivered.to_string()),
+                ("ud_lost", d.ud_lost().to_string()),
+                ("ud_duplicates", d.ud_duplicates.to_string()),
+                ("mcast_sent", d.mcast_sent.to_string()),
+                ("mcast_expected", d.mcast_expected.to_string()),
+                ("mcast_delivered", d.mcast_delivered.to_string()),
+                ("uc_sent", d.uc_sent.to_string()),
+                ("uc_delivered", d.uc_delivered.to_string()),
+                ("uc_lost", d.uc_lost().to_string()),
+                ("datagram_mismatches", d.mismatches.to_string()),
+            ];
+            fields.splice(at..at, datagram_fields);
+        }
         let body: Vec<String> = fields.iter().map(|(k, v)| format!("\"{k}\":{v}")).collect();
         let _ = writeln!(s, "{{{}}}", body.join(","));
     }

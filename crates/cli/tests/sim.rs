@@ -131,3 +131,88 @@ fn sim_rejects_bad_arguments() {
         Some(2)
     );
 }
+
+/// UD (unicast and multicast) and UC beside RC under loss, duplication, reordering and
+/// corruption: messages are lost, never corrupted, half-delivered, or (UC) repeated.
+#[test]
+fn sim_ud_and_uc_lose_but_never_corrupt() {
+    let out = sim(&[
+        "--seed",
+        "3",
+        "--nodes",
+        "3",
+        "--loss",
+        "0.05",
+        "--dup",
+        "0.02",
+        "--reorder",
+        "0.05",
+        "--corrupt",
+        "0.01",
+        "--ops",
+        "500",
+        "--ud",
+        "400",
+        "--uc",
+        "400",
+        "--json",
+    ]);
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(out.status.success(), "{text}");
+    assert_eq!(json_number(&out, "datagram_mismatches"), 0);
+    let (ud_sent, ud_delivered) = (
+        json_number(&out, "ud_sent"),
+        json_number(&out, "ud_delivered"),
+    );
+    let (uc_sent, uc_delivered) = (
+        json_number(&out, "uc_sent"),
+        json_number(&out, "uc_delivered"),
+    );
+    let mcast_expected = json_number(&out, "mcast_expected");
+    assert_eq!(
+        ud_sent + json_number(&out, "mcast_sent"),
+        400,
+        "every UD SEND completes"
+    );
+    assert_eq!(uc_sent, 400, "every UC operation completes at its sender");
+    assert!(mcast_expected > 0, "three nodes: multicast runs");
+    assert!(ud_delivered < ud_sent && json_number(&out, "ud_lost") == ud_sent - ud_delivered);
+    assert!(uc_delivered < uc_sent && json_number(&out, "uc_lost") == uc_sent - uc_delivered);
+    assert!(
+        ud_delivered > ud_sent / 2 && uc_delivered > uc_sent / 2,
+        "{text}"
+    );
+    // The same seed replays the same run.
+    let again = sim(&[
+        "--seed",
+        "3",
+        "--nodes",
+        "3",
+        "--loss",
+        "0.05",
+        "--dup",
+        "0.02",
+        "--reorder",
+        "0.05",
+        "--corrupt",
+        "0.01",
+        "--ops",
+        "500",
+        "--ud",
+        "400",
+        "--uc",
+        "400",
+        "--json",
+    ]);
+    // Everything before the wall-clock time.
+    let strip = |o: &Output| {
+        let t = String::from_utf8_lossy(&o.stdout).into_owned();
+        let last = t.lines().last().unwrap_or_default().to_string();
+        last.split(",\"virtual_time_us\"")
+            .next()
+            .unwrap_or_default()
+            .to_string()
+    };
+    assert!(strip(&out).contains("\"uc_lost\""));
+    assert_eq!(strip(&out), strip(&again));
+}

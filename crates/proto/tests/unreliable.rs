@@ -555,7 +555,7 @@ fn ud_losses_lose_messages_but_never_corrupt_duplicate_or_reorder() {
         if last == Some(k) {
             dups += 1;
         } else {
-            assert!(last.is_none_or(|l| l < k));
+            assert!(last.map_or(true, |l| l < k));
         }
         last = Some(k);
     }

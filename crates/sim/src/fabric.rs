@@ -168,6 +168,8 @@ impl Node {
 struct InFlight {
     src: NodeId,
     dst: NodeId,
+    /// The destination address: `dst`'s, or the multicast group it was sent to.
+    dst_ip: Ipv4Addr,
     src_port: u16,
     dst_port: u16,
     ecn: u8,
@@ -456,7 +458,7 @@ impl Fabric {
             return;
         };
         let src = SocketAddr::new(self.nodes[pkt.src.0].ip.into(), pkt.src_port);
-        let dst = SocketAddr::new(self.nodes[pkt.dst.0].ip.into(), pkt.dst_port);
+        let dst = SocketAddr::new(pkt.dst_ip.into(), pkt.dst_port);
         let d = UdpDatagram {
             tos: pkt.ecn,
             ..UdpDatagram::new(src, dst, &pkt.data)
@@ -478,28 +480,60 @@ impl Fabric {
         self.stats.max_in_flight = self.stats.max_in_flight.max(self.in_flight.len() as u64);
     }
 
-    /// Routes one datagram an engine emitted: interceptors, then the link model.
+    /// Routes one datagram an engine emitted to its node, or to every node with a QP attached
+    /// to the multicast group it is addressed to (each copy over its own link, as a switch
+    /// replicates it).
     fn route(&mut self, src: NodeId, dst_addr: SocketAddr, src_port: u16, ecn: u8, data: Vec<u8>) {
         self.stats.packets_sent += 1;
         self.stats.bytes_sent += data.len() as u64;
-        let dst = match dst_addr.ip() {
-            IpAddr::V4(ip) => self.by_ip.get(&ip).copied(),
-            IpAddr::V6(ip) => ip
-                .to_ipv4_mapped()
-                .and_then(|v4| self.by_ip.get(&v4).copied()),
+        let dst_ip = match dst_addr.ip() {
+            IpAddr::V4(ip) => Some(ip),
+            IpAddr::V6(ip) => ip.to_ipv4_mapped(),
         };
-        let Some(dst) = dst else {
+        let Some(dst_ip) = dst_ip else {
             self.stats.packets_unroutable += 1;
             return;
         };
-        let mut pkt = InFlight {
+        if dst_ip.is_multicast() {
+            let group = IpAddr::V4(dst_ip);
+            let members: Vec<NodeId> = (0..self.nodes.len())
+                .map(NodeId)
+                .filter(|n| self.nodes[n.0].engine.mcast_groups().any(|g| g == group))
+                .collect();
+            if members.is_empty() {
+                self.stats.packets_unroutable += 1;
+            }
+            for dst in members {
+                self.route_to(InFlight {
+                    src,
+                    dst,
+                    dst_ip,
+                    src_port,
+                    dst_port: dst_addr.port(),
+                    ecn,
+                    data: data.clone(),
+                });
+            }
+            return;
+        }
+        let Some(dst) = self.by_ip.get(&dst_ip).copied() else {
+            self.stats.packets_unroutable += 1;
+            return;
+        };
+        self.route_to(InFlight {
             src,
             dst,
+            dst_ip,
             src_port,
             dst_port: dst_addr.port(),
             ecn,
             data,
-        };
+        });
+    }
+
+    /// One copy of a datagram on its way to one node: interceptors, then the link model.
+    fn route_to(&mut self, mut pkt: InFlight) {
+        let (src, dst) = (pkt.src, pkt.dst);
         if self.config.capture_point == CapturePoint::Send {
             self.capture(self.now, &pkt);
         }
@@ -511,8 +545,8 @@ impl Fabric {
                 now: self.now,
                 src_node: src,
                 dst_node: dst,
-                src: SocketAddr::new(IpAddr::V4(self.nodes[src.0].ip), src_port),
-                dst: SocketAddr::new(IpAddr::V4(self.nodes[dst.0].ip), dst_addr.port()),
+                src: SocketAddr::new(IpAddr::V4(self.nodes[src.0].ip), pkt.src_port),
+                dst: SocketAddr::new(IpAddr::V4(pkt.dst_ip), pkt.dst_port),
                 payload: &pkt.data,
                 packet: parsed.as_ref(),
             };
@@ -688,7 +722,7 @@ impl Fabric {
             tos: pkt.ecn,
             ..DatagramMeta::new(
                 SocketAddr::new(IpAddr::V4(src_ip), pkt.src_port),
-                IpAddr::V4(self.nodes[pkt.dst.0].ip),
+                IpAddr::V4(pkt.dst_ip),
             )
         };
         let now = self.now;

@@ -11,6 +11,8 @@
 //!   `softrdma decode`;
 //! - [`setup`]: protection domains, CQs, memory and RC QP pairs brought to RTS;
 //! - [`workload`]: a random RC workload with a reference model that checks every result;
+//! - [`datagrams`]: UD (unicast and multicast) and UC traffic beside it, checked for what
+//!   unreliable transports must never do: deliver a message corrupt, partial or twice;
 //! - [`swarm`]: one seed in, verdict out — faults drawn from the seed (safety phase), then a
 //!   healed network in which everything must finish (liveness phase);
 //! - [`rng`]: the only randomness (xoshiro256** from a `u64` seed; no OS entropy).
@@ -18,6 +20,7 @@
 //! The same seed always replays the same run, packet for packet: on failure the swarm prints
 //! `SOFTRDMA_SEED=<n>`, and that number is the whole reproduction recipe.
 
+pub mod datagrams;
 pub mod fabric;
 pub mod intercept;
 pub mod link;

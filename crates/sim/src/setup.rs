@@ -1,5 +1,5 @@
-//! Bringing RC queue pairs up on a fabric: the verbs choreography (PD, CQs, RESET → INIT →
-//! RTR → RTS) every test and workload would otherwise repeat.
+//! Bringing queue pairs up on a fabric (RC and UC pairs, UD QPs): the verbs choreography (PD,
+//! CQs, RESET → INIT → RTR → RTS) every test and workload would otherwise repeat.
 //!
 //! The out-of-band exchange real peers do over TCP (QPN, PSN, address) is a direct exchange
 //! here: both QPs are created first, then each is told the other's number.
@@ -205,4 +205,71 @@ fn bring_up(
         .modify_qp(qpn, &rts)
         .map_err(engine_step("modify_qp RTR->RTS"))?;
     Ok(())
+}
+
+/// Creates one UC QP on each of `a` and `b` and brings both to RTS connected to each other
+/// (`psn_a` is the first PSN `a` sends, `psn_b` the first `b` sends).
+pub fn connect_uc(
+    fabric: &mut Fabric,
+    a: &NodeResources,
+    b: &NodeResources,
+    mtu: Mtu,
+    caps: QpCaps,
+    psn_a: Psn,
+    psn_b: Psn,
+) -> Result<(u32, u32), SetupError> {
+    let mk = |fabric: &mut Fabric, r: &NodeResources| {
+        fabric
+            .engine_mut(r.node)?
+            .create_qp(r.pd, r.send_cq, r.recv_cq, QpType::Uc, caps)
+            .map_err(engine_step("create_qp UC"))
+    };
+    let qpn_a = mk(fabric, a)?;
+    let qpn_b = mk(fabric, b)?;
+    for (r, qpn, peer, peer_qpn, sq, rq) in [
+        (a, qpn_a, b.node, qpn_b, psn_a, psn_b),
+        (b, qpn_b, a.node, qpn_a, psn_b, psn_a),
+    ] {
+        let peer_ip = IpAddr::V4(fabric.ip(peer)?);
+        let engine = fabric.engine_mut(r.node)?;
+        engine
+            .modify_qp(qpn, &QpAttr::rc_init(AccessFlags::all()))
+            .map_err(engine_step("modify_qp UC RESET->INIT"))?;
+        let av = AddressVector {
+            dest_ip: peer_ip,
+            traffic_class: 0,
+            hop_limit: 64,
+        };
+        engine
+            .modify_qp(qpn, &QpAttr::uc_rtr(mtu, av, peer_qpn, rq))
+            .map_err(engine_step("modify_qp UC INIT->RTR"))?;
+        engine
+            .modify_qp(qpn, &QpAttr::unreliable_rts(sq))
+            .map_err(engine_step("modify_qp UC RTR->RTS"))?;
+    }
+    Ok((qpn_a, qpn_b))
+}
+
+/// Creates a UD QP on `r`'s node and brings it to RTS with Q_Key `qkey`, sending from `psn`.
+pub fn ud_qp(
+    fabric: &mut Fabric,
+    r: &NodeResources,
+    caps: QpCaps,
+    qkey: u32,
+    psn: Psn,
+) -> Result<u32, SetupError> {
+    let engine = fabric.engine_mut(r.node)?;
+    let qpn = engine
+        .create_qp(r.pd, r.send_cq, r.recv_cq, QpType::Ud, caps)
+        .map_err(engine_step("create_qp UD"))?;
+    engine
+        .modify_qp(qpn, &QpAttr::ud_init(qkey))
+        .map_err(engine_step("modify_qp UD RESET->INIT"))?;
+    engine
+        .modify_qp(qpn, &QpAttr::ud_rtr())
+        .map_err(engine_step("modify_qp UD INIT->RTR"))?;
+    engine
+        .modify_qp(qpn, &QpAttr::unreliable_rts(psn))
+        .map_err(engine_step("modify_qp UD RTR->RTS"))?;
+    Ok(qpn)
 }

@@ -15,6 +15,7 @@ use std::io::Write;
 use softrdma_proto::{Duration, Instant, Mtu, NakKind, Stats};
 use softrdma_wire::Opcode;
 
+use crate::datagrams::{DatagramConfig, DatagramReport, DatagramWorkload};
 use crate::fabric::{Fabric, FabricConfig, FabricStats, NodeId, RunOutcome, SimError};
 use crate::intercept::{PacketMatch, Targeted, Verdict};
 use crate::link::LinkConfig;
@@ -43,6 +44,8 @@ pub struct TargetedFault {
 pub struct RunConfig {
     /// The workload (its seed is the run's seed).
     pub workload: WorkloadConfig,
+    /// UD and UC traffic beside it, if any.
+    pub datagrams: Option<DatagramConfig>,
     /// Link model during the safety phase, per ordered node pair (row = sender).
     pub links: Vec<Vec<LinkConfig>>,
     /// Targeted faults during the safety phase.
@@ -161,6 +164,8 @@ pub struct RunReport {
     pub seed: u64,
     /// The workload's verdict and tallies.
     pub workload: WorkloadReport,
+    /// The UD/UC traffic's tallies and verdict, if it ran.
+    pub datagrams: Option<DatagramReport>,
     /// What the fabric did.
     pub fabric: FabricStats,
     /// Engine counters summed over nodes.
@@ -176,7 +181,9 @@ pub struct RunReport {
 impl RunReport {
     /// Whether the run passed: no fabric error, everything completed and agreed.
     pub fn passed(&self) -> bool {
-        self.sim_error.is_none() && self.workload.passed()
+        self.sim_error.is_none()
+            && self.workload.passed()
+            && self.datagrams.as_ref().map_or(true, DatagramReport::passed)
     }
 
     /// The first divergence, or the fabric error, in words.
@@ -186,6 +193,13 @@ impl RunReport {
         }
         if let Some(d) = &self.workload.first_divergence {
             return Some(d.to_string());
+        }
+        if let Some(d) = self
+            .datagrams
+            .as_ref()
+            .and_then(|d| d.first_divergence.as_ref())
+        {
+            return Some(format!("UD/UC: {d}"));
         }
         if !self.workload.passed() {
             return Some(format!(
@@ -241,7 +255,7 @@ impl fmt::Display for SwarmFailure {
 }
 
 /// Packet kinds a swarm run may target.
-const TARGETABLE: [Opcode; 14] = [
+const TARGETABLE: [Opcode; 19] = [
     Opcode::RC_SEND_FIRST,
     Opcode::RC_SEND_MIDDLE,
     Opcode::RC_SEND_LAST,
@@ -256,6 +270,11 @@ const TARGETABLE: [Opcode; 14] = [
     Opcode::RC_ACKNOWLEDGE,
     Opcode::RC_ATOMIC_ACKNOWLEDGE,
     Opcode::RC_FETCH_ADD,
+    Opcode::UC_SEND_FIRST,
+    Opcode::UC_SEND_LAST_WITH_IMMEDIATE,
+    Opcode::UC_RDMA_WRITE_LAST_WITH_IMMEDIATE,
+    Opcode::UD_SEND_ONLY,
+    Opcode::UD_SEND_ONLY_WITH_IMMEDIATE,
 ];
 
 impl RunConfig {
@@ -264,6 +283,7 @@ impl RunConfig {
         let n = workload.nodes;
         RunConfig {
             workload,
+            datagrams: None,
             links: vec![vec![link; n]; n],
             faults: Vec::new(),
             safety,
@@ -322,6 +342,20 @@ impl RunConfig {
             psn_wrap_chance: 0.5,
             ..WorkloadConfig::new(seed, 0).with_mtu(mtu)
         };
+        // Half the seeds also carry UD (unicast, and multicast with three nodes) and UC traffic.
+        let datagrams = rng.chance(0.5).then(|| DatagramConfig {
+            mtu,
+            max_len: rng.range_inclusive(16, 3 * u64::from(mtu.bytes())) as u32,
+            window: rng.range_inclusive(1, 8) as usize,
+            recv_depth: rng.range_inclusive(1, 8) as usize,
+            multicast: rng.chance(0.7),
+            ..DatagramConfig::new(
+                seed,
+                nodes,
+                rng.range_inclusive(0, 40),
+                rng.range_inclusive(0, 40),
+            )
+        });
         let base_delay_ns = rng.range_inclusive(500, 20_000);
         let bandwidth_bps = *rng
             .pick(&[
@@ -373,6 +407,7 @@ impl RunConfig {
         }
         RunConfig {
             workload,
+            datagrams,
             links,
             faults,
             safety: Duration::from_nanos(rng.range_inclusive(200_000, 40_000_000)),
@@ -392,7 +427,7 @@ impl RunConfig {
         format!(
             "nodes={} qps={} ops={} mtu={} window={} recv_depth={} timeout={} mix={:?} \
              link0->1={{delay={}ns bw={} loss={:.3} dup={:.3} reorder={:.3} corrupt={:.3}}} \
-             targeted={} safety={}us",
+             targeted={} safety={}us{}",
             w.nodes,
             w.qps_per_pair,
             w.ops,
@@ -408,7 +443,11 @@ impl RunConfig {
             l.reorder,
             l.corrupt,
             self.faults.len(),
-            self.safety.as_micros()
+            self.safety.as_micros(),
+            self.datagrams.map_or(String::new(), |d| format!(
+                " datagrams={{ud={} uc={} max_len={} window={} recv_depth={} multicast={}}}",
+                d.ud_ops, d.uc_ops, d.max_len, d.window, d.recv_depth, d.multicast
+            ))
         )
     }
 }
@@ -422,6 +461,16 @@ pub fn run(config: &RunConfig, capture: Option<Box<dyn Write>>) -> Result<RunRep
         fabric.capture_to(out)?;
     }
     let mut wl = Workload::setup(&mut fabric, config.workload)?;
+    let mut dg = match config.datagrams {
+        Some(d) => Some(DatagramWorkload::setup(&mut fabric, d)?),
+        None => None,
+    };
+    // Both workloads pump on every step; the run is done when both are.
+    let mut pump = |f: &mut Fabric| {
+        let rc = wl.pump(f);
+        let ud = dg.as_mut().map_or(true, |d| d.pump(f));
+        rc && ud
+    };
     for (i, row) in config.links.iter().enumerate() {
         for (j, link) in row.iter().enumerate() {
             if i != j {
@@ -434,13 +483,13 @@ pub fn run(config: &RunConfig, capture: Option<Box<dyn Write>>) -> Result<RunRep
     }
     let mut sim_error = None;
     let safety_end = fabric.now() + config.safety;
-    let outcome = fabric.run_until(safety_end, |f| wl.pump(f));
+    let outcome = fabric.run_until(safety_end, &mut pump);
     let healed_at = fabric.now();
     fabric.heal();
     let liveness_end = fabric.now() + config.liveness;
     match outcome {
         Ok(RunOutcome::Done) => {}
-        Ok(_) => match fabric.run_until(liveness_end, |f| wl.pump(f)) {
+        Ok(_) => match fabric.run_until(liveness_end, &mut pump) {
             Ok(RunOutcome::Done) => {}
             Ok(_) => {}
             Err(e) => sim_error = Some(e.to_string()),
@@ -452,7 +501,7 @@ pub fn run(config: &RunConfig, capture: Option<Box<dyn Write>>) -> Result<RunRep
     if sim_error.is_none() {
         let settle_end = fabric.now() + Duration::from_millis(100);
         if let Err(e) = fabric.run_until(settle_end, |f| {
-            wl.pump(f);
+            pump(f);
             f.in_flight_count() == 0
         }) {
             sim_error = Some(e.to_string());
@@ -462,9 +511,11 @@ pub fn run(config: &RunConfig, capture: Option<Box<dyn Write>>) -> Result<RunRep
         sim_error.get_or_insert(e.to_string());
     }
     let workload = wl.finish(&fabric);
+    let datagrams = dg.as_mut().map(|d| d.finish(&fabric));
     Ok(RunReport {
         seed,
         workload,
+        datagrams,
         fabric: *fabric.stats(),
         engines: EngineTotals::of(&fabric),
         healed_at,
