@@ -19,6 +19,9 @@ pub enum EngineError {
     /// No such memory region.
     #[error("no such memory region")]
     NoSuchMr,
+    /// No such shared receive queue.
+    #[error("no such shared receive queue")]
+    NoSuchSrq,
     /// The object is still used by others (QPs on a CQ, MRs or QPs in a PD).
     #[error("object still in use")]
     Busy,

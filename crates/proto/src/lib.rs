@@ -18,9 +18,11 @@ pub mod config;
 pub mod cq;
 pub mod engine;
 pub mod error;
+pub mod event;
 pub mod io;
 pub mod mr;
 pub mod qp;
+pub mod srq;
 pub mod stats;
 pub mod time;
 pub mod wr;
@@ -30,12 +32,14 @@ pub use config::EngineConfig;
 pub use cq::{CompletionQueue, CqHandle};
 pub use engine::{Engine, MAX_MCAST_GROUPS, MAX_MCAST_QP_ATTACH, MAX_MESSAGE_BYTES, MAX_UD_PEERS};
 pub use error::EngineError;
+pub use event::AsyncEvent;
 pub use io::{DatagramMeta, Transmit};
 pub use mr::{AccessError, MemoryRegion, MrTable, PdHandle, RegionMemory, VecMemory};
 pub use qp::{
     rxe_source_port, ud_source_port, AddressVector, ModifyQpError, Mtu, QpAttr, QpCaps, QpConfig,
     QpState, QpType, QueuePair, GSI_QKEY,
 };
+pub use srq::{SharedReceiveQueue, SrqAttr, SrqHandle};
 pub use stats::{DropReason, NakKind, Stats};
 pub use time::{Duration, Instant};
 pub use wr::{

@@ -138,6 +138,7 @@ impl Engine {
             self.ready.push_back(qpn);
         }
         self.sync_timer(qpn);
+        self.settle_overflows();
     }
 
     /// A UD datagram: to one QP, or to every QP attached to the multicast group it was sent to.
@@ -203,5 +204,6 @@ impl Engine {
             }
             qp.handle_datagram_request(&mut ctx, pkt, &grh);
         }
+        self.settle_overflows();
     }
 }

@@ -30,18 +30,24 @@ use crate::access::AccessFlags;
 use crate::config::EngineConfig;
 use crate::cq::{CompletionQueue, CqHandle};
 use crate::error::EngineError;
+use crate::event::AsyncEvent;
 use crate::io::Transmit;
 use crate::mr::{MrTable, PdHandle, RegionMemory};
 use crate::qp::{Ctx, QpAttr, QpCaps, QpState, QpType, QueuePair};
+use crate::srq::{SharedReceiveQueue, SrqAttr, SrqHandle};
 use crate::stats::Stats;
 use crate::time::Instant;
 use crate::wr::{RecvWr, SendWr, WcStatus, WorkCompletion};
 
-/// What every QP's stages share: configuration, memory, completion queues, counters.
+/// What every QP's stages share: configuration, memory, completion and shared receive
+/// queues, asynchronous events, counters.
 struct Shared {
     config: EngineConfig,
     mrs: MrTable,
     cqs: BTreeMap<CqHandle, CompletionQueue>,
+    srqs: BTreeMap<SrqHandle, SharedReceiveQueue>,
+    events: VecDeque<AsyncEvent>,
+    overflowed: Vec<u32>,
     stats: Stats,
 }
 
@@ -54,6 +60,9 @@ impl Shared {
             config: &self.config,
             mrs: &self.mrs,
             cqs: &mut self.cqs,
+            srqs: &mut self.srqs,
+            events: &mut self.events,
+            overflowed: &mut self.overflowed,
             stats: &mut self.stats,
             ipv4_id,
         }
@@ -66,6 +75,7 @@ pub struct Engine {
     pds: BTreeSet<u32>,
     next_pd: u32,
     next_cq: u32,
+    next_srq: u32,
     qps: BTreeMap<u32, QueuePair>,
     next_qpn: u32,
     /// QPs that may have output, in the order they became ready.
@@ -87,11 +97,15 @@ impl Engine {
                 config,
                 mrs: MrTable::default(),
                 cqs: BTreeMap::new(),
+                srqs: BTreeMap::new(),
+                events: VecDeque::new(),
+                overflowed: Vec::new(),
                 stats: Stats::default(),
             },
             pds: BTreeSet::new(),
             next_pd: 1,
             next_cq: 1,
+            next_srq: 1,
             qps: BTreeMap::new(),
             next_qpn: config.first_qpn,
             ready: VecDeque::new(),
@@ -131,7 +145,10 @@ impl Engine {
         if !self.pds.contains(&pd.0) {
             return Err(EngineError::NoSuchPd);
         }
-        if self.shared.mrs.pd_in_use(pd) || self.qps.values().any(|q| q.pd == pd) {
+        if self.shared.mrs.pd_in_use(pd)
+            || self.qps.values().any(|q| q.pd == pd)
+            || self.shared.srqs.values().any(|s| s.pd == pd)
+        {
             return Err(EngineError::Busy);
         }
         self.pds.remove(&pd.0);
@@ -237,13 +254,36 @@ impl Engine {
         qp_type: QpType,
         caps: QpCaps,
     ) -> Result<u32, EngineError> {
+        self.create_qp_with_srq(pd, send_cq, recv_cq, qp_type, caps, None)
+    }
+
+    /// Creates a QP in the RESET state that takes its receive WQEs from `srq` (of the same
+    /// PD) when given; returns its number. Its own receive queue then stays empty
+    /// (`caps.max_recv_wr` is ignored) and `post_recv` to it is refused.
+    pub fn create_qp_with_srq(
+        &mut self,
+        pd: PdHandle,
+        send_cq: CqHandle,
+        recv_cq: CqHandle,
+        qp_type: QpType,
+        caps: QpCaps,
+        srq: Option<SrqHandle>,
+    ) -> Result<u32, EngineError> {
         if !self.pds.contains(&pd.0) {
             return Err(EngineError::NoSuchPd);
+        }
+        if let Some(s) = srq {
+            let srq = self.shared.srqs.get(&s).ok_or(EngineError::NoSuchSrq)?;
+            if srq.pd != pd {
+                return Err(EngineError::InvalidArgument(
+                    "the SRQ belongs to another protection domain",
+                ));
+            }
         }
         if !self.shared.cqs.contains_key(&send_cq) || !self.shared.cqs.contains_key(&recv_cq) {
             return Err(EngineError::NoSuchCq);
         }
-        if caps.max_send_wr == 0 && caps.max_recv_wr == 0 {
+        if caps.max_send_wr == 0 && caps.max_recv_wr == 0 && srq.is_none() {
             return Err(EngineError::InvalidArgument(
                 "a QP needs a send or a receive queue",
             ));
@@ -254,6 +294,7 @@ impl Engine {
         }
         self.next_qpn = (qpn + 1) & softrdma_wire::QPN_MASK;
         let mut qp = QueuePair::new(qpn, qp_type, pd, send_cq, recv_cq, caps);
+        qp.srq = srq;
         if self.shared.config.peers_use_small_ipv4_ids {
             qp.peer_ids = crate::qp::PeerIpv4Ids::small_only();
         }
@@ -270,6 +311,7 @@ impl Engine {
         qp.apply_modify(&mut ctx, to, attr);
         self.ready.push_back(qpn);
         self.sync_timer(qpn);
+        self.settle_overflows();
         Ok(())
     }
 
@@ -298,6 +340,120 @@ impl Engine {
             self.timers.remove(&(at, qpn));
         }
         Ok(())
+    }
+
+    /// Creates a shared receive queue in `pd` (ibverbs `ibv_create_srq`). A non-zero
+    /// `attr.srq_limit` is armed at once.
+    pub fn create_srq(&mut self, pd: PdHandle, attr: SrqAttr) -> Result<SrqHandle, EngineError> {
+        if !self.pds.contains(&pd.0) {
+            return Err(EngineError::NoSuchPd);
+        }
+        if attr.max_wr == 0 || attr.max_sge == 0 {
+            return Err(EngineError::InvalidArgument(
+                "an SRQ holds at least one WQE of one SGE",
+            ));
+        }
+        if attr.srq_limit > attr.max_wr {
+            return Err(EngineError::InvalidArgument("srq_limit above max_wr"));
+        }
+        let h = SrqHandle(self.next_srq);
+        self.next_srq += 1;
+        self.shared
+            .srqs
+            .insert(h, SharedReceiveQueue::new(pd, attr));
+        Ok(h)
+    }
+
+    /// Resizes an SRQ (`max_wr`, never below the WQEs it holds) and/or arms its limit
+    /// (ibverbs `ibv_modify_srq` with `IBV_SRQ_MAX_WR` / `IBV_SRQ_LIMIT`).
+    pub fn modify_srq(
+        &mut self,
+        srq: SrqHandle,
+        max_wr: Option<u32>,
+        srq_limit: Option<u32>,
+    ) -> Result<(), EngineError> {
+        let s = self
+            .shared
+            .srqs
+            .get_mut(&srq)
+            .ok_or(EngineError::NoSuchSrq)?;
+        let new_max = max_wr.unwrap_or(s.attr.max_wr);
+        if (new_max as usize) < s.wrs.len() || new_max == 0 {
+            return Err(EngineError::InvalidArgument(
+                "max_wr below the WQEs the SRQ holds",
+            ));
+        }
+        if srq_limit.is_some_and(|l| l > new_max) {
+            return Err(EngineError::InvalidArgument("srq_limit above max_wr"));
+        }
+        s.attr.max_wr = new_max;
+        if let Some(l) = srq_limit {
+            s.attr.srq_limit = l;
+        }
+        Ok(())
+    }
+
+    /// An SRQ, to inspect (ibverbs `ibv_query_srq`).
+    pub fn srq(&self, srq: SrqHandle) -> Option<&SharedReceiveQueue> {
+        self.shared.srqs.get(&srq)
+    }
+
+    /// Destroys an SRQ no QP uses (`Busy` otherwise, as ibverbs refuses with `EBUSY`). Its
+    /// WQEs are discarded without completions.
+    pub fn destroy_srq(&mut self, srq: SrqHandle) -> Result<(), EngineError> {
+        if !self.shared.srqs.contains_key(&srq) {
+            return Err(EngineError::NoSuchSrq);
+        }
+        if self.qps.values().any(|q| q.srq == Some(srq)) {
+            return Err(EngineError::Busy);
+        }
+        self.shared.srqs.remove(&srq);
+        Ok(())
+    }
+
+    /// Posts a receive WR to an SRQ (ibverbs `ibv_post_srq_recv` for one WR).
+    pub fn post_srq_recv(&mut self, srq: SrqHandle, wr: RecvWr) -> Result<(), EngineError> {
+        let s = self
+            .shared
+            .srqs
+            .get_mut(&srq)
+            .ok_or(EngineError::NoSuchSrq)?;
+        if s.wrs.len() >= s.attr.max_wr as usize {
+            return Err(EngineError::QueueFull);
+        }
+        if wr.sg_list.len() > s.attr.max_sge as usize {
+            return Err(EngineError::InvalidArgument(
+                "too many scatter/gather elements",
+            ));
+        }
+        s.wrs.push_back(wr);
+        Ok(())
+    }
+
+    /// The oldest asynchronous event not yet taken (ibverbs `ibv_get_async_event`).
+    pub fn poll_async_event(&mut self) -> Option<AsyncEvent> {
+        self.shared.events.pop_front()
+    }
+
+    /// Reports an event that concerns the port rather than an object (the verbs layer raises
+    /// `PortActive` when a device opens).
+    pub fn raise_port_event(&mut self, event: AsyncEvent) {
+        self.shared.events.push_back(event);
+    }
+
+    /// Moves every QP whose completion overflowed its CQ to the error state (IBTA, rxe).
+    pub(crate) fn settle_overflows(&mut self) {
+        while let Some(qpn) = self.shared.overflowed.pop() {
+            let Some(qp) = self.qps.get_mut(&qpn) else {
+                continue;
+            };
+            if qp.state == QpState::Err {
+                continue;
+            }
+            let mut ctx = self.shared.ctx(Instant::ZERO, 0);
+            qp.enter_error(&mut ctx);
+            self.sync_timer(qpn);
+        }
     }
 
     /// Attaches UD QP `qpn` to the multicast group whose address is `group` (ibverbs
@@ -375,6 +531,7 @@ impl Engine {
             let wc = crate::qp::send_queue::SendWqe::new(wr, qp.cfg.path_mtu)
                 .completion(qpn, WcStatus::WrFlushErr);
             ctx.complete(qp.send_cq, wc);
+            self.settle_overflows();
             return Ok(());
         }
         let mtu = match qp.qp_type {
@@ -389,6 +546,11 @@ impl Engine {
     /// Posts a receive WR (ibverbs `ibv_post_recv` for one WR).
     pub fn post_recv(&mut self, qpn: u32, wr: RecvWr) -> Result<(), EngineError> {
         let qp = self.qps.get_mut(&qpn).ok_or(EngineError::NoSuchQp)?;
+        if qp.srq.is_some() {
+            return Err(EngineError::InvalidArgument(
+                "the QP takes its receives from an SRQ: post to the SRQ",
+            ));
+        }
         if qp.state == QpState::Reset {
             return Err(EngineError::InvalidState(QpState::Reset));
         }
@@ -403,6 +565,7 @@ impl Engine {
         if qp.state == QpState::Err {
             let mut ctx = self.shared.ctx(Instant::ZERO, 0);
             qp.flush_recv(&mut ctx, &wr);
+            self.settle_overflows();
             return Ok(());
         }
         qp.rq.push_back(wr);
@@ -444,6 +607,7 @@ impl Engine {
             }
             // Sending arms the retransmit timer; a failed send may have stopped them all.
             self.sync_timer(qpn);
+            self.settle_overflows();
             if sent.is_some() {
                 return sent;
             }
@@ -475,6 +639,7 @@ impl Engine {
             }
             self.sync_timer(qpn);
         }
+        self.settle_overflows();
     }
 
     /// Files `qpn` under its current earliest timer, after anything that may have changed it.

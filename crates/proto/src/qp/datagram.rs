@@ -129,14 +129,15 @@ impl QueuePair {
             ctx.stats.drop(DropReason::TooLong);
             return;
         }
-        let Some(wr) = self.rq.front() else {
+        let Some(capacity) = self.next_recv_capacity(ctx) else {
             ctx.stats.drop(DropReason::NoReceiveWqe);
             return;
         };
-        if wr.capacity() < (GRH_LEN + len) as u64 {
+        if capacity < (GRH_LEN + len) as u64 {
             ctx.stats.drop(DropReason::TooLong);
             return;
         }
+        let wr = self.take_recv(ctx).expect("a WQE was just seen");
         let placed = ctx
             .mrs
             .scatter(self.pd, &wr.sg_list, 0, grh)
@@ -144,7 +145,6 @@ impl QueuePair {
                 ctx.mrs
                     .scatter(self.pd, &wr.sg_list, GRH_LEN as u64, pkt.payload)
             });
-        let wr = self.rq.pop_front().expect("front exists");
         let status = if placed.is_ok() {
             WcStatus::Success
         } else {

@@ -9,6 +9,7 @@
 pub mod attr;
 pub(crate) mod completer;
 pub(crate) mod datagram;
+pub(crate) mod receive;
 pub(crate) mod requester;
 pub(crate) mod responder;
 pub(crate) mod responder_state;
@@ -23,8 +24,10 @@ use softrdma_wire::{emit_headers, packet_len, Bth, ExtHeaders, IcrcContext};
 
 use crate::config::EngineConfig;
 use crate::cq::{CompletionQueue, CqHandle};
+use crate::event::AsyncEvent;
 use crate::io::Transmit;
 use crate::mr::{MrTable, PdHandle};
+use crate::srq::{SharedReceiveQueue, SrqHandle};
 use crate::stats::Stats;
 use crate::time::Instant;
 use crate::wr::{RecvWr, SendFlags, WcOpcode, WcStatus, WorkCompletion};
@@ -35,12 +38,17 @@ use responder_state::Responder;
 use send_queue::Requester;
 use timers::TimerTable;
 
-/// Everything outside the QP that its stages use: time, memory, CQs, counters.
+/// Everything outside the QP that its stages use: time, memory, CQs, SRQs, events, counters.
 pub(crate) struct Ctx<'a> {
     pub now: Instant,
     pub config: &'a EngineConfig,
     pub mrs: &'a MrTable,
     pub cqs: &'a mut BTreeMap<CqHandle, CompletionQueue>,
+    pub srqs: &'a mut BTreeMap<SrqHandle, SharedReceiveQueue>,
+    pub events: &'a mut VecDeque<AsyncEvent>,
+    /// QPs whose completion did not fit their CQ: the engine moves them to the error state
+    /// once the stage that completed returns (a stage cannot tear down its own QP midway).
+    pub overflowed: &'a mut Vec<u32>,
     pub stats: &'a mut Stats,
     /// The IPv4 identification the caller's kernel will write into the next datagram (the
     /// ICRC covers it): 0 for a plain don't-fragment send, k for segment k of a GSO send.
@@ -48,16 +56,24 @@ pub(crate) struct Ctx<'a> {
 }
 
 impl Ctx<'_> {
-    /// Delivers a completion to `cq`.
+    /// Delivers a completion to `cq`. A full CQ loses it: IBTA and rxe raise a CQ error
+    /// (`AsyncEvent::CqError`, once per CQ: it stays in overrun) and the QP goes to the error
+    /// state; a CQ overrun is the application's bug, so it is made loud.
     pub(crate) fn complete(&mut self, cq: CqHandle, wc: WorkCompletion) {
         self.stats.completions += 1;
-        match self.cqs.get_mut(&cq) {
-            Some(q) => {
-                if !q.push(wc) {
-                    self.stats.cq_overruns += 1;
-                }
+        let Some(q) = self.cqs.get_mut(&cq) else {
+            self.stats.cq_overruns += 1;
+            return;
+        };
+        let first_overrun = !q.overrun;
+        if !q.push(wc) {
+            self.stats.cq_overruns += 1;
+            if first_overrun {
+                self.events.push_back(AsyncEvent::CqError(cq));
             }
-            None => self.stats.cq_overruns += 1,
+            if !self.overflowed.contains(&wc.qp_num) {
+                self.overflowed.push(wc.qp_num);
+            }
         }
     }
 }
@@ -74,8 +90,10 @@ pub struct QueuePair {
     pub(crate) cfg: QpConfig,
     /// UDP source port of this QP's packets (rxe's flow-label hash of the two QPNs).
     pub(crate) src_port: u16,
-    /// Posted receive WQEs, oldest first.
+    /// Posted receive WQEs, oldest first (empty when the QP takes them from `srq`).
     pub(crate) rq: VecDeque<RecvWr>,
+    /// The shared receive queue the QP takes receive WQEs from, if any.
+    pub(crate) srq: Option<SrqHandle>,
     pub(crate) req: Requester,
     pub(crate) resp: Responder,
     pub(crate) timers: TimerTable,
@@ -185,6 +203,7 @@ impl QueuePair {
                 QpType::Rc | QpType::Uc => 0xc000,
             },
             rq: VecDeque::new(),
+            srq: None,
             req: Requester::default(),
             resp: Responder::default(),
             timers: TimerTable::default(),
@@ -223,9 +242,15 @@ impl QueuePair {
         self.req.sq.len()
     }
 
-    /// Receive WQEs posted and not yet consumed.
+    /// Receive WQEs posted to the QP and not yet consumed (0 on a QP that takes them from an
+    /// SRQ).
     pub fn recv_queue_len(&self) -> usize {
         self.rq.len()
+    }
+
+    /// The shared receive queue the QP takes its receive WQEs from, if any.
+    pub fn srq(&self) -> Option<SrqHandle> {
+        self.srq
     }
 
     /// Applies a validated transition.
@@ -295,6 +320,11 @@ impl QueuePair {
         }
         while let Some(wr) = self.rq.pop_front() {
             self.flush_recv(ctx, &wr);
+        }
+        if self.srq.is_some() {
+            // The SRQ's WQEs belong to the SRQ and stay for its other QPs; this QP will take
+            // no more of them (IBTA 11.6.2: "Last WQE Reached").
+            ctx.events.push_back(AsyncEvent::QpLastWqeReached(self.qpn));
         }
     }
 

@@ -28,6 +28,7 @@ use softrdma_wire::{
 use super::attr::QpType;
 use super::responder_state::Output;
 use super::{Ctx, QueuePair};
+use crate::event::AsyncEvent;
 use crate::io::Transmit;
 use crate::stats::{DropReason, NakKind};
 use crate::wr::WcStatus;
@@ -176,6 +177,16 @@ impl QueuePair {
         self.resp.push_ack(psn, syndrome);
         if e != RespError::ReceiverNotReady {
             self.resp.fatal = true;
+            // IBTA 11.6.3.3: the responder's QP reports why it is going to the error state.
+            match e {
+                RespError::RemoteAccess => {
+                    ctx.events.push_back(AsyncEvent::QpAccessError(self.qpn));
+                }
+                RespError::InvalidRequest | RespError::TooLong => {
+                    ctx.events.push_back(AsyncEvent::QpRequestError(self.qpn));
+                }
+                RespError::ReceiverNotReady | RespError::RemoteOperational => {}
+            }
         }
     }
 

@@ -28,7 +28,7 @@ impl QueuePair {
         }
         if position.starts() {
             // C9-38: no receive WQE means Receiver Not Ready; nothing is consumed.
-            let Some(wr) = self.rq.pop_front() else {
+            let Some(wr) = self.take_recv(ctx) else {
                 return Err(RespError::ReceiverNotReady);
             };
             self.resp.send = Some(SendInProgress { wr, offset: 0 });

@@ -44,7 +44,7 @@ impl QueuePair {
         if info.position.starts() {
             if in_message {
                 // The rest of the message in progress was lost.
-                self.abandon_uc_message();
+                self.abandon_uc_message(ctx);
                 ctx.stats.drop(DropReason::OutOfSequence);
             }
         } else {
@@ -56,7 +56,7 @@ impl QueuePair {
             if d > 0 || !continues {
                 // A gap inside the message, or the start of this message was lost or
                 // dropped: the whole message is gone.
-                self.abandon_uc_message();
+                self.abandon_uc_message(ctx);
                 ctx.stats.drop(DropReason::OutOfSequence);
                 return;
             }
@@ -79,15 +79,15 @@ impl QueuePair {
                 return;
             }
         };
-        self.abandon_uc_message();
+        self.abandon_uc_message(ctx);
         ctx.stats.drop(reason);
     }
 
     /// Forgets the message in progress; a SEND's receive WQE goes back to the head of the
     /// receive queue for the next message.
-    fn abandon_uc_message(&mut self) {
+    fn abandon_uc_message(&mut self, ctx: &mut Ctx<'_>) {
         if let Some(msg) = self.resp.send.take() {
-            self.rq.push_front(msg.wr);
+            self.give_back_recv(ctx, msg.wr);
         }
         self.resp.write = None;
     }

@@ -21,7 +21,7 @@ impl QueuePair {
         let has_imm = pkt.ext.imm_dt.is_some();
         // A WRITE with immediate needs a receive WQE; check before placing anything so that an
         // RNR retry finds the QP exactly as it was.
-        if has_imm && self.rq.is_empty() {
+        if has_imm && !self.has_recv(ctx) {
             return Err(RespError::ReceiverNotReady);
         }
         let mut w = if position.starts() {
@@ -66,7 +66,7 @@ impl QueuePair {
         w.remaining -= len;
         if position.ends() {
             if has_imm {
-                let wr: RecvWr = self.rq.pop_front().ok_or(RespError::ReceiverNotReady)?;
+                let wr: RecvWr = self.take_recv(ctx).ok_or(RespError::ReceiverNotReady)?;
                 let msg = SendInProgress {
                     wr,
                     offset: u64::from(w.total),

@@ -1,0 +1,76 @@
+//! Shared receive queues (IBTA 10.2.9.4): one pool of receive WQEs that many QPs of a
+//! protection domain take from, in posting order, whichever QP a message arrives on.
+
+use std::collections::VecDeque;
+
+use crate::event::AsyncEvent;
+use crate::mr::PdHandle;
+use crate::wr::RecvWr;
+
+/// A shared receive queue handle.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct SrqHandle(pub u32);
+
+/// Attributes of an SRQ (ibverbs `ibv_srq_attr`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default)]
+pub struct SrqAttr {
+    /// Most WQEs the SRQ holds.
+    pub max_wr: u32,
+    /// Most SGEs per WQE.
+    pub max_sge: u32,
+    /// When the WQE count drops below this, [`AsyncEvent::SrqLimitReached`] is raised once
+    /// and the limit goes back to 0 (disarmed).
+    pub srq_limit: u32,
+}
+
+/// One SRQ.
+#[derive(Debug)]
+pub struct SharedReceiveQueue {
+    pub(crate) pd: PdHandle,
+    pub(crate) wrs: VecDeque<RecvWr>,
+    pub(crate) attr: SrqAttr,
+}
+
+impl SharedReceiveQueue {
+    pub(crate) fn new(pd: PdHandle, attr: SrqAttr) -> SharedReceiveQueue {
+        SharedReceiveQueue {
+            pd,
+            wrs: VecDeque::new(),
+            attr,
+        }
+    }
+
+    /// The current attributes (the limit reads 0 once it fired).
+    pub fn attr(&self) -> SrqAttr {
+        self.attr
+    }
+
+    /// WQEs posted and not yet taken.
+    pub fn len(&self) -> usize {
+        self.wrs.len()
+    }
+
+    /// Whether no WQE is posted.
+    pub fn is_empty(&self) -> bool {
+        self.wrs.is_empty()
+    }
+
+    /// The protection domain.
+    pub fn pd(&self) -> PdHandle {
+        self.pd
+    }
+
+    /// Takes the oldest WQE, raising the limit event when the count drops below the limit.
+    pub(crate) fn take(
+        &mut self,
+        me: SrqHandle,
+        events: &mut VecDeque<AsyncEvent>,
+    ) -> Option<RecvWr> {
+        let wr = self.wrs.pop_front()?;
+        if self.attr.srq_limit > 0 && (self.wrs.len() as u64) < u64::from(self.attr.srq_limit) {
+            self.attr.srq_limit = 0;
+            events.push_back(AsyncEvent::SrqLimitReached(me));
+        }
+        Some(wr)
+    }
+}
