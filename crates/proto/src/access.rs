@@ -16,18 +16,27 @@ impl AccessFlags {
     pub const REMOTE_READ: AccessFlags = AccessFlags(4);
     /// Remote peers may perform atomics.
     pub const REMOTE_ATOMIC: AccessFlags = AccessFlags(8);
+    /// Memory windows may be bound to the region (`IBV_ACCESS_MW_BIND`).
+    pub const MW_BIND: AccessFlags = AccessFlags(1 << 4);
+    /// Remote peers may FLUSH for global visibility (`IBV_ACCESS_FLUSH_GLOBAL`, IBTA 1.5).
+    pub const FLUSH_GLOBAL: AccessFlags = AccessFlags(1 << 8);
+    /// Remote peers may FLUSH for persistence (`IBV_ACCESS_FLUSH_PERSISTENT`, IBTA 1.5).
+    pub const FLUSH_PERSISTENT: AccessFlags = AccessFlags(1 << 9);
+
+    const KNOWN: u32 = 0xf | (1 << 4) | (1 << 8) | (1 << 9);
 
     /// No rights.
     pub const fn empty() -> AccessFlags {
         AccessFlags(0)
     }
-    /// All four rights.
+    /// Every right: local write, remote write, read and atomics, window binding, both FLUSH
+    /// placement types.
     pub const fn all() -> AccessFlags {
-        AccessFlags(0xf)
+        AccessFlags(Self::KNOWN)
     }
     /// From ibverbs bits; unknown bits are dropped.
     pub const fn from_bits_truncate(bits: u32) -> AccessFlags {
-        AccessFlags(bits & 0xf)
+        AccessFlags(bits & Self::KNOWN)
     }
     /// The ibverbs bits.
     pub const fn bits(self) -> u32 {
@@ -53,6 +62,9 @@ impl fmt::Debug for AccessFlags {
             (Self::REMOTE_WRITE, "REMOTE_WRITE"),
             (Self::REMOTE_READ, "REMOTE_READ"),
             (Self::REMOTE_ATOMIC, "REMOTE_ATOMIC"),
+            (Self::MW_BIND, "MW_BIND"),
+            (Self::FLUSH_GLOBAL, "FLUSH_GLOBAL"),
+            (Self::FLUSH_PERSISTENT, "FLUSH_PERSISTENT"),
         ];
         let mut set = f.debug_set();
         for (flag, name) in names {

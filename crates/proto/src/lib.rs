@@ -43,8 +43,8 @@ pub use srq::{SharedReceiveQueue, SrqAttr, SrqHandle};
 pub use stats::{DropReason, NakKind, Stats};
 pub use time::{Duration, Instant};
 pub use wr::{
-    RecvWr, SendFlags, SendOp, SendWr, Sge, UdDest, WcOpcode, WcStatus, WorkCompletion,
-    MULTICAST_QPN,
+    FlushLevel, RecvWr, SendFlags, SendOp, SendWr, Sge, UdDest, WcOpcode, WcStatus, WorkCompletion,
+    FLUSH_GLOBAL, FLUSH_PERSISTENT, MULTICAST_QPN,
 };
 
 /// The most READ/atomic requests a QP may have outstanding in either direction (rxe: 128).

@@ -73,6 +73,43 @@ pub enum SendOp {
         /// Addend.
         add: u64,
     },
+    /// 8-byte atomic RDMA WRITE (IBTA 1.5 `ATOMIC_WRITE`, ibverbs `ibv_wr_atomic_write`): the
+    /// 8 bytes of the SGL (or inline data) are stored at once, after every earlier operation
+    /// of the QP has executed. Needs remote write access and an aligned target.
+    AtomicWrite {
+        /// Remote virtual address, 8-byte aligned.
+        remote_addr: u64,
+        /// Remote key.
+        rkey: u32,
+    },
+    /// FLUSH (IBTA 1.5, ibverbs `ibv_wr_flush`): makes what earlier operations placed in the
+    /// responder's memory globally visible and/or persistent. No data moves.
+    Flush {
+        /// Start of the range (ignored for [`FlushLevel::Region`]).
+        remote_addr: u64,
+        /// Remote key.
+        rkey: u32,
+        /// Length of the range (ignored for [`FlushLevel::Region`]).
+        len: u32,
+        /// Placement type: [`FLUSH_GLOBAL`] and/or [`FLUSH_PERSISTENT`].
+        placement: u8,
+        /// Selectivity level.
+        level: FlushLevel,
+    },
+}
+
+/// FLUSH placement type bit: global visibility (`IBV_FLUSH_GLOBAL`).
+pub const FLUSH_GLOBAL: u8 = 1;
+/// FLUSH placement type bit: persistence (`IBV_FLUSH_PERSISTENT`).
+pub const FLUSH_PERSISTENT: u8 = 2;
+
+/// What a FLUSH covers (the FETH's selectivity level).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum FlushLevel {
+    /// The range `[remote_addr, remote_addr + len)` (`IBV_FLUSH_RANGE`, 0).
+    Range,
+    /// The whole memory region the rkey names (`IBV_FLUSH_MR`, 1).
+    Region,
 }
 
 impl SendOp {
@@ -86,11 +123,28 @@ impl SendOp {
             SendOp::RdmaRead { .. } => WcOpcode::RdmaRead,
             SendOp::AtomicCmpSwap { .. } => WcOpcode::CompSwap,
             SendOp::AtomicFetchAdd { .. } => WcOpcode::FetchAdd,
+            SendOp::AtomicWrite { .. } => WcOpcode::AtomicWrite,
+            SendOp::Flush { .. } => WcOpcode::Flush,
         }
     }
 
-    /// READ and atomics need responder resources and count against `max_rd_atomic`.
+    /// Operations answered from a responder resource (READ, the atomics, ATOMIC_WRITE and
+    /// FLUSH): they count against `max_rd_atomic`, and a later ACK without their response
+    /// means the response was lost.
     pub fn is_read_or_atomic(&self) -> bool {
+        matches!(
+            self,
+            SendOp::RdmaRead { .. }
+                | SendOp::AtomicCmpSwap { .. }
+                | SendOp::AtomicFetchAdd { .. }
+                | SendOp::AtomicWrite { .. }
+                | SendOp::Flush { .. }
+        )
+    }
+
+    /// Operations that bring data back into the local SGL (READ, compare-and-swap,
+    /// fetch-and-add): they need local write access and cannot be inline.
+    pub fn writes_locally(&self) -> bool {
         matches!(
             self,
             SendOp::RdmaRead { .. } | SendOp::AtomicCmpSwap { .. } | SendOp::AtomicFetchAdd { .. }
@@ -107,7 +161,7 @@ impl SendOp {
 
     /// The local access the SGL needs: READ and atomics write into local memory.
     pub fn local_access(&self) -> AccessFlags {
-        if self.is_read_or_atomic() {
+        if self.writes_locally() {
             AccessFlags::LOCAL_WRITE
         } else {
             AccessFlags::empty()
@@ -275,6 +329,10 @@ pub enum WcOpcode {
     CompSwap,
     /// A fetch and add completed at the requester.
     FetchAdd,
+    /// An ATOMIC_WRITE completed at the requester.
+    AtomicWrite,
+    /// A FLUSH completed at the requester.
+    Flush,
     /// A SEND was received.
     Recv,
     /// An RDMA WRITE with immediate was received (consumed a receive WQE).

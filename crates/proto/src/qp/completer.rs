@@ -145,9 +145,16 @@ impl QueuePair {
             ctx.stats.drop(DropReason::UnexpectedResponse);
             return;
         };
-        if !matches!(self.req.sq[idx].wr.op, SendOp::RdmaRead { .. }) {
-            ctx.stats.drop(DropReason::UnexpectedResponse);
-            return;
+        match self.req.sq[idx].wr.op {
+            SendOp::RdmaRead { .. } => {}
+            SendOp::AtomicWrite { .. } | SendOp::Flush { .. } => {
+                self.handle_placement_ack(ctx, idx, psn, position, pkt.payload.len());
+                return;
+            }
+            _ => {
+                ctx.stats.drop(DropReason::UnexpectedResponse);
+                return;
+            }
         }
         // Everything before this READ is implicitly acknowledged.
         let first = self.req.sq[idx].first_psn;
@@ -203,6 +210,33 @@ impl QueuePair {
         if ends {
             self.req.sq[idx].status = Some(WcStatus::Success);
         }
+    }
+
+    /// An ATOMIC_WRITE or FLUSH is acknowledged with an empty READ RESPONSE ONLY (IBTA 1.5,
+    /// as rxe sends it): like an atomic ACK, it retires exactly its WQE.
+    fn handle_placement_ack(
+        &mut self,
+        ctx: &mut Ctx<'_>,
+        idx: usize,
+        psn: Psn,
+        position: Position,
+        payload_len: usize,
+    ) {
+        self.ack_through(ctx, psn.sub(1));
+        if self.state == super::QpState::Err {
+            return;
+        }
+        if psn != self.req.unacked_psn {
+            ctx.stats.drop(DropReason::Duplicate);
+            return;
+        }
+        if position != Position::Only || payload_len != 0 {
+            self.fail_wqe(ctx, idx, WcStatus::BadRespErr);
+            return;
+        }
+        self.req.sq[idx].status = Some(WcStatus::Success);
+        self.req.unacked_psn = psn.next();
+        self.progress(ctx);
     }
 
     fn handle_atomic_ack(&mut self, ctx: &mut Ctx<'_>, psn: Psn, orig: u64) {

@@ -4,14 +4,14 @@
 //! buffer exactly as a NIC does; the application must not touch it before the completion. The
 //! send queue state it walks is in `send_queue.rs`.
 
-use softrdma_wire::{AtomicEth, Bth, ExtHeaders, Ieth, ImmDt, Opcode, Reth};
+use softrdma_wire::{AtomicEth, Bth, ExtHeaders, Feth, Ieth, ImmDt, Opcode, Reth};
 
 use super::attr::{QpState, QpType};
 use super::send_queue::SendWqe;
 use super::timers::Timer;
 use super::{Ctx, QueuePair};
 use crate::io::Transmit;
-use crate::wr::{SendFlags, SendOp, WcStatus};
+use crate::wr::{FlushLevel, SendFlags, SendOp, WcStatus};
 
 impl QueuePair {
     /// Produces the next request packet, new or retransmitted.
@@ -161,6 +161,36 @@ impl QueuePair {
                     rkey,
                     swap_add: add,
                     compare: 0,
+                });
+            }
+            SendOp::AtomicWrite { remote_addr, rkey } => {
+                bth.opcode = Opcode::RC_ATOMIC_WRITE;
+                ext.reth = Some(Reth {
+                    va: remote_addr,
+                    rkey,
+                    dma_len: 8,
+                });
+                payload = 8;
+            }
+            SendOp::Flush {
+                remote_addr,
+                rkey,
+                len,
+                placement,
+                level,
+            } => {
+                bth.opcode = Opcode::RC_FLUSH;
+                ext.feth = Some(Feth {
+                    selectivity: match level {
+                        FlushLevel::Range => 0,
+                        FlushLevel::Region => 1,
+                    },
+                    placement,
+                });
+                ext.reth = Some(Reth {
+                    va: remote_addr,
+                    rkey,
+                    dma_len: len,
                 });
             }
         }

@@ -35,6 +35,19 @@ pub(crate) enum Resource {
     Read { psn: Psn, npkts: u32 },
     /// An executed atomic and the value it returned: never executed twice.
     Atomic { psn: Psn, orig: u64, msn: u32 },
+    /// An executed ATOMIC_WRITE or FLUSH: its acknowledgement is replayed, never the action.
+    Placement { psn: Psn, msn: u32 },
+}
+
+impl Resource {
+    /// The first PSN the resource answers for.
+    pub(crate) fn psn(&self) -> Psn {
+        match *self {
+            Resource::Read { psn, .. }
+            | Resource::Atomic { psn, .. }
+            | Resource::Placement { psn, .. } => psn,
+        }
+    }
 }
 
 /// An answer waiting to go out.
@@ -48,6 +61,8 @@ pub(crate) enum Output {
     },
     /// READ response packets still to send.
     Read {
+        /// The READ request's PSN (its resource), to find the response again.
+        start: Psn,
         psn: Psn,
         rkey: u32,
         va: u64,
@@ -57,6 +72,19 @@ pub(crate) enum Output {
     },
     /// Atomic acknowledge.
     AtomicAck { psn: Psn, orig: u64, msn: u32 },
+    /// The empty READ RESPONSE ONLY that acknowledges an ATOMIC_WRITE or FLUSH.
+    PlacementAck { psn: Psn, msn: u32 },
+}
+
+impl Output {
+    /// Whether this is (part of) the answer to the resource starting at `psn`.
+    fn answers(&self, res: Psn) -> bool {
+        match *self {
+            Output::Read { start, .. } => start == res,
+            Output::AtomicAck { psn, .. } | Output::PlacementAck { psn, .. } => psn == res,
+            Output::Ack { .. } => false,
+        }
+    }
 }
 
 /// Responder state of a QP.
@@ -108,11 +136,28 @@ impl Responder {
         self.output.push_back(Output::Ack { psn, syndrome, msn });
     }
 
-    /// Remembers a READ/atomic for duplicate detection, evicting the oldest beyond `max`.
-    pub(crate) fn remember(&mut self, res: Resource, max: u8) {
-        while self.resources.len() >= usize::from(max.max(1)) {
+    /// Makes room for one more READ/atomic resource among `max` (`max_dest_rd_atomic`).
+    /// `false` if there is none, which the requester provoked (IBTA C9-151: Invalid Request):
+    /// `max` is 0, or every resource is still being answered — a requester that honours the
+    /// negotiated depth cannot have completed the oldest one, so it has too many outstanding.
+    /// Otherwise the oldest finished one is forgotten: the requester has its answer.
+    pub(crate) fn reserve(&mut self, max: u8) -> bool {
+        if max == 0 {
+            return false;
+        }
+        while self.resources.len() >= usize::from(max) {
+            let oldest = self.resources[0].psn();
+            if self.output.iter().any(|o| o.answers(oldest)) {
+                return false;
+            }
             self.resources.pop_front();
         }
-        self.resources.push_back(res);
+        true
+    }
+
+    /// Drops any answer still queued for the resource starting at `psn` (a duplicate request
+    /// replaces it).
+    pub(crate) fn cancel_answer(&mut self, psn: Psn) {
+        self.output.retain(|o| !o.answers(psn));
     }
 }

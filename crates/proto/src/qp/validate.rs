@@ -7,7 +7,7 @@ use super::attr::QpType;
 use super::QueuePair;
 use crate::config::EngineConfig;
 use crate::error::EngineError;
-use crate::wr::{SendFlags, SendOp, SendWr};
+use crate::wr::{SendFlags, SendOp, SendWr, FLUSH_GLOBAL, FLUSH_PERSISTENT};
 
 /// Largest message the engine accepts (rxe's max_msg_sz is 8 MiB; IBTA allows 2^31).
 pub const MAX_MESSAGE_BYTES: u64 = 1 << 31;
@@ -30,8 +30,8 @@ impl QueuePair {
             if data.len() > self.caps.max_inline_data as usize {
                 return invalid("inline data longer than max_inline_data");
             }
-            if wr.op.is_read_or_atomic() {
-                return invalid("READ and atomics cannot be inline");
+            if wr.op.writes_locally() || matches!(wr.op, SendOp::Flush { .. }) {
+                return invalid("READ, atomics and FLUSH cannot be inline");
             }
         } else if wr.inline_data.is_some() {
             return invalid("inline data without the INLINE flag");
@@ -49,6 +49,29 @@ impl QueuePair {
             if addr % 8 != 0 {
                 return invalid("atomic remote address not 8-byte aligned");
             }
+        }
+        match wr.op {
+            SendOp::AtomicWrite { remote_addr, .. } => {
+                if wr.length() != 8 {
+                    return invalid("ATOMIC_WRITE carries exactly 8 bytes");
+                }
+                if remote_addr % 8 != 0 {
+                    return invalid("atomic remote address not 8-byte aligned");
+                }
+            }
+            SendOp::Flush { placement, .. } => {
+                if !wr.sg_list.is_empty() {
+                    return invalid("FLUSH moves no data: no scatter/gather list");
+                }
+                if placement & !(FLUSH_GLOBAL | FLUSH_PERSISTENT) != 0 || placement == 0 {
+                    return invalid("FLUSH placement type is GLOBAL and/or PERSISTENT");
+                }
+            }
+            _ => {}
+        }
+        if wr.op.is_read_or_atomic() && self.cfg.max_rd_atomic == 0 && self.qp_type == QpType::Rc {
+            // rxe would hold the request forever (no initiator credit ever frees up).
+            return invalid("max_rd_atomic is 0: the QP may not issue READ, atomics or FLUSH");
         }
         if wr.length() > MAX_MESSAGE_BYTES {
             return invalid("message longer than 2^31 bytes");

@@ -132,6 +132,18 @@ impl Net {
     /// An RC QP on node 0 and one on node 1, connected; either may take its receives from
     /// an SRQ of its node.
     pub fn rc_pair_on(&mut self, srqs: [Option<SrqHandle>; 2]) -> [u32; 2] {
+        self.rc_pair_with(srqs, [4, 4], [4, 4], AccessFlags::all())
+    }
+
+    /// [`Net::rc_pair_on`] with each side's `max_rd_atomic` (initiator depth),
+    /// `max_dest_rd_atomic` (responder resources) and the rights both QPs grant.
+    pub fn rc_pair_with(
+        &mut self,
+        srqs: [Option<SrqHandle>; 2],
+        max_rd_atomic: [u8; 2],
+        max_dest_rd_atomic: [u8; 2],
+        access: AccessFlags,
+    ) -> [u32; 2] {
         let qpns = [0, 1].map(|i| {
             let n = &mut self.nodes[i];
             n.engine
@@ -140,21 +152,24 @@ impl Net {
         });
         for i in 0..2 {
             let e = &mut self.nodes[i].engine;
-            e.modify_qp(qpns[i], &QpAttr::rc_init(AccessFlags::all()))
-                .unwrap();
+            e.modify_qp(qpns[i], &QpAttr::rc_init(access)).unwrap();
             let av = AddressVector {
                 dest_ip: ip(1 - i),
                 traffic_class: 0,
                 hop_limit: 64,
             };
             let peer_psn = Psn::new(0x700 * (2 - i as u32));
-            e.modify_qp(
-                qpns[i],
-                &QpAttr::rc_rtr(Mtu::Mtu1024, av, qpns[1 - i], peer_psn, 4, 1),
-            )
-            .unwrap();
+            let rtr = QpAttr::rc_rtr(
+                Mtu::Mtu1024,
+                av,
+                qpns[1 - i],
+                peer_psn,
+                max_dest_rd_atomic[i],
+                1,
+            );
+            e.modify_qp(qpns[i], &rtr).unwrap();
             let own_psn = Psn::new(0x700 * (1 + i as u32));
-            e.modify_qp(qpns[i], &QpAttr::rc_rts(own_psn, 8, 3, 7, 4))
+            e.modify_qp(qpns[i], &QpAttr::rc_rts(own_psn, 8, 3, 7, max_rd_atomic[i]))
                 .unwrap();
         }
         qpns

@@ -28,6 +28,9 @@ impl QueuePair {
             8,
             AccessFlags::REMOTE_ATOMIC,
         )?;
+        if !self.resp.reserve(self.cfg.max_dest_rd_atomic) {
+            return Err(RespError::InvalidRequest);
+        }
         let orig = match kind {
             OpKind::CompareSwap => mr.memory.compare_swap(off, eth.compare, eth.swap_add),
             _ => mr.memory.fetch_add(off, eth.swap_add),
@@ -37,10 +40,9 @@ impl QueuePair {
         self.resp.expected_psn = psn.next();
         self.resp.msn = (self.resp.msn + 1) & 0x00ff_ffff;
         let msn = self.resp.msn;
-        self.resp.remember(
-            Resource::Atomic { psn, orig, msn },
-            self.cfg.max_dest_rd_atomic,
-        );
+        self.resp
+            .resources
+            .push_back(Resource::Atomic { psn, orig, msn });
         self.resp
             .output
             .push_back(Output::AtomicAck { psn, orig, msn });

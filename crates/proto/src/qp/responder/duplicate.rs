@@ -6,6 +6,7 @@
 //! - READ: re-executed from the duplicate request's own RETH (a requester restarting a READ
 //!   mid-response asks only for the rest), if it falls within a remembered READ.
 //! - Atomic: never executed again; the remembered original value is sent again.
+//! - ATOMIC_WRITE, FLUSH: never executed again; the empty acknowledgement is sent again.
 
 use softrdma_wire::{OpKind, PacketRepr, Syndrome};
 
@@ -21,19 +22,34 @@ impl QueuePair {
         let psn = pkt.bth.psn;
         match info.kind {
             OpKind::ReadRequest => {
-                let known = self.resp.resources.iter().any(
-                    |r| matches!(*r, Resource::Read { psn: p, npkts } if psn.in_window(p, npkts)),
-                );
+                let start = self.resp.resources.iter().find_map(|r| match *r {
+                    Resource::Read { psn: p, npkts } if psn.in_window(p, npkts) => Some(p),
+                    _ => None,
+                });
                 let Some(reth) = pkt.ext.reth else { return };
-                if !known || self.check_read(ctx, &reth).is_err() {
+                let Some(start) = start.filter(|_| self.check_read(ctx, &reth).is_ok()) else {
                     ctx.stats.drop(DropReason::Duplicate);
                     return;
+                };
+                // The response still going out, partly sent or not, is replaced by the
+                // requester's new ask (rxe: the resource restarts from the duplicate's PSN).
+                self.resp.cancel_answer(start);
+                self.queue_read_response(ctx, start, psn, &reth);
+            }
+            OpKind::AtomicWrite | OpKind::Flush => {
+                let found = self.resp.resources.iter().find_map(|r| match *r {
+                    Resource::Placement { psn: p, msn } if p == psn => Some(msn),
+                    _ => None,
+                });
+                match found {
+                    Some(msn) => {
+                        self.resp.cancel_answer(psn);
+                        self.resp
+                            .output
+                            .push_back(Output::PlacementAck { psn, msn });
+                    }
+                    None => ctx.stats.drop(DropReason::Duplicate),
                 }
-                // Drop a not-yet-finished response to the same request: the new one replaces it.
-                self.resp
-                    .output
-                    .retain(|o| !matches!(*o, Output::Read { psn: p, .. } if p == psn));
-                self.queue_read_response(ctx, psn, &reth);
             }
             OpKind::CompareSwap | OpKind::FetchAdd => {
                 let found = self.resp.resources.iter().find_map(|r| match *r {
@@ -43,6 +59,7 @@ impl QueuePair {
                 match found {
                     Some((orig, msn)) => {
                         ctx.stats.atomics_replayed += 1;
+                        self.resp.cancel_answer(psn);
                         self.resp
                             .output
                             .push_back(Output::AtomicAck { psn, orig, msn });

@@ -15,6 +15,7 @@
 
 mod atomic;
 mod duplicate;
+mod placement;
 mod read;
 mod send;
 mod uc;
@@ -139,7 +140,8 @@ impl QueuePair {
             OpKind::Write => self.execute_write(ctx, pkt, info.position),
             OpKind::ReadRequest => self.execute_read(ctx, pkt),
             OpKind::CompareSwap | OpKind::FetchAdd => self.execute_atomic(ctx, pkt, info.kind),
-            // FLUSH and ATOMIC_WRITE (IBTA 1.5) are not offered by this device.
+            OpKind::AtomicWrite => self.execute_atomic_write(ctx, pkt),
+            OpKind::Flush => self.execute_flush(ctx, pkt),
             _ => Err(RespError::InvalidRequest),
         };
         if let Err(e) = result {
@@ -238,6 +240,18 @@ impl QueuePair {
                     self.build_packet(ctx, out, bth, &ext, 0, |_| true)
                 }
                 Output::Read { .. } => self.next_read_response(ctx, out),
+                Output::PlacementAck { psn, msn } => {
+                    self.resp.output.pop_front();
+                    let ext = ExtHeaders {
+                        aeth: Some(Aeth {
+                            syndrome: Syndrome::ACK,
+                            msn,
+                        }),
+                        ..ExtHeaders::default()
+                    };
+                    let bth = Bth::new(Opcode::RC_RDMA_READ_RESPONSE_ONLY, self.cfg.dest_qpn, psn);
+                    self.build_packet(ctx, out, bth, &ext, 0, |_| true)
+                }
             };
             if self.resp.fatal && self.resp.output.is_empty() {
                 self.enter_error(ctx);

@@ -17,19 +17,26 @@ impl QueuePair {
     ) -> Result<(), RespError> {
         let reth = pkt.ext.reth.ok_or(RespError::InvalidRequest)?;
         self.check_read(ctx, &reth)?;
+        if !self.resp.reserve(self.cfg.max_dest_rd_atomic) {
+            return Err(RespError::InvalidRequest);
+        }
         let npkts = read_packets(reth.dma_len, self.cfg.path_mtu.bytes());
         let psn = pkt.bth.psn;
-        self.resp
-            .remember(Resource::Read { psn, npkts }, self.cfg.max_dest_rd_atomic);
+        self.resp.resources.push_back(Resource::Read { psn, npkts });
         // The READ is a completed message for MSN purposes; its responses carry the new MSN.
         self.resp.expected_psn = psn.add(npkts);
         self.resp.msn = (self.resp.msn + 1) & 0x00ff_ffff;
-        self.queue_read_response(ctx, psn, &reth);
+        self.queue_read_response(ctx, psn, psn, &reth);
         Ok(())
     }
 
-    /// Access checks of a READ request (also for a duplicate, which is re-executed).
+    /// Access checks of a READ request (also for a duplicate, which is re-executed). A READ
+    /// of zero bytes names no memory: its R_Key and address are not checked (IBTA C9-88; rxe:
+    /// "a zero-byte op is not required to set an addr or rkey").
     pub(super) fn check_read(&self, ctx: &Ctx<'_>, reth: &Reth) -> Result<(), RespError> {
+        if reth.dma_len == 0 {
+            return Ok(());
+        }
         let len = u64::from(reth.dma_len);
         check_remote(
             self,
@@ -42,10 +49,19 @@ impl QueuePair {
         .map(|_| ())
     }
 
-    pub(super) fn queue_read_response(&mut self, ctx: &mut Ctx<'_>, psn: Psn, reth: &Reth) {
+    /// Queues the response to the READ whose resource starts at `start`, from `psn` (a
+    /// restarted READ asks for the rest).
+    pub(super) fn queue_read_response(
+        &mut self,
+        ctx: &mut Ctx<'_>,
+        start: Psn,
+        psn: Psn,
+        reth: &Reth,
+    ) {
         ctx.stats.reads_served += 1;
         let msn = self.resp.msn;
         self.resp.output.push_back(Output::Read {
+            start,
             psn,
             rkey: reth.rkey,
             va: reth.va,
@@ -68,6 +84,7 @@ impl QueuePair {
             remaining,
             first,
             msn,
+            ..
         }) = self.resp.output.front().copied()
         else {
             return None;
@@ -89,23 +106,29 @@ impl QueuePair {
             });
         }
         // Memory may have been deregistered since the request was accepted: answer with a
-        // remote access NAK instead of data.
-        let region = check_remote(self, ctx.mrs, rkey, va, n, AccessFlags::REMOTE_READ)
-            .ok()
-            .map(|(mr, off)| (mr.memory.clone(), off));
-        let Some((memory, off)) = region else {
-            self.resp.output.pop_front();
-            ctx.stats.nak_sent(crate::stats::NakKind::RemoteAccess);
-            self.resp.push_ack(
-                psn,
-                Syndrome::Nak(softrdma_wire::NakCode::RemoteAccessError),
-            );
-            self.resp.fatal = true;
-            return None;
+        // remote access NAK instead of data. An empty response reads nothing.
+        let source = if n == 0 {
+            None
+        } else {
+            match check_remote(self, ctx.mrs, rkey, va, n, AccessFlags::REMOTE_READ) {
+                Ok((mr, off)) => Some((mr.memory.clone(), off)),
+                Err(_) => {
+                    self.resp.output.pop_front();
+                    ctx.stats.nak_sent(crate::stats::NakKind::RemoteAccess);
+                    self.resp.push_ack(
+                        psn,
+                        Syndrome::Nak(softrdma_wire::NakCode::RemoteAccessError),
+                    );
+                    self.resp.fatal = true;
+                    return None;
+                }
+            }
         };
         let bth = Bth::new(opcode, self.cfg.dest_qpn, psn);
         let t = self.build_packet(ctx, out, bth, &ext, n as usize, |buf| {
-            memory.read(off, buf);
+            if let Some((memory, off)) = source {
+                memory.read(off, buf);
+            }
             true
         });
         if let Some(Output::Read {

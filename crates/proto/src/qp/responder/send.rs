@@ -17,11 +17,12 @@ impl QueuePair {
     ) -> Result<(), RespError> {
         let mtu = u64::from(self.cfg.path_mtu.bytes());
         let len = pkt.payload.len() as u64;
-        // IBTA 9.7.4.1.5: FIRST and MIDDLE carry exactly one MTU; LAST and ONLY at most one.
-        let len_ok = if position.ends() {
-            len <= mtu
-        } else {
-            len == mtu
+        // IBTA 9.7.4.1.5: FIRST and MIDDLE carry exactly one MTU; LAST at most one and at
+        // least one byte (rxe refuses an empty LAST), ONLY at most one.
+        let len_ok = match position {
+            Position::Only => len <= mtu,
+            Position::Last => len > 0 && len <= mtu,
+            Position::First | Position::Middle => len == mtu,
         };
         if !len_ok {
             return Err(RespError::InvalidRequest);

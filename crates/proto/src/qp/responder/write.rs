@@ -30,14 +30,18 @@ impl QueuePair {
             };
             let total = u64::from(reth.dma_len);
             // The whole message is checked up front, so no packet of it lands out of bounds.
-            check_remote(
-                self,
-                ctx.mrs,
-                reth.rkey,
-                reth.va,
-                total,
-                AccessFlags::REMOTE_WRITE,
-            )?;
+            // A WRITE of zero bytes names no memory: its R_Key and address are not checked
+            // (IBTA C9-88; rxe: "a zero-byte op is not required to set an addr or rkey").
+            if total > 0 {
+                check_remote(
+                    self,
+                    ctx.mrs,
+                    reth.rkey,
+                    reth.va,
+                    total,
+                    AccessFlags::REMOTE_WRITE,
+                )?;
+            }
             WriteInProgress {
                 rkey: reth.rkey,
                 va: reth.va,
@@ -48,10 +52,10 @@ impl QueuePair {
             self.resp.write.take().ok_or(RespError::InvalidRequest)?
         };
         // FIRST/MIDDLE: exactly one MTU with more to come; LAST/ONLY: exactly what remains.
-        let len_ok = if position.ends() {
-            len == w.remaining && len <= mtu
-        } else {
-            len == mtu && w.remaining > mtu
+        let len_ok = match position {
+            Position::Only => len == w.remaining && len <= mtu,
+            Position::Last => len == w.remaining && len > 0 && len <= mtu,
+            Position::First | Position::Middle => len == mtu && w.remaining > mtu,
         };
         if !len_ok {
             return Err(RespError::InvalidRequest);
