@@ -4,7 +4,7 @@ use std::net::{IpAddr, Ipv4Addr};
 
 use softrdma_wire::ROCEV2_UDP_PORT;
 
-use crate::qp::Mtu;
+use crate::qp::attr::Mtu;
 
 /// Static configuration of one engine (one software RNIC port).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

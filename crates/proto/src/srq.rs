@@ -3,7 +3,6 @@
 
 use std::collections::VecDeque;
 
-use crate::event::AsyncEvent;
 use crate::mr::PdHandle;
 use crate::wr::RecvWr;
 
@@ -60,17 +59,15 @@ impl SharedReceiveQueue {
         self.pd
     }
 
-    /// Takes the oldest WQE, raising the limit event when the count drops below the limit.
-    pub(crate) fn take(
-        &mut self,
-        me: SrqHandle,
-        events: &mut VecDeque<AsyncEvent>,
-    ) -> Option<RecvWr> {
+    /// Takes the oldest WQE; `true` beside it when that dropped the count below the armed
+    /// limit, which disarms it (the caller raises the event).
+    pub(crate) fn take(&mut self) -> Option<(RecvWr, bool)> {
         let wr = self.wrs.pop_front()?;
-        if self.attr.srq_limit > 0 && (self.wrs.len() as u64) < u64::from(self.attr.srq_limit) {
+        let crossed =
+            self.attr.srq_limit > 0 && (self.wrs.len() as u64) < u64::from(self.attr.srq_limit);
+        if crossed {
             self.attr.srq_limit = 0;
-            events.push_back(AsyncEvent::SrqLimitReached(me));
         }
-        Some(wr)
+        Some((wr, crossed))
     }
 }

@@ -1,7 +1,7 @@
 //! Work requests in, work completions out: the engine's side of the ibverbs queue model.
 
 use crate::access::AccessFlags;
-use crate::qp::AddressVector;
+use crate::qp::attr::AddressVector;
 
 /// One scatter/gather element: `length` bytes at virtual address `addr` of the memory region
 /// whose local key is `lkey`.

@@ -29,18 +29,9 @@ use softrdma_wire::PacketRepr;
 
 use crate::intercept::{Interceptor, PacketInfo, Verdict};
 use crate::link::{Link, LinkConfig};
+pub use crate::node_id::NodeId;
 use crate::rng::SimRng;
 use softrdma_wire::pcap::{PcapWriter, UdpDatagram};
-
-/// Index of a node in its fabric (the order nodes were added).
-#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
-pub struct NodeId(pub usize);
-
-impl fmt::Display for NodeId {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        write!(f, "node{}", self.0)
-    }
-}
 
 /// Most nodes one fabric holds (addresses 10.0.0.1 ..= 10.0.0.250).
 pub const MAX_NODES: usize = 250;

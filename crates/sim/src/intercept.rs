@@ -12,7 +12,7 @@ use std::net::SocketAddr;
 use softrdma_proto::{Duration, Instant};
 use softrdma_wire::{Opcode, PacketRepr, Psn};
 
-use crate::fabric::NodeId;
+use crate::node_id::NodeId;
 
 /// What an interceptor sees of a datagram.
 #[derive(Debug, Clone, Copy)]

@@ -24,6 +24,7 @@ pub mod datagrams;
 pub mod fabric;
 pub mod intercept;
 pub mod link;
+pub mod node_id;
 pub mod rng;
 pub mod setup;
 pub mod swarm;

@@ -1,8 +1,7 @@
 //! Receive buffers owned by the caller, filled by one `recvmmsg(2)` at a time.
 
 use crate::datagram::RecvMeta;
-use crate::socket::RoceSocket;
-use crate::{imp, MAX_UDP_PAYLOAD, RECV_SLOTS_MAX};
+use crate::{imp, RECV_SLOTS_MAX};
 
 /// A caller-owned set of receive slots: one contiguous buffer cut into `slots` slots, plus the
 /// per-slot metadata and the system-call scratch, all allocated once.
@@ -34,18 +33,6 @@ impl RecvArena {
             filled: 0,
             scratch,
         }
-    }
-
-    /// An arena whose slots fit what `socket` can deliver: [`MAX_UDP_PAYLOAD`] bytes with GRO
-    /// (a coalesced message is up to 64 KiB), 9216 bytes (jumbo frames) without.
-    #[must_use]
-    pub fn for_socket(socket: &RoceSocket, slots: usize) -> Self {
-        let slot_len = if socket.gro_segments() > 1 {
-            MAX_UDP_PAYLOAD
-        } else {
-            9216
-        };
-        Self::new(slots, slot_len)
     }
 
     /// Number of slots.

@@ -8,17 +8,8 @@
 
 use std::net::IpAddr;
 
-use socket2::Socket;
-
-use crate::socket::RoceSocket;
+use crate::socket::{Group, RoceSocket};
 use crate::{imp, MulticastError};
-
-/// One joined group.
-#[derive(Debug)]
-pub(crate) struct Group {
-    pub(crate) addr: IpAddr,
-    pub(crate) socket: Socket,
-}
 
 impl RoceSocket {
     /// Joins `group` on this socket's interface: datagrams sent to `<group>:<port>` are

@@ -10,7 +10,6 @@ use socket2::Socket;
 
 use crate::arena::RecvArena;
 use crate::datagram::Transmit;
-use crate::multicast::Group;
 use crate::{
     imp, OpenError, RecvError, SendError, BATCH_MAX, DEFAULT_MAX_SOURCE_PORTS,
     DEFAULT_SOCKET_BUFFER_BYTES, DEFAULT_TTL, MAX_UDP_PAYLOAD, ROCEV2_UDP_PORT,
@@ -489,4 +488,25 @@ impl RoceSocket {
             .fd()
             .unwrap_or_else(|| std::os::fd::AsFd::as_fd(&self.main))
     }
+}
+
+impl RecvArena {
+    /// An arena whose slots fit what `socket` can deliver: [`MAX_UDP_PAYLOAD`] bytes with GRO
+    /// (a coalesced message is up to 64 KiB), 9216 bytes (jumbo frames) without.
+    #[must_use]
+    pub fn for_socket(socket: &RoceSocket, slots: usize) -> Self {
+        let slot_len = if socket.gro_segments() > 1 {
+            MAX_UDP_PAYLOAD
+        } else {
+            9216
+        };
+        Self::new(slots, slot_len)
+    }
+}
+
+/// One joined multicast group and its receiving socket (see `multicast.rs`).
+#[derive(Debug)]
+pub(crate) struct Group {
+    pub(crate) addr: IpAddr,
+    pub(crate) socket: Socket,
 }

@@ -6,49 +6,17 @@
 //! IPv4-identification habit. A datagram that fails any of them is counted by reason and
 //! dropped.
 
-use std::collections::BTreeMap;
-use std::net::{IpAddr, SocketAddr};
+use std::net::SocketAddr;
 
 use softrdma_wire::pcap::UdpDatagram;
 use softrdma_wire::{GrhArea, IcrcContext, OpKind, PacketRepr, RecoveredIpv4, Transport};
 
 use super::Engine;
 use crate::io::DatagramMeta;
-use crate::qp::{PeerIpv4Ids, QpState, QpType};
+use crate::qp::{QpState, QpType};
 use crate::stats::{DropReason, Stats};
 use crate::time::Instant;
 use crate::wr::MULTICAST_QPN;
-
-/// Most UD senders whose IPv4-identification habit an engine remembers; senders beyond it
-/// are checked with the ICRC's 16 remaining bits only (see `softrdma_wire::icrc`).
-pub const MAX_UD_PEERS: usize = 4096;
-
-/// The IPv4-identification habits of the senders of UD datagrams (connected QPs keep their one
-/// peer's habit themselves).
-#[derive(Debug, Default)]
-pub(crate) struct UdPeers {
-    peers: BTreeMap<IpAddr, PeerIpv4Ids>,
-}
-
-impl UdPeers {
-    fn admit(&mut self, src: IpAddr, id: u16, small_only: bool) -> bool {
-        let full = self.peers.len() >= MAX_UD_PEERS;
-        match self.peers.get_mut(&src) {
-            Some(p) => p.admit(id),
-            None if full => true,
-            None => {
-                let mut p = if small_only {
-                    PeerIpv4Ids::small_only()
-                } else {
-                    PeerIpv4Ids::default()
-                };
-                let ok = p.admit(id);
-                self.peers.insert(src, p);
-                ok
-            }
-        }
-    }
-}
 
 impl Engine {
     /// Processes one received UDP datagram (its payload: BTH through ICRC). Anything wrong

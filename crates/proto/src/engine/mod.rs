@@ -13,9 +13,10 @@
 //! replay a failing run from its seed.
 
 mod demux;
+mod peers;
 
 pub use crate::qp::validate::MAX_MESSAGE_BYTES;
-pub use demux::MAX_UD_PEERS;
+pub use peers::MAX_UD_PEERS;
 
 /// Most multicast groups an engine's QPs may be attached to (rxe's `max_mcast_grp`).
 pub const MAX_MCAST_GROUPS: usize = 8192;
@@ -86,7 +87,7 @@ pub struct Engine {
     /// Multicast groups (their IP address, from the group's GID) and the UD QPs attached.
     mcast: BTreeMap<IpAddr, Vec<u32>>,
     /// What the senders of UD datagrams use as IPv4 identification.
-    ud_peers: demux::UdPeers,
+    ud_peers: peers::UdPeers,
 }
 
 impl Engine {
@@ -111,7 +112,7 @@ impl Engine {
             ready: VecDeque::new(),
             timers: BTreeSet::new(),
             mcast: BTreeMap::new(),
-            ud_peers: demux::UdPeers::default(),
+            ud_peers: peers::UdPeers::default(),
         }
     }
 

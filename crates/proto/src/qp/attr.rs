@@ -6,6 +6,9 @@ use softrdma_wire::Psn;
 
 use crate::access::AccessFlags;
 
+/// The Q_Key of QP1, the General Services Interface (IBTA 13.4.6.2; rdma_cm's MADs).
+pub const GSI_QKEY: u32 = 0x8001_0000;
+
 /// Transport service of a QP.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub enum QpType {

@@ -15,21 +15,11 @@ use std::net::SocketAddr;
 
 use softrdma_wire::{Bth, Deth, ExtHeaders, ImmDt, Opcode, PacketRepr, GRH_LEN};
 
-use super::attr::QpState;
+use super::attr::{QpState, GSI_QKEY};
 use super::{Ctx, QueuePair};
 use crate::io::Transmit;
 use crate::stats::DropReason;
 use crate::wr::{SendFlags, SendOp, WcOpcode, WcStatus, WorkCompletion};
-
-/// The Q_Key of QP1, the General Services Interface (IBTA 13.4.6.2; rdma_cm's MADs).
-pub const GSI_QKEY: u32 = 0x8001_0000;
-
-/// The UDP source port rxe gives a UD QP's packets: `0xC000 + hash_32(qpn, 14)` (the kernel's
-/// multiplicative hash with the 32-bit golden ratio), so QP1 sends from 55410.
-pub fn ud_source_port(qpn: u32) -> u16 {
-    let hash = qpn.wrapping_mul(0x61c8_8647) >> (32 - 14);
-    0xc000 + hash as u16
-}
 
 impl QueuePair {
     /// The next UD datagram: the WQE at the head of the send queue, sent and completed.
@@ -171,7 +161,7 @@ impl QueuePair {
 
 #[cfg(test)]
 mod tests {
-    use super::*;
+    use crate::qp::source_port::ud_source_port;
 
     #[test]
     fn test_source_ports_like_rxe() {

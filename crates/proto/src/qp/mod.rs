@@ -14,6 +14,7 @@ pub(crate) mod requester;
 pub(crate) mod responder;
 pub(crate) mod responder_state;
 pub(crate) mod send_queue;
+pub mod source_port;
 pub mod timers;
 pub(crate) mod validate;
 
@@ -32,10 +33,11 @@ use crate::stats::Stats;
 use crate::time::Instant;
 use crate::wr::{RecvWr, SendFlags, WcOpcode, WcStatus, WorkCompletion};
 
+pub use attr::GSI_QKEY;
 pub use attr::{AddressVector, ModifyQpError, Mtu, QpAttr, QpCaps, QpConfig, QpState, QpType};
-pub use datagram::{ud_source_port, GSI_QKEY};
 use responder_state::Responder;
 use send_queue::Requester;
+pub use source_port::{rxe_source_port, ud_source_port};
 use timers::TimerTable;
 
 /// Everything outside the QP that its stages use: time, memory, CQs, SRQs, events, counters.
@@ -165,18 +167,6 @@ impl PeerIpv4Ids {
         }
         false
     }
-}
-
-/// rxe's UDP source port for a connected QP: `0xC000 | fold(flow_label(lqpn, rqpn))`, where
-/// the flow label mixes the product of the QPNs (rdma-core `rdma_calc_flow_label`) and the fold
-/// xors the top 6 of its 20 bits into the low 14 (`rdma_flow_label_to_udp_sport`).
-pub fn rxe_source_port(local_qpn: u32, remote_qpn: u32) -> u16 {
-    let mut v = u64::from(local_qpn) * u64::from(remote_qpn);
-    v ^= v >> 20;
-    v ^= v >> 40;
-    let fl = (v & 0xf_ffff) as u32;
-    let folded = (fl & 0x3fff) ^ ((fl & 0xf_c000) >> 14);
-    0xc000 | folded as u16
 }
 
 impl QueuePair {

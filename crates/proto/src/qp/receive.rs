@@ -2,6 +2,7 @@
 //! was created on. The responder stages take, peek at and give back WQEs only through these.
 
 use super::{Ctx, QueuePair};
+use crate::event::AsyncEvent;
 use crate::wr::RecvWr;
 
 impl QueuePair {
@@ -9,7 +10,13 @@ impl QueuePair {
     pub(crate) fn take_recv(&mut self, ctx: &mut Ctx<'_>) -> Option<RecvWr> {
         match self.srq {
             None => self.rq.pop_front(),
-            Some(h) => ctx.srqs.get_mut(&h)?.take(h, ctx.events),
+            Some(h) => {
+                let (wr, crossed) = ctx.srqs.get_mut(&h)?.take()?;
+                if crossed {
+                    ctx.events.push_back(AsyncEvent::SrqLimitReached(h));
+                }
+                Some(wr)
+            }
         }
     }
 

@@ -1,0 +1,226 @@
+//! The workspace's module layering: inside every crate, modules refer to each other in one
+//! direction only (no `a` uses `b` uses `a`), so each file reads with what it depends on below
+//! it. A reference is a `use` of, or a path through, another module of the crate (`crate::x`,
+//! `super::x`, `self::x`, a child declared here); comments and `#[cfg(test)] mod tests` do not
+//! count, nor does the crate root, which only re-exports.
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::fs;
+use std::path::{Path, PathBuf};
+
+/// Cycles that exist today and have an issue that removes them. Each entry is a sorted set of
+/// modules; the test fails when it no longer finds one (remove the entry) or finds any other.
+const KNOWN: &[(&str, &[&str])] = &[
+    // crates/verbs: issue 13 (the fast path) splits device setup from the CQ's waiting.
+    ("verbs", &["cq", "device"]),
+    // crates/cli: perf's out-of-band setup and its run loop share error and printer types
+    // defined in perf/mod.rs; issue 15 reworks both.
+    ("cli", &["perf", "perf::oob"]),
+];
+
+fn modules(src: &Path) -> BTreeMap<String, PathBuf> {
+    let mut out = BTreeMap::new();
+    let mut stack = vec![src.to_path_buf()];
+    while let Some(dir) = stack.pop() {
+        for entry in fs::read_dir(&dir).expect("read src dir") {
+            let path = entry.expect("dir entry").path();
+            if path.is_dir() {
+                stack.push(path);
+                continue;
+            }
+            if path.extension().and_then(|e| e.to_str()) != Some("rs") {
+                continue;
+            }
+            let rel = path
+                .strip_prefix(src)
+                .expect("under src")
+                .with_extension("");
+            let mut parts: Vec<String> = rel
+                .components()
+                .map(|c| c.as_os_str().to_string_lossy().into_owned())
+                .collect();
+            match parts.last().map(String::as_str) {
+                Some("mod") => {
+                    parts.pop();
+                }
+                Some("lib" | "main") if parts.len() == 1 => parts.clear(),
+                _ => {}
+            }
+            out.insert(parts.join("::"), path);
+        }
+    }
+    out
+}
+
+/// The code of a file without comments and without its unit-test module.
+fn code(path: &Path) -> String {
+    let text = fs::read_to_string(path).expect("read source");
+    let text = match text.find("#[cfg(test)]\nmod tests") {
+        Some(at) => &text[..at],
+        None => &text,
+    };
+    text.lines()
+        .map(|l| l.split("//").next().unwrap_or(""))
+        .collect::<Vec<_>>()
+        .join("\n")
+}
+
+/// Paths like `crate::a::b`, `super::x`, `self::y` in `code`.
+fn paths(code: &str) -> Vec<Vec<String>> {
+    let mut out = Vec::new();
+    let bytes = code.as_bytes();
+    for head in ["crate::", "super::", "self::"] {
+        let mut from = 0;
+        while let Some(at) = code[from..].find(head) {
+            let start = from + at;
+            from = start + head.len();
+            if start > 0 && (bytes[start - 1].is_ascii_alphanumeric() || bytes[start - 1] == b'_') {
+                continue;
+            }
+            let mut end = start;
+            while end < bytes.len()
+                && (bytes[end].is_ascii_alphanumeric() || bytes[end] == b'_' || bytes[end] == b':')
+            {
+                end += 1;
+            }
+            out.push(
+                code[start..end]
+                    .split("::")
+                    .filter(|s| !s.is_empty())
+                    .map(str::to_string)
+                    .collect(),
+            );
+        }
+    }
+    out
+}
+
+fn resolve(mods: &BTreeMap<String, PathBuf>, current: &str, path: &[String]) -> Option<String> {
+    let mut base: Vec<&str> = if current.is_empty() {
+        Vec::new()
+    } else {
+        current.split("::").collect()
+    };
+    let mut rest = path;
+    match rest.first().map(String::as_str) {
+        Some("crate") => {
+            base.clear();
+            rest = &rest[1..];
+        }
+        Some("self") => rest = &rest[1..],
+        Some("super") => {
+            while rest.first().map(String::as_str) == Some("super") {
+                base.pop();
+                rest = &rest[1..];
+            }
+        }
+        _ => return None,
+    }
+    (0..=rest.len()).rev().find_map(|n| {
+        let mut cand: Vec<&str> = base.clone();
+        cand.extend(rest[..n].iter().map(String::as_str));
+        let name = cand.join("::");
+        mods.contains_key(&name).then_some(name)
+    })
+}
+
+/// Strongly connected groups of more than one module.
+fn cycles(edges: &BTreeMap<String, BTreeSet<String>>) -> Vec<BTreeSet<String>> {
+    // Two modules are in one group when each reaches the other.
+    let reach = |from: &String| {
+        let mut seen = BTreeSet::new();
+        let mut stack = vec![from.clone()];
+        while let Some(m) = stack.pop() {
+            for n in edges.get(&m).into_iter().flatten() {
+                if seen.insert(n.clone()) {
+                    stack.push(n.clone());
+                }
+            }
+        }
+        seen
+    };
+    let reaches: BTreeMap<&String, BTreeSet<String>> =
+        edges.keys().map(|m| (m, reach(m))).collect();
+    let mut groups: Vec<BTreeSet<String>> = Vec::new();
+    for (m, r) in &reaches {
+        if !r.contains(*m) {
+            continue;
+        }
+        let group: BTreeSet<String> = r
+            .iter()
+            .filter(|n| reaches.get(n).is_some_and(|rn| rn.contains(*m)))
+            .cloned()
+            .collect();
+        if group.len() > 1 && !groups.contains(&group) {
+            groups.push(group);
+        }
+    }
+    groups
+}
+
+#[test]
+fn no_module_cycles_in_any_crate() {
+    let crates = Path::new(env!("CARGO_MANIFEST_DIR")).join("..");
+    let mut found: Vec<(String, BTreeSet<String>)> = Vec::new();
+    let mut names: Vec<PathBuf> = fs::read_dir(&crates)
+        .expect("crates dir")
+        .map(|e| e.expect("entry").path())
+        .filter(|p| p.join("src").is_dir())
+        .collect();
+    names.sort();
+    assert!(names.len() >= 7, "found only {names:?}");
+    for dir in names {
+        let krate = dir.file_name().unwrap().to_string_lossy().into_owned();
+        let mods = modules(&dir.join("src"));
+        let mut edges: BTreeMap<String, BTreeSet<String>> = BTreeMap::new();
+        for (m, path) in &mods {
+            let code = code(path);
+            let mut targets = BTreeSet::new();
+            for p in paths(&code) {
+                if let Some(t) = resolve(&mods, m, &p) {
+                    targets.insert(t);
+                }
+            }
+            // `use child::...` of a child module declared in this file.
+            for line in code.lines() {
+                let l = line.trim_start();
+                let Some(rest) = l
+                    .strip_prefix("use ")
+                    .or_else(|| l.strip_prefix("pub use "))
+                else {
+                    continue;
+                };
+                let first = rest.split("::").next().unwrap_or("");
+                let child = if m.is_empty() {
+                    first.to_string()
+                } else {
+                    format!("{m}::{first}")
+                };
+                if mods.contains_key(&child) {
+                    targets.insert(child);
+                }
+            }
+            targets.retain(|t| t != m && !t.is_empty());
+            if !m.is_empty() {
+                edges.insert(m.clone(), targets);
+            }
+        }
+        for group in cycles(&edges) {
+            found.push((krate.clone(), group));
+        }
+    }
+    let known: Vec<(String, BTreeSet<String>)> = KNOWN
+        .iter()
+        .map(|(k, g)| (k.to_string(), g.iter().map(|s| s.to_string()).collect()))
+        .collect();
+    let new: Vec<_> = found.iter().filter(|f| !known.contains(f)).collect();
+    let gone: Vec<_> = known.iter().filter(|k| !found.contains(k)).collect();
+    assert!(
+        new.is_empty(),
+        "modules that import each other in a circle: {new:?}"
+    );
+    assert!(
+        gone.is_empty(),
+        "these known cycles are gone: remove them from KNOWN: {gone:?}"
+    );
+}
