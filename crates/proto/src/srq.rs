@@ -17,7 +17,7 @@ pub struct SrqAttr {
     pub max_wr: u32,
     /// Most SGEs per WQE.
     pub max_sge: u32,
-    /// When the WQE count drops below this, [`AsyncEvent::SrqLimitReached`] is raised once
+    /// When the WQE count drops below this, [`AsyncEvent::SrqLimitReached`](crate::AsyncEvent::SrqLimitReached) is raised once
     /// and the limit goes back to 0 (disarmed).
     pub srq_limit: u32,
 }

@@ -6,7 +6,7 @@ use crate::{imp, RECV_SLOTS_MAX};
 /// A caller-owned set of receive slots: one contiguous buffer cut into `slots` slots, plus the
 /// per-slot metadata and the system-call scratch, all allocated once.
 ///
-/// [`RoceSocket::try_recv`] overwrites it; after a call, [`RecvArena::iter`] lists the messages
+/// [`RoceSocket::try_recv`](crate::RoceSocket::try_recv) overwrites it; after a call, [`RecvArena::iter`] lists the messages
 /// received and [`RecvArena::datagrams`] splits GRO messages into datagrams.
 pub struct RecvArena {
     pub(crate) buf: Box<[u8]>,
@@ -19,7 +19,7 @@ pub struct RecvArena {
 impl RecvArena {
     /// An arena of `slots` slots of `slot_len` bytes each. `slots` is clamped to
     /// `1..=RECV_SLOTS_MAX` and `slot_len` to `1..=65535`. A GRO socket needs slots of
-    /// [`MAX_UDP_PAYLOAD`] bytes (see [`RecvArena::for_socket`]); otherwise the path MTU is enough.
+    /// [`MAX_UDP_PAYLOAD`](crate::MAX_UDP_PAYLOAD) bytes (see [`RecvArena::for_socket`]); otherwise the path MTU is enough.
     #[must_use]
     pub fn new(slots: usize, slot_len: usize) -> Self {
         let slots = slots.clamp(1, RECV_SLOTS_MAX);
