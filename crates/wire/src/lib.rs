@@ -14,6 +14,8 @@
 //! which extension headers a packet carries and where. The [`icrc`] module computes and checks
 //! the invariant CRC, including for datagrams whose IPv4 identification the receiver cannot see.
 //! The [`pcap`] module writes datagrams to capture files with synthesized IP/UDP headers.
+//! The [`mad`] module reads and writes the management datagrams that UD packets to QP 1 carry:
+//! the communication manager's messages and rdma_cm's addressing inside them.
 //!
 //! | header | module | on |
 //! |---|---|---|
@@ -43,6 +45,7 @@ pub mod icrc;
 pub mod ieth;
 pub mod imm_dt;
 pub mod ip;
+pub mod mad;
 pub mod opcode;
 pub mod packet;
 pub mod pcap;

@@ -1,4 +1,7 @@
 //! One-line, tcpdump-style rendering of a packet, used by `softrdma decode` and in traces.
+//!
+//! A UD packet to QP 1 carries a management datagram; its line ends with the MAD's own
+//! rendering ([`crate::mad::describe`]): class, method, attribute and the CM fields.
 
 use core::fmt;
 
@@ -56,6 +59,10 @@ impl fmt::Display for PacketRepr<'_> {
         if let Some(i) = e.ieth {
             write!(f, " IETH[rkey={:#x}]", i.rkey)?;
         }
-        write!(f, " payload={}", self.payload.len())
+        write!(f, " payload={}", self.payload.len())?;
+        if e.deth.is_some() && b.dest_qpn == crate::mad::GSI_QPN {
+            write!(f, " {}", crate::mad::describe(self.payload))?;
+        }
+        Ok(())
     }
 }

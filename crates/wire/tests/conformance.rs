@@ -16,7 +16,9 @@ use softrdma_wire::{
 };
 
 /// RoCEv2 packets per capture (testdata/conformance/INDEX.md).
-const ROCE_COUNTS: [usize; 14] = [100, 108, 20, 100, 100, 100, 41, 60, 73, 20, 44, 60, 40, 20];
+const ROCE_COUNTS: [usize; 17] = [
+    100, 108, 20, 100, 100, 100, 41, 60, 73, 20, 44, 60, 40, 20, 50, 124, 104,
+];
 
 #[test]
 fn test_capture_counts() {

@@ -12,7 +12,7 @@ use softrdma_wire::ip::{parse_ethernet, ETHERTYPE_IPV4, ETHERTYPE_IPV6};
 use softrdma_wire::{IcrcContext, IpHeader, IpPacket, ROCEV2_UDP_PORT};
 
 /// The bundled rxe captures, by file name.
-pub const CAPTURES: [&str; 14] = [
+pub const CAPTURES: [&str; 17] = [
     "rc_send.pcap",
     "rc_send_retransmit.pcap",
     "ud_send.pcap",
@@ -27,6 +27,9 @@ pub const CAPTURES: [&str; 14] = [
     "srq_perf.pcap",
     "write_lat.pcap",
     "read_lat.pcap",
+    "ucmatose.pcap",
+    "write_bw_cm.pcap",
+    "send_bw_cm.pcap",
 ];
 
 /// Path of a bundled capture.
