@@ -1,21 +1,27 @@
-//! Connection establishment for softrdma: the out-of-band exchanges by which the standard
-//! RDMA tools meet, so softrdma's tools can pair with them.
+//! Connection establishment for softrdma: how two RC endpoints learn each other's QPN, PSN
+//! and address before any RoCEv2 packet can flow. Two ways:
 //!
-//! Two RC endpoints must learn each other's QPN, PSN and GID (and, for one-sided operations,
-//! rkey and buffer address) before any RoCEv2 packet can flow. The tools do it over a plain
-//! TCP connection on port 18515, each with its own text format:
+//! - **The InfiniBand CM and rdma_cm** ([`ib`], [`rdma`]): what rdma_cm programs (rping,
+//!   ucmatose, `ib_write_bw -R`, every storage and MPI stack) speak, as Linux's `ib_cm` and
+//!   `rdma_cm` do on a RoCE port — MADs on QP 1, REQ/REP/RTU, DREQ/DREP, REJ, MRA, SIDR,
+//!   retransmission and time-wait; rdma_cm's port spaces, service IDs and IP header on top.
+//!   Both are sans-IO state machines (MADs and time in; MADs, events and deadlines out) that
+//!   a verbs driver runs with its GSI QP; see [`ib`] for the contract. They are checked byte
+//!   for byte against rxe's rdma_cm captures.
+//! - **The out-of-band TCP exchanges** the standard tools use instead, so softrdma's tools can
+//!   pair with them: [`pingpong`], rdma-core's `ibv_rc_pingpong` family (`LID:QPN:PSN:GID`,
+//!   52 bytes), and [`perftest`], perftest's `ib_*_bw` / `ib_*_lat` (versions, sys data, MTU,
+//!   108-byte keys, bandwidth reports, `done`). Both are byte-compatible with the real
+//!   programs (rdma-core 44, perftest 4.5-0.17): the tests replay the TCP payloads captured
+//!   between two Linux Soft-RoCE hosts.
 //!
-//! - [`pingpong`]: rdma-core's `ibv_rc_pingpong` family (`LID:QPN:PSN:GID`, 52 bytes);
-//! - [`perftest`]: perftest's `ib_*_bw` / `ib_*_lat` (versions, sys data, MTU, 108-byte keys,
-//!   bandwidth reports, `done`).
+//! This crate depends on no verbs code: it carries plain numbers, [`Gid`]s and the transport
+//! engine's QP attribute type, and the caller moves its QP through RESET → INIT → RTR → RTS
+//! between the steps.
 //!
-//! Both are byte-compatible with the real programs (rdma-core 44, perftest 4.5-0.17): the
-//! tests replay the TCP payloads captured between two Linux Soft-RoCE hosts. This crate
-//! depends on no verbs code: it carries plain numbers and a [`Gid`], and the caller moves
-//! its QP through RESET → INIT → RTR → RTS between the steps.
-//!
-//! Nothing here panics on network input; malformed messages are [`ParseError`]s wrapped in
-//! [`Error::Malformed`], and every blocking step has a timeout.
+//! Nothing here panics on network input: the out-of-band formats return [`ParseError`]s
+//! wrapped in [`Error::Malformed`] and every blocking step has a timeout; a malformed or
+//! unexpected MAD is counted ([`ib::CmStats`]) and dropped.
 //!
 //! `examples/perftest_probe.rs` and `examples/pingpong_probe.rs` run the client (and, for
 //! pingpong, the server) side against the real programs on Linux rxe, with made-up QP values
@@ -27,9 +33,11 @@
 
 mod error;
 mod gid;
+pub mod ib;
 mod net;
 pub mod perftest;
 pub mod pingpong;
+pub mod rdma;
 mod text;
 
 pub use error::{Error, FormatError, ParseError, Result};

@@ -116,3 +116,47 @@ pub fn tcp_conns(path: &PathBuf, port: u16) -> Vec<Conn> {
     }
     conns
 }
+
+/// One MAD of a capture: sender and receiver addresses and the 256 bytes.
+#[derive(Debug, Clone)]
+pub struct GsiMad {
+    pub src: std::net::IpAddr,
+    pub dst: std::net::IpAddr,
+    pub mad: Vec<u8>,
+}
+
+/// The MADs (UD SEND_ONLY payloads to QP 1) of a bundled capture, in order.
+pub fn gsi_mads(capture: &str) -> Vec<GsiMad> {
+    use softrdma_wire::ip::parse_ethernet;
+    use softrdma_wire::{IpPacket, PacketRepr, ROCEV2_UDP_PORT};
+    let path = repo_file(&format!("testdata/conformance/{capture}"));
+    let d = std::fs::read(&path).unwrap_or_else(|e| panic!("{}: {e}", path.display()));
+    let mut out = Vec::new();
+    let mut off = 24;
+    while off + 16 <= d.len() {
+        let incl = u32::from_le_bytes(d[off + 8..off + 12].try_into().unwrap()) as usize;
+        let frame = &d[off + 16..off + 16 + incl];
+        off += 16 + incl;
+        let Ok((_, ip_bytes)) = parse_ethernet(frame) else {
+            continue;
+        };
+        let Ok(ip) = IpPacket::parse(ip_bytes) else {
+            continue;
+        };
+        let Ok((udp, _, payload)) = ip.udp() else {
+            continue;
+        };
+        if udp.dst_port != ROCEV2_UDP_PORT {
+            continue;
+        }
+        let packet = PacketRepr::parse(payload).expect("captured RoCEv2 packets parse");
+        if packet.bth.dest_qpn == 1 {
+            out.push(GsiMad {
+                src: ip.ip.src(),
+                dst: ip.ip.dst(),
+                mad: packet.payload.to_vec(),
+            });
+        }
+    }
+    out
+}
