@@ -6,7 +6,7 @@ use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
 
 /// (file, records in the file, RoCEv2 packets) — RoCEv2 counts from testdata/conformance/INDEX.md.
-const CAPTURES: [(&str, u64, u64); 7] = [
+const CAPTURES: [(&str, u64, u64); 10] = [
     ("rc_send.pcap", 111, 100),
     ("rc_send_retransmit.pcap", 119, 108),
     ("ud_send.pcap", 31, 20),
@@ -14,6 +14,9 @@ const CAPTURES: [(&str, u64, u64); 7] = [
     ("rc_read.pcap", 141, 100),
     ("atomic_fa.pcap", 141, 100),
     ("rdma_cm.pcap", 41, 41),
+    ("ucmatose.pcap", 50, 50),
+    ("write_bw_cm.pcap", 124, 124),
+    ("send_bw_cm.pcap", 104, 104),
 ];
 
 fn conformance(name: &str) -> PathBuf {
@@ -141,6 +144,46 @@ fn line_shows_headers() {
     let text = stdout(&decode(&[], &conformance("atomic_fa.pcap")));
     assert!(text.contains("RC_ATOMIC_ACKNOWLEDGE"));
     assert!(text.contains("AtomicAckETH[orig="));
+}
+
+#[test]
+fn rdma_cm_exchange_is_named() {
+    // rping's connection: REQ, REP, RTU, then (after the traffic) DREQ and DREP, each a MAD on
+    // QP 1 with its CM fields and rdma_cm's IP header.
+    let text = stdout(&decode(&[], &conformance("rdma_cm.pcap")));
+    let lines: Vec<&str> = text.lines().collect();
+    let mad = |i: usize| lines[i].split_once("payload=256 ").map(|(_, m)| m).unwrap_or("");
+    assert!(lines[0].contains(
+        "10.88.0.12:55410 → 10.88.0.11:4791 UD_SEND_ONLY qp=0x000001 psn=0x000000 ackreq \
+         DETH[qkey=0x80010000 srcqp=0x000001] payload=256 CM Send REQ"
+    ));
+    assert_eq!(
+        mad(0),
+        "CM Send REQ tid=0x2b19c3b82 lcid=0x823b9cb1 sid=0x1061c06(TCP:7174) qpn=0x000011 \
+         psn=0x2b5620 Rc mtu=1024 rr=1 id=1 retry=7 rnr=7 timeout=20/20 cm_retries=15 \
+         path[::ffff:10.88.0.12 → ::ffff:10.88.0.11 fl=0x06070 tc=0 hl=64 ack_to=19] \
+         cma[10.88.0.12:34390 → 10.88.0.11] icrc=ok"
+    );
+    assert_eq!(
+        mad(1),
+        "CM Send REP tid=0x2b19c3b82 lcid=0x5ed99b66 rcid=0x823b9cb1 qpn=0x000011 \
+         psn=0xf52293 rr=1 id=1 ack_delay=15 rnr=7 icrc=ok"
+    );
+    assert_eq!(
+        mad(2),
+        "CM Send RTU tid=0x2b19c3b82 lcid=0x823b9cb1 rcid=0x5ed99b66 icrc=ok"
+    );
+    assert_eq!(
+        mad(39),
+        "CM Send DREQ tid=0x2b19c3b82 lcid=0x823b9cb1 rcid=0x5ed99b66 qpn=0x000011 icrc=ok"
+    );
+    assert_eq!(
+        mad(40),
+        "CM Send DREP tid=0x2b19c3b82 lcid=0x5ed99b66 rcid=0x823b9cb1 icrc=ok"
+    );
+    assert_eq!(text.lines().filter(|l| l.contains(" CM Send ")).count(), 5);
+    // RC traffic lines carry no MAD.
+    assert!(!lines[3].contains("CM "), "{}", lines[3]);
 }
 
 #[test]

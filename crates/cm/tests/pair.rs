@@ -1274,3 +1274,85 @@ fn private_data_limits() {
         .connect(now, ud, dst, Route::default(), &big)
         .is_err());
 }
+
+/// An active consumer slow to ready its QP after the REP: the passive side's retransmitted
+/// REP (4096 ms) is answered with rdma_cm's MRA for the REP, and the next REP waits
+/// 2^16 + 2^11 ms; the RTU then completes it.
+#[test]
+fn slow_rtu_gets_an_mra() {
+    let mut p = Pair::with(MANUAL, AUTO);
+    p.listen(1, PortSpace::Tcp, RdmaQpType::Rc, PORT);
+    let client = p.connect(0, PortSpace::Tcp, RdmaQpType::Rc, PORT, rc_param(0x11));
+    p.run_until(Duration::from_secs(10), |p| p.sent(0, "MRA").len() == 1);
+    let reps = p.sent(1, "REP");
+    assert_eq!(reps.len(), 2);
+    assert_eq!(reps[1].at - reps[0].at, REP_TIMEOUT);
+    let mra = p.sent(0, "MRA")[0].clone();
+    let CmMessage::Mra(m) = mra.mad.msg else {
+        unreachable!()
+    };
+    assert_eq!((m.msg_mraed, m.service_timeout), (MsgResponse::Rep, CMA_MRA_SERVICE_TIMEOUT));
+    p.run_until(Duration::from_secs(100), |p| p.sent(1, "REP").len() == 3);
+    let reps = p.sent(1, "REP");
+    assert_eq!(reps[2].at - (mra.at + LAT), Duration::from_millis(65_536 + 2048));
+    let now = p.now;
+    p.cm(0).complete_connect(now, client).unwrap();
+    p.run_until(Duration::from_secs(1), |p| {
+        p.has_event(1, |k| matches!(k, RdmaEventKind::Established { .. }))
+    });
+    assert_eq!(p.cm(0).stats().rx_duplicates.get(attr::REP), 2);
+}
+
+/// rdma_cm checks its header before a listener sees the request: a destination address the
+/// listener is not bound to, or a header version other than 0, is refused with REJ 28 (Linux:
+/// the request handler fails, `cm_destroy_id` rejects as the consumer).
+#[test]
+fn rdma_cm_header_checks_reject_with_28() {
+    // The listener is bound to another address of the passive node.
+    let mut p = Pair::new();
+    let cm = p.cm(1);
+    let listener = cm.create_id(PortSpace::Tcp, RdmaQpType::Rc);
+    cm.bind(listener, "10.0.0.99:7174".parse().unwrap()).unwrap();
+    cm.listen(listener).unwrap();
+    p.connect(0, PortSpace::Tcp, RdmaQpType::Rc, PORT, rc_param(0x11));
+    p.run(Duration::from_secs(1));
+    assert_eq!(p.trace(), [(0, "REQ"), (1, "REJ")]);
+    assert!(p.take(1).is_empty(), "the listener never hears of it");
+    assert!(matches!(
+        p.take(0)[0].kind,
+        RdmaEventKind::Rejected {
+            reason: RejectReason::ConsumerDefined,
+            ..
+        }
+    ));
+
+    // A REQ whose rdma_cm header has version 1, to a listener that would take it otherwise.
+    let mut p = Pair::new().fate(|_, _| Fate::Drop);
+    p.listen(1, PortSpace::Tcp, RdmaQpType::Rc, PORT);
+    p.connect(0, PortSpace::Tcp, RdmaQpType::Rc, PORT, rc_param(0x11));
+    let mut req = p.sent(0, "REQ")[0].mad;
+    if let CmMessage::Req(r) = &mut req.msg {
+        r.private_data.0[0] = 1;
+    }
+    let now = p.now;
+    p.cm(1).handle_mad(now, Gid::from_ip(ip(0)), 1, &req.to_bytes());
+    let out = p.cm(1).poll_transmit().expect("a REJ");
+    let CmMessage::Rej(rej) = CmMad::parse(&out.mad).unwrap().msg else {
+        panic!()
+    };
+    assert_eq!(rej.reason, RejectReason::ConsumerDefined);
+    assert!(p.cm(1).poll_event().is_none());
+    // A TCP listener does not take a UC request either.
+    let mut uc = req;
+    if let CmMessage::Req(r) = &mut uc.msg {
+        r.private_data.0[0] = 0;
+        r.transport = softrdma_wire::mad::cm::TransportType::Uc;
+        r.local_comm_id ^= 1;
+    }
+    p.cm(1).handle_mad(now, Gid::from_ip(ip(0)), 1, &uc.to_bytes());
+    let out = p.cm(1).poll_transmit().expect("a REJ");
+    assert!(matches!(
+        CmMad::parse(&out.mad).unwrap().msg,
+        CmMessage::Rej(r) if r.reason == RejectReason::ConsumerDefined
+    ));
+}
