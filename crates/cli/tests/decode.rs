@@ -152,7 +152,12 @@ fn rdma_cm_exchange_is_named() {
     // QP 1 with its CM fields and rdma_cm's IP header.
     let text = stdout(&decode(&[], &conformance("rdma_cm.pcap")));
     let lines: Vec<&str> = text.lines().collect();
-    let mad = |i: usize| lines[i].split_once("payload=256 ").map(|(_, m)| m).unwrap_or("");
+    let mad = |i: usize| {
+        lines[i]
+            .split_once("payload=256 ")
+            .map(|(_, m)| m)
+            .unwrap_or("")
+    };
     assert!(lines[0].contains(
         "10.88.0.12:55410 → 10.88.0.11:4791 UD_SEND_ONLY qp=0x000001 psn=0x000000 ackreq \
          DETH[qkey=0x80010000 srcqp=0x000001] payload=256 CM Send REQ"

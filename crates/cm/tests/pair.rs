@@ -1291,10 +1291,16 @@ fn slow_rtu_gets_an_mra() {
     let CmMessage::Mra(m) = mra.mad.msg else {
         unreachable!()
     };
-    assert_eq!((m.msg_mraed, m.service_timeout), (MsgResponse::Rep, CMA_MRA_SERVICE_TIMEOUT));
+    assert_eq!(
+        (m.msg_mraed, m.service_timeout),
+        (MsgResponse::Rep, CMA_MRA_SERVICE_TIMEOUT)
+    );
     p.run_until(Duration::from_secs(100), |p| p.sent(1, "REP").len() == 3);
     let reps = p.sent(1, "REP");
-    assert_eq!(reps[2].at - (mra.at + LAT), Duration::from_millis(65_536 + 2048));
+    assert_eq!(
+        reps[2].at - (mra.at + LAT),
+        Duration::from_millis(65_536 + 2048)
+    );
     let now = p.now;
     p.cm(0).complete_connect(now, client).unwrap();
     p.run_until(Duration::from_secs(1), |p| {
@@ -1312,7 +1318,8 @@ fn rdma_cm_header_checks_reject_with_28() {
     let mut p = Pair::new();
     let cm = p.cm(1);
     let listener = cm.create_id(PortSpace::Tcp, RdmaQpType::Rc);
-    cm.bind(listener, "10.0.0.99:7174".parse().unwrap()).unwrap();
+    cm.bind(listener, "10.0.0.99:7174".parse().unwrap())
+        .unwrap();
     cm.listen(listener).unwrap();
     p.connect(0, PortSpace::Tcp, RdmaQpType::Rc, PORT, rc_param(0x11));
     p.run(Duration::from_secs(1));
@@ -1335,7 +1342,8 @@ fn rdma_cm_header_checks_reject_with_28() {
         r.private_data.0[0] = 1;
     }
     let now = p.now;
-    p.cm(1).handle_mad(now, Gid::from_ip(ip(0)), 1, &req.to_bytes());
+    p.cm(1)
+        .handle_mad(now, Gid::from_ip(ip(0)), 1, &req.to_bytes());
     let out = p.cm(1).poll_transmit().expect("a REJ");
     let CmMessage::Rej(rej) = CmMad::parse(&out.mad).unwrap().msg else {
         panic!()
@@ -1349,10 +1357,29 @@ fn rdma_cm_header_checks_reject_with_28() {
         r.transport = softrdma_wire::mad::cm::TransportType::Uc;
         r.local_comm_id ^= 1;
     }
-    p.cm(1).handle_mad(now, Gid::from_ip(ip(0)), 1, &uc.to_bytes());
+    p.cm(1)
+        .handle_mad(now, Gid::from_ip(ip(0)), 1, &uc.to_bytes());
     let out = p.cm(1).poll_transmit().expect("a REJ");
     assert!(matches!(
         CmMad::parse(&out.mad).unwrap().msg,
         CmMessage::Rej(r) if r.reason == RejectReason::ConsumerDefined
     ));
+}
+
+/// The table of connections has a limit: a REQ beyond it is dropped unanswered (Linux drops
+/// a REQ it cannot allocate for, so that a retransmission may succeed) and counted.
+#[test]
+fn requests_beyond_max_connections_are_dropped() {
+    let mut p = Pair::with(AUTO, MANUAL);
+    p.nodes[1].cm = RdmaCm::new(CmConfig {
+        max_connections: 1,
+        ..config(1)
+    });
+    p.listen(1, PortSpace::Tcp, RdmaQpType::Rc, PORT);
+    p.connect(0, PortSpace::Tcp, RdmaQpType::Rc, PORT, rc_param(0x11));
+    p.connect(0, PortSpace::Tcp, RdmaQpType::Rc, PORT, rc_param(0x12));
+    p.run(Duration::from_millis(100));
+    assert_eq!(p.trace(), [(0, "REQ"), (0, "REQ")]);
+    assert_eq!(kinds(&p.take(1)), ["CONNECT_REQUEST"]);
+    assert_eq!(p.cm(1).stats().drops(CmDrop::NoResources), 1);
 }

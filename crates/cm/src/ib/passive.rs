@@ -49,6 +49,8 @@ impl IbCm {
             );
             return;
         };
+        // Linux takes the hop limit of the path from the received GRH (the IP TTL); the driver
+        // does not pass it in, so the REQ's own hop limit stands for it.
         let path = PathRecord::from_req(&req.primary_path, req.pkey, req.path_mtu);
         let Ok(id) = self.create(rx.src, path) else {
             // Linux cannot allocate: no REJ, so that a retransmission may succeed later.

@@ -33,26 +33,85 @@
 //! Private data: the application's part of a REQ is at most 56 bytes (92 minus rdma_cm's
 //! 36-byte header), of a SIDR_REQ 180; REP 196, REJ 148, SIDR_REP 136. Received private
 //! data is handed over in full (rdma_cm's `private_data_len` is the whole field).
+//!
+//! # Example: two ports, MADs carried by hand
+//!
+//! What a driver does, minus the QP: carry each [`OutMad`] to the port whose GID it names,
+//! pass the time, react to events.
+//!
+//! ```
+//! use softrdma_cm::ib::CmConfig;
+//! use softrdma_cm::rdma::{ConnParam, RdmaCm, RdmaEventKind, RdmaQpType, Route};
+//! use softrdma_proto::Instant;
+//! use softrdma_wire::mad::cma::PortSpace;
+//! use softrdma_wire::Gid;
+//!
+//! let (a_ip, b_ip) = ("10.0.0.1".parse().unwrap(), "10.0.0.2".parse().unwrap());
+//! let mut a = RdmaCm::new(CmConfig { ca_guid: 1, ..CmConfig::default() });
+//! let mut b = RdmaCm::new(CmConfig { ca_guid: 2, rng_seed: 9, ..CmConfig::default() });
+//! let listener = b.create_id(PortSpace::Tcp, RdmaQpType::Rc);
+//! b.bind(listener, std::net::SocketAddr::new(b_ip, 7174)).unwrap();
+//! b.listen(listener).unwrap();
+//!
+//! let now = Instant::ZERO;
+//! let client = a.create_id(PortSpace::Tcp, RdmaQpType::Rc);
+//! a.bind(client, std::net::SocketAddr::new(a_ip, 0)).unwrap();
+//! let param = ConnParam { qp_num: 0x11, responder_resources: 1, initiator_depth: 1,
+//!                         retry_count: 7, rnr_retry_count: 7, ..ConnParam::default() };
+//! a.connect(now, client, "10.0.0.2:7174".parse().unwrap(), Route::default(), &param).unwrap();
+//!
+//! let mut established = 0;
+//! for _ in 0..10 {
+//!     // The wire: every MAD to its destination's CM, sent from the other's GID, QP 1.
+//!     while let Some(m) = a.poll_transmit() {
+//!         assert_eq!(m.dst, Gid::from_ip(b_ip));
+//!         b.handle_mad(now, Gid::from_ip(a_ip), 1, &m.mad);
+//!     }
+//!     while let Some(m) = b.poll_transmit() {
+//!         a.handle_mad(now, Gid::from_ip(b_ip), 1, &m.mad);
+//!     }
+//!     // The consumers: the passive one accepts (its QP would go to RTS first), the active one
+//!     // readies its QP from `qp_attr` and completes.
+//!     while let Some(e) = b.poll_event() {
+//!         match e.kind {
+//!             RdmaEventKind::ConnectRequest { .. } => {
+//!                 b.accept(now, e.id, &ConnParam { qp_num: 0x22, ..param.clone() }).unwrap()
+//!             }
+//!             RdmaEventKind::Established { .. } => established += 1,
+//!             _ => {}
+//!         }
+//!     }
+//!     while let Some(e) = a.poll_event() {
+//!         match e.kind {
+//!             RdmaEventKind::ConnectResponse { param } => {
+//!                 assert_eq!(param.qp_num, 0x22);
+//!                 a.complete_connect(now, e.id).unwrap();
+//!             }
+//!             RdmaEventKind::Established { .. } => established += 1,
+//!             _ => {}
+//!         }
+//!     }
+//! }
+//! assert_eq!(established, 2);
+//! ```
 
 use std::collections::{BTreeMap, HashMap, VecDeque};
 use std::net::SocketAddr;
 
 use softrdma_proto::{AccessFlags, Instant, QpAttr, QpState};
-use softrdma_wire::mad::cm::{RejectReason, SidrStatus, TransportType};
-use softrdma_wire::mad::cma::{roce_flow_label, PortSpace, CMA_HEADER_LEN, RDMA_UDP_QKEY};
+use softrdma_wire::mad::cma::{PortSpace, RDMA_UDP_QKEY};
 use softrdma_wire::{Gid, Psn};
 
-use crate::ib::{
-    CmConfig, CmError, CmEvent, CmId, CmStats, IbCm, ListenId, OutMad, PathRecord, RepParams,
-    ReqParams, SidrRepParams, SidrReqParams, CMA_MRA_SERVICE_TIMEOUT,
-};
+use crate::ib::{CmConfig, CmError, CmId, CmStats, IbCm, ListenId, OutMad};
 
 mod addr;
+mod connect;
+mod dispatch;
 mod event;
 
 pub use event::{ConnParam, RdmaEvent, RdmaEventKind, Route, UdParam};
 
-use addr::{listener_matches, read_header, request_private_data, Ports};
+use addr::Ports;
 
 /// An rdma_cm identifier (`struct rdma_cm_id`). Handles are never reused.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
@@ -305,221 +364,6 @@ impl RdmaCm {
         }
     }
 
-    /// Connects a bound id to `dst` (`rdma_connect` after address and route resolution):
-    /// a REQ (RC/UC) or SIDR_REQ (UD) with rdma_cm's IP header and `param.private_data`
-    /// after it.
-    pub fn connect(
-        &mut self,
-        now: Instant,
-        id: RdmaId,
-        dst: SocketAddr,
-        route: Route,
-        param: &ConnParam,
-    ) -> Result<(), RdmaError> {
-        let i = self.get(id)?;
-        if i.state != RdmaState::Bound {
-            return Err(RdmaError::InvalidState(i.state));
-        }
-        let src = i.src.expect("bound");
-        if src.ip().is_unspecified() || src.is_ipv4() != dst.is_ipv4() {
-            return Err(RdmaError::Address);
-        }
-        let ud = i.qp_type == RdmaQpType::Ud;
-        let max = if ud { 216 } else { 92 } - CMA_HEADER_LEN;
-        Self::check_user_data(&param.private_data, max)?;
-        let private_data =
-            request_private_data(src, dst.ip(), &param.private_data).ok_or(RdmaError::Address)?;
-        let path = PathRecord {
-            traffic_class: route.traffic_class,
-            hop_limit: route.hop_limit,
-            ..PathRecord::roce(
-                Gid::from_ip(src.ip()),
-                Gid::from_ip(dst.ip()),
-                route.mtu,
-                roce_flow_label(src.port(), dst.port()),
-            )
-        };
-        let service_id = i.ps.service_id(dst.port());
-        let cm = if ud {
-            self.ib.sidr_request(
-                now,
-                &SidrReqParams {
-                    path,
-                    service_id,
-                    timeout_ms: 1 << (crate::ib::CMA_CM_RESPONSE_TIMEOUT - 8),
-                    max_cm_retries: crate::ib::CMA_MAX_CM_RETRIES,
-                    private_data,
-                },
-            )?
-        } else {
-            let req = ReqParams {
-                transport: if i.qp_type == RdmaQpType::Uc {
-                    TransportType::Uc
-                } else {
-                    TransportType::Rc
-                },
-                responder_resources: param.responder_resources,
-                initiator_depth: param.initiator_depth,
-                flow_control: param.flow_control,
-                retry_count: param.retry_count.min(7),
-                rnr_retry_count: param.rnr_retry_count.min(7),
-                srq: param.srq,
-                private_data,
-                starting_psn: Some(i.seq_num),
-                ..ReqParams::rdma_cm(path, service_id, param.qp_num)
-            };
-            self.ib.connect(now, &req)?
-        };
-        let i = self.get_mut(id)?;
-        i.cm = Some(cm);
-        i.dst = Some(dst);
-        i.state = RdmaState::Connect;
-        self.by_cm.insert(cm, id);
-        self.pump(now);
-        Ok(())
-    }
-
-    /// Accepts a connection request on the id its `ConnectRequest` came with
-    /// (`rdma_accept`): a REP with `param`'s QP number, resources and private data, or for UD
-    /// a SIDR_REP with the QP number and Q_Key.
-    pub fn accept(&mut self, now: Instant, id: RdmaId, param: &ConnParam) -> Result<(), RdmaError> {
-        let i = self.get(id)?;
-        let cm = match (i.state, i.cm, i.listen_id) {
-            (RdmaState::Connect, Some(cm), Some(_)) => cm,
-            _ => return Err(RdmaError::InvalidState(i.state)),
-        };
-        if i.qp_type == RdmaQpType::Ud {
-            Self::check_user_data(&param.private_data, 136)?;
-            let qkey = if param.qkey != 0 {
-                param.qkey
-            } else {
-                RDMA_UDP_QKEY
-            };
-            self.ib.sidr_reply(
-                now,
-                cm,
-                &SidrRepParams {
-                    status: SidrStatus::Success,
-                    qpn: param.qp_num,
-                    qkey,
-                    info: Vec::new(),
-                    private_data: param.private_data.clone(),
-                },
-            )?;
-        } else {
-            self.ib.accept(
-                now,
-                cm,
-                &RepParams {
-                    qpn: param.qp_num,
-                    starting_psn: Some(i.seq_num),
-                    responder_resources: param.responder_resources,
-                    initiator_depth: param.initiator_depth,
-                    failover_accepted: 0,
-                    flow_control: param.flow_control,
-                    rnr_retry_count: param.rnr_retry_count.min(7),
-                    srq: param.srq,
-                    private_data: param.private_data.clone(),
-                },
-            )?;
-        }
-        self.pump(now);
-        Ok(())
-    }
-
-    /// Refuses a connection request (`rdma_reject`): REJ reason 28 (consumer defined) with
-    /// `private_data` (≤ 148 bytes), or a SIDR_REP "reject" for UD.
-    pub fn reject(
-        &mut self,
-        now: Instant,
-        id: RdmaId,
-        private_data: &[u8],
-    ) -> Result<(), RdmaError> {
-        let i = self.get(id)?;
-        let cm = i.cm.ok_or(RdmaError::InvalidState(i.state))?;
-        if i.qp_type == RdmaQpType::Ud {
-            self.ib.sidr_reply(
-                now,
-                cm,
-                &SidrRepParams {
-                    private_data: private_data.to_vec(),
-                    ..SidrRepParams::refuse(SidrStatus::Reject)
-                },
-            )?;
-        } else {
-            self.ib
-                .reject(now, cm, RejectReason::ConsumerDefined, &[], private_data)?;
-        }
-        self.pump(now);
-        Ok(())
-    }
-
-    /// Completes an active connection after `ConnectResponse` (librdmacm's
-    /// `ucma_process_conn_resp`): the QP is in RTS; the RTU goes out and `Established`
-    /// follows.
-    pub fn complete_connect(&mut self, now: Instant, id: RdmaId) -> Result<(), RdmaError> {
-        let i = self.get(id)?;
-        let cm = match (i.state, i.cm, i.listen_id) {
-            (RdmaState::Connect, Some(cm), None) => cm,
-            _ => return Err(RdmaError::InvalidState(i.state)),
-        };
-        self.ib.send_rtu(now, cm, &[])?;
-        self.event(id, RdmaEventKind::Established { ud: None });
-        self.pump(now);
-        Ok(())
-    }
-
-    /// The QP of a passive connection received traffic before the RTU (`rdma_notify` with
-    /// `IBV_EVENT_COMM_EST`).
-    pub fn established(&mut self, now: Instant, id: RdmaId) -> Result<(), RdmaError> {
-        let cm = self.get(id)?.cm.ok_or(RdmaError::NoSuchId)?;
-        self.ib.established(now, cm)?;
-        self.pump(now);
-        Ok(())
-    }
-
-    /// Disconnects (`rdma_disconnect`): the DREQ if connected, the DREP if the peer's DREQ
-    /// came first.
-    pub fn disconnect(&mut self, now: Instant, id: RdmaId) -> Result<(), RdmaError> {
-        let i = self.get(id)?;
-        let cm = i.cm.ok_or(RdmaError::InvalidState(i.state))?;
-        match self.ib.disconnect(now, cm, &[]) {
-            Ok(()) => {}
-            Err(CmError::InvalidState(_)) => self.ib.send_drep(now, cm, &[])?,
-            Err(e) => return Err(e.into()),
-        }
-        self.pump(now);
-        Ok(())
-    }
-
-    /// Forgets an id (`rdma_destroy_id`): stops listening, releases the port, and destroys the
-    /// IB connection (which tells the peer what its state calls for).
-    pub fn destroy(&mut self, now: Instant, id: RdmaId) -> Result<(), RdmaError> {
-        let i = self.ids.remove(&id).ok_or(RdmaError::NoSuchId)?;
-        if i.state == RdmaState::Listen {
-            let sid = i.ps.service_id(i.src.expect("bound").port());
-            if let Some((l, users)) = self.ib_listens.get_mut(&sid) {
-                *users -= 1;
-                if *users == 0 {
-                    let l = *l;
-                    self.ib_listens.remove(&sid);
-                    self.ib.stop_listening(l)?;
-                }
-            }
-        }
-        if i.listen_id.is_none() {
-            if let Some(src) = i.src {
-                self.ports.unbind(id, i.ps, src.port());
-            }
-        }
-        if let Some(cm) = i.cm {
-            self.by_cm.remove(&cm);
-            self.ib.destroy(now, cm)?;
-        }
-        self.pump(now);
-        Ok(())
-    }
-
     /// QP attributes for `target` (`rdma_init_qp_attr`): the IB CM's once a handshake is under
     /// way, with the RTR's expected PSN replaced by the id's own (so a passive QP can reach RTR
     /// before `accept`); before it (an active QP being created), INIT with no remote access,
@@ -549,191 +393,6 @@ impl RdmaCm {
             _ => Err(RdmaError::InvalidState(i.state)),
         }
     }
-
-    fn event(&mut self, id: RdmaId, kind: RdmaEventKind) {
-        self.events.push_back(RdmaEvent { id, kind });
-    }
-
-    /// Turns the IB CM's events into rdma_cm's (`cma_ib_handler`, `cma_ib_req_handler`,
-    /// `cma_sidr_rep_handler`).
-    fn pump(&mut self, now: Instant) {
-        while let Some(e) = self.ib.poll_event() {
-            match e {
-                CmEvent::ReqReceived { id: cm, req } => self.on_request(now, cm, Request::Rc(req)),
-                CmEvent::SidrReqReceived { id: cm, req } => {
-                    self.on_request(now, cm, Request::Ud(req))
-                }
-                other => self.on_cm_event(now, other),
-            }
-        }
-    }
-
-    fn on_cm_event(&mut self, now: Instant, e: CmEvent) {
-        let cm = e.id();
-        let Some(&id) = self.by_cm.get(&cm) else {
-            return;
-        };
-        let state = self.ids[&id].state;
-        // cma_ib_handler: everything but TIMEWAIT_EXIT only while connecting/connected,
-        // TIMEWAIT_EXIT only after the disconnect.
-        let wanted = match e {
-            CmEvent::TimewaitExit { .. } => RdmaState::Disconnect,
-            _ => RdmaState::Connect,
-        };
-        if state != wanted {
-            return;
-        }
-        let kind = match e {
-            CmEvent::RepReceived { rep, .. } => {
-                // The consumer readies its QP before the RTU: retransmitted REPs get an MRA.
-                let _ = self
-                    .ib
-                    .send_mra(now, cm, CMA_MRA_SERVICE_TIMEOUT, true, &[]);
-                RdmaEventKind::ConnectResponse {
-                    param: ConnParam {
-                        private_data: rep.private_data.to_vec(),
-                        responder_resources: rep.responder_resources,
-                        initiator_depth: rep.initiator_depth,
-                        flow_control: rep.flow_control,
-                        retry_count: 0,
-                        rnr_retry_count: rep.rnr_retry_count,
-                        srq: rep.srq,
-                        qp_num: rep.remote_qpn,
-                        qkey: 0,
-                    },
-                }
-            }
-            CmEvent::Established { .. } => RdmaEventKind::Established { ud: None },
-            CmEvent::RejReceived {
-                reason,
-                private_data,
-                ..
-            } => RdmaEventKind::Rejected {
-                reason,
-                private_data: private_data.to_vec(),
-            },
-            CmEvent::ReqError { .. } | CmEvent::RepError { .. } | CmEvent::SidrReqError { .. } => {
-                RdmaEventKind::Unreachable { sidr_status: None }
-            }
-            CmEvent::DreqReceived { .. }
-            | CmEvent::DrepReceived { .. }
-            | CmEvent::DreqError { .. } => {
-                self.ids.get_mut(&id).expect("exists").state = RdmaState::Disconnect;
-                RdmaEventKind::Disconnected
-            }
-            CmEvent::TimewaitExit { .. } => RdmaEventKind::TimewaitExit,
-            CmEvent::SidrRepReceived { rep, .. } if rep.status == SidrStatus::Success => {
-                let peer = self.ids[&id].dst.map(|d| d.ip());
-                RdmaEventKind::Established {
-                    ud: Some(UdParam {
-                        qp_num: rep.qpn,
-                        qkey: rep.qkey,
-                        peer,
-                        private_data: rep.private_data.to_vec(),
-                    }),
-                }
-            }
-            CmEvent::SidrRepReceived { rep, .. } => RdmaEventKind::Unreachable {
-                sidr_status: Some(rep.status),
-            },
-            CmEvent::MraReceived { .. } => return,
-            CmEvent::ReqReceived { .. } | CmEvent::SidrReqReceived { .. } => return,
-        };
-        self.event(id, kind);
-    }
-
-    /// A REQ or SIDR_REQ reached a service ID we listen on: find the rdma listener its IP
-    /// header and QP type fit (`cma_ib_id_from_event`, `cma_ib_check_req_qp_type`), or refuse
-    /// it as Linux does when a handler fails — REJ 28, SIDR_REP "reject".
-    fn on_request(&mut self, now: Instant, cm: CmId, req: Request) {
-        let (service_id, private_data) = match &req {
-            Request::Rc(r) => (r.service_id, &r.private_data[..]),
-            Request::Ud(r) => (r.service_id, &r.private_data[..]),
-        };
-        let found = PortSpace::from_service_id(service_id).and_then(|(ps, port)| {
-            let (_, peer, dst) = read_header(private_data).ok()?;
-            let listener = self
-                .ports
-                .on_port(ps, port)
-                .iter()
-                .find_map(|&(lid, bound)| {
-                    let l = &self.ids[&lid];
-                    let type_fits = match &req {
-                        Request::Rc(r) => matches!(
-                            (l.qp_type, r.transport),
-                            (RdmaQpType::Rc, TransportType::Rc)
-                                | (RdmaQpType::Uc, TransportType::Uc)
-                        ),
-                        Request::Ud(_) => l.qp_type == RdmaQpType::Ud,
-                    };
-                    (l.state == RdmaState::Listen && type_fits && listener_matches(bound, dst))
-                        .then_some(lid)
-                })?;
-            Some((ps, port, listener, peer, dst))
-        });
-        let Some((ps, port, listener, peer, dst)) = found else {
-            // cm_destroy_id in REQ_RCVD / SIDR_REQ_RCVD: REJ 28 / SIDR_REP reject.
-            let _ = self.ib.destroy(now, cm);
-            return;
-        };
-        let id = RdmaId(self.next_id);
-        self.next_id += 1;
-        let qp_type = self.ids[&listener].qp_type;
-        let local = SocketAddr::new(dst, port);
-        self.ids.insert(
-            id,
-            Id {
-                ps,
-                qp_type,
-                state: RdmaState::Connect,
-                src: Some(local),
-                dst: Some(peer),
-                cm: Some(cm),
-                listen_id: Some(listener),
-                seq_num: Psn::new((Self::next_random(&mut self.rng) >> 16) as u32),
-            },
-        );
-        self.by_cm.insert(cm, id);
-        let user = private_data[CMA_HEADER_LEN..].to_vec();
-        let param = match &req {
-            Request::Rc(r) => ConnParam {
-                private_data: user,
-                responder_resources: r.responder_resources,
-                initiator_depth: r.initiator_depth,
-                flow_control: r.flow_control,
-                retry_count: r.retry_count,
-                rnr_retry_count: r.rnr_retry_count,
-                srq: r.srq,
-                qp_num: r.remote_qpn,
-                qkey: 0,
-            },
-            Request::Ud(_) => ConnParam {
-                private_data: user,
-                ..ConnParam::default()
-            },
-        };
-        self.event(
-            id,
-            RdmaEventKind::ConnectRequest {
-                listen_id: listener,
-                param,
-                peer,
-                local,
-            },
-        );
-        if matches!(req, Request::Rc(_)) {
-            // cma_ib_req_handler arms an MRA for retransmitted REQs while the consumer decides.
-            let _ = self
-                .ib
-                .send_mra(now, cm, CMA_MRA_SERVICE_TIMEOUT, true, &[]);
-        }
-    }
-}
-
-/// A request as the IB CM reported it.
-enum Request {
-    Rc(Box<crate::ib::ReqReceived>),
-    Ud(Box<crate::ib::SidrReqReceived>),
 }
 
 impl RdmaId {
