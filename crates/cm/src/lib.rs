@@ -38,6 +38,7 @@ mod net;
 pub mod perftest;
 pub mod pingpong;
 pub mod rdma;
+mod rng;
 mod text;
 
 pub use error::{Error, FormatError, ParseError, Result};

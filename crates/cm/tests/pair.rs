@@ -326,6 +326,13 @@ impl Pair {
         }
     }
 
+    /// Steps until node `i` has seen an ESTABLISHED event.
+    fn run_until_established(&mut self, i: usize, limit: Duration) {
+        self.run_until(limit, |p| {
+            p.has_event(i, |k| matches!(k, RdmaEventKind::Established { .. }))
+        });
+    }
+
     /// Events of node `i` not yet taken.
     fn take(&mut self, i: usize) -> Vec<RdmaEvent> {
         self.drive(i);
@@ -355,6 +362,17 @@ impl Pair {
 
     fn has_event(&self, i: usize, f: impl Fn(&RdmaEventKind) -> bool) -> bool {
         self.nodes[i].events.iter().any(|(_, e)| f(&e.kind))
+    }
+}
+
+/// Loses the first MAD of attribute `name`, from either side.
+fn lose_first(name: &'static str) -> impl FnMut(&Sent, usize) -> Fate {
+    move |s, n| {
+        if s.name() == name && n == 0 {
+            Fate::Drop
+        } else {
+            Fate::Deliver
+        }
     }
 }
 
@@ -520,19 +538,11 @@ fn handshake_and_teardown() {
 /// The first REQ is lost: the same bytes go out again one REQ timeout (6144 ms) later.
 #[test]
 fn lost_req_is_retransmitted() {
-    let mut p = Pair::with(MANUAL, AUTO).fate(|s, n| {
-        if s.name() == "REQ" && n == 0 {
-            Fate::Drop
-        } else {
-            Fate::Deliver
-        }
-    });
+    let mut p = Pair::with(MANUAL, AUTO).fate(lose_first("REQ"));
     p.listen(1, PortSpace::Tcp, RdmaQpType::Rc, PORT);
     p.nodes[0].auto = AUTO;
     p.connect(0, PortSpace::Tcp, RdmaQpType::Rc, PORT, rc_param(0x11));
-    p.run_until(Duration::from_secs(30), |p| {
-        p.has_event(1, |k| matches!(k, RdmaEventKind::Established { .. }))
-    });
+    p.run_until_established(1, Duration::from_secs(30));
     let reqs = p.sent(0, "REQ");
     assert_eq!(reqs.len(), 2);
     assert_eq!(reqs[0].bytes, reqs[1].bytes, "retransmitted unchanged");
@@ -545,18 +555,10 @@ fn lost_req_is_retransmitted() {
 /// retransmission (due later) is not needed, and nothing is duplicated.
 #[test]
 fn lost_rep_is_retransmitted_by_the_passive_side() {
-    let mut p = Pair::with(AUTO, AUTO).fate(|s, n| {
-        if s.name() == "REP" && n == 0 {
-            Fate::Drop
-        } else {
-            Fate::Deliver
-        }
-    });
+    let mut p = Pair::with(AUTO, AUTO).fate(lose_first("REP"));
     p.listen(1, PortSpace::Tcp, RdmaQpType::Rc, PORT);
     p.connect(0, PortSpace::Tcp, RdmaQpType::Rc, PORT, rc_param(0x11));
-    p.run_until(Duration::from_secs(30), |p| {
-        p.has_event(1, |k| matches!(k, RdmaEventKind::Established { .. }))
-    });
+    p.run_until_established(1, Duration::from_secs(30));
     let reps = p.sent(1, "REP");
     assert_eq!(reps.len(), 2);
     assert_eq!(reps[1].at - reps[0].at, REP_TIMEOUT);
@@ -568,18 +570,10 @@ fn lost_rep_is_retransmitted_by_the_passive_side() {
 /// with the same RTU again (`cm_dup_rep_handler`).
 #[test]
 fn lost_rtu_is_answered_by_the_duplicate_rep() {
-    let mut p = Pair::with(AUTO, AUTO).fate(|s, n| {
-        if s.name() == "RTU" && n == 0 {
-            Fate::Drop
-        } else {
-            Fate::Deliver
-        }
-    });
+    let mut p = Pair::with(AUTO, AUTO).fate(lose_first("RTU"));
     p.listen(1, PortSpace::Tcp, RdmaQpType::Rc, PORT);
     p.connect(0, PortSpace::Tcp, RdmaQpType::Rc, PORT, rc_param(0x11));
-    p.run_until(Duration::from_secs(30), |p| {
-        p.has_event(1, |k| matches!(k, RdmaEventKind::Established { .. }))
-    });
+    p.run_until_established(1, Duration::from_secs(30));
     assert_eq!(
         p.trace(),
         [(0, "REQ"), (1, "REP"), (0, "RTU"), (1, "REP"), (0, "RTU")]
@@ -653,9 +647,7 @@ fn slow_accept_gets_an_mra() {
     let server = p.nodes[1].events[0].1.id;
     let now = p.now;
     p.cm(1).accept(now, server, &rc_param(0x22)).unwrap();
-    p.run_until(Duration::from_secs(1), |p| {
-        p.has_event(1, |k| matches!(k, RdmaEventKind::Established { .. }))
-    });
+    p.run_until_established(1, Duration::from_secs(1));
     assert_eq!(p.cm(1).stats().rx_duplicates.get(attr::REQ), 2);
     assert_eq!(kinds(&p.take(0)), ["CONNECT_RESPONSE", "ESTABLISHED"]);
 }
@@ -671,13 +663,7 @@ fn lost_dreq_and_lost_drep() {
             destroy_after_timewait: true,
             ..AUTO
         };
-        let mut p = Pair::with(AUTO, passive).fate(move |s, n| {
-            if s.name() == lose && n == 0 {
-                Fate::Drop
-            } else {
-                Fate::Deliver
-            }
-        });
+        let mut p = Pair::with(AUTO, passive).fate(lose_first(lose));
         p.listen(1, PortSpace::Tcp, RdmaQpType::Rc, PORT);
         let client = p.connect(0, PortSpace::Tcp, RdmaQpType::Rc, PORT, rc_param(0x11));
         p.run_until(Duration::from_secs(1), |p| p.nodes[1].events.len() == 2);
@@ -870,13 +856,7 @@ fn consumer_reject_with_private_data() {
 #[test]
 fn listener_goes_away_mid_handshake() {
     // (a) The first REQ is lost, the listener closes, the retransmission finds nobody.
-    let mut p = Pair::new().fate(|s, n| {
-        if s.name() == "REQ" && n == 0 {
-            Fate::Drop
-        } else {
-            Fate::Deliver
-        }
-    });
+    let mut p = Pair::new().fate(lose_first("REQ"));
     let listener = p.listen(1, PortSpace::Tcp, RdmaQpType::Rc, PORT);
     p.connect(0, PortSpace::Tcp, RdmaQpType::Rc, PORT, rc_param(0x11));
     let now = p.now;
@@ -900,9 +880,7 @@ fn listener_goes_away_mid_handshake() {
     let now = p.now;
     p.cm(1).destroy(now, listener).unwrap();
     p.cm(1).accept(now, server, &rc_param(0x22)).unwrap();
-    p.run_until(Duration::from_secs(1), |p| {
-        p.has_event(1, |k| matches!(k, RdmaEventKind::Established { .. }))
-    });
+    p.run_until_established(1, Duration::from_secs(1));
 
     // (c) The REQ arrived; listener and new id are destroyed without an answer: REJ 28.
     let mut p = Pair::new();
@@ -1303,9 +1281,7 @@ fn slow_rtu_gets_an_mra() {
     );
     let now = p.now;
     p.cm(0).complete_connect(now, client).unwrap();
-    p.run_until(Duration::from_secs(1), |p| {
-        p.has_event(1, |k| matches!(k, RdmaEventKind::Established { .. }))
-    });
+    p.run_until_established(1, Duration::from_secs(1));
     assert_eq!(p.cm(0).stats().rx_duplicates.get(attr::REP), 2);
 }
 

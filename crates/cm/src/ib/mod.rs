@@ -96,6 +96,7 @@ pub use params::{
 pub use stats::{AttrCounters, CmDrop, CmStats};
 pub use timers::{ack_timeout, iba_time};
 
+use crate::rng::Rng;
 use conn::Conn;
 use timers::{Deadlines, Pending};
 
@@ -163,20 +164,6 @@ impl Default for CmConfig {
     }
 }
 
-/// SplitMix64: small, fast, and reproducible from the seed.
-#[derive(Debug, Clone)]
-struct Rng(u64);
-
-impl Rng {
-    fn next_u64(&mut self) -> u64 {
-        self.0 = self.0.wrapping_add(0x9e37_79b9_7f4a_7c15);
-        let mut z = self.0;
-        z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
-        z = (z ^ (z >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
-        z ^ (z >> 31)
-    }
-}
-
 #[derive(Debug, Clone, Copy)]
 struct Listener {
     service_id: u64,
@@ -205,7 +192,7 @@ impl IbCm {
     /// A CM with no connections and no listeners.
     pub fn new(config: CmConfig) -> IbCm {
         IbCm {
-            rng: Rng(config.rng_seed),
+            rng: Rng::new(config.rng_seed),
             config,
             next_handle: 1,
             conns: BTreeMap::new(),
@@ -344,9 +331,9 @@ impl IbCm {
         Ok(id)
     }
 
-    /// A random starting PSN (rdma_cm: `get_random_u32() & 0xffffff`).
+    /// A random starting PSN.
     fn random_psn(&mut self) -> softrdma_wire::Psn {
-        softrdma_wire::Psn::new(self.rng.next_u64() as u32)
+        self.rng.psn()
     }
 
     /// The connection with our comm ID `local` whose remote comm ID is `remote`

@@ -27,27 +27,12 @@ impl IbCm {
         }
         // A connection from the same remote QP exists: the peer lost it, this one is stale.
         if let Some(&old) = self.remote_qpns.get(&(req.local_qpn, req.local_ca_guid)) {
-            // cm_issue_rej reads the REQ as if it were a REJ: our "local comm ID" is whatever
-            // sits at offset 4 of the REQ, the reserved byte and the ECE vendor ID.
-            self.issue_rej(
-                rx,
-                req.vendor_id,
-                req.local_comm_id,
-                RejectReason::StaleConnection,
-                MsgResponse::Req,
-            );
+            self.reject_req(rx, req, RejectReason::StaleConnection);
             self.dreq_stale(now, old);
             return;
         }
         let Some(listen_id) = self.find_listener(req.service_id) else {
-            self.issue_rej(
-                rx,
-                req.vendor_id,
-                req.local_comm_id,
-                RejectReason::InvalidServiceId,
-                MsgResponse::Req,
-            );
-            return;
+            return self.reject_req(rx, req, RejectReason::InvalidServiceId);
         };
         // Linux takes the hop limit of the path from the received GRH (the IP TTL); the driver
         // does not pass it in, so the REQ's own hop limit stands for it.
@@ -101,6 +86,19 @@ impl IbCm {
                 private_data: req.private_data,
             }),
         });
+    }
+
+    /// Refuses a REQ that gets no connection here (`cm_issue_rej`). Linux reads the REQ as if
+    /// it were a REJ, so our "local comm ID" is whatever sits at offset 4 of the REQ: the
+    /// reserved byte and the ECE vendor ID.
+    fn reject_req(&mut self, rx: Received, req: &Req, reason: RejectReason) {
+        self.issue_rej(
+            rx,
+            req.vendor_id,
+            req.local_comm_id,
+            reason,
+            MsgResponse::Req,
+        );
     }
 
     /// A retransmitted REQ (`cm_dup_req_handler`): ignored while the consumer decides, answered

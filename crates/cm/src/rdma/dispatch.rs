@@ -7,7 +7,6 @@ use std::net::SocketAddr;
 use softrdma_proto::Instant;
 use softrdma_wire::mad::cm::{SidrStatus, TransportType};
 use softrdma_wire::mad::cma::{PortSpace, CMA_HEADER_LEN};
-use softrdma_wire::Psn;
 
 use crate::ib::{CmEvent, CmId, CMA_MRA_SERVICE_TIMEOUT};
 
@@ -157,7 +156,7 @@ impl RdmaCm {
                 dst: Some(peer),
                 cm: Some(cm),
                 listen_id: Some(listener),
-                seq_num: Psn::new((Self::next_random(&mut self.rng) >> 16) as u32),
+                seq_num: self.rng.psn(),
             },
         );
         self.by_cm.insert(cm, id);

@@ -111,6 +111,7 @@ mod event;
 
 pub use event::{ConnParam, RdmaEvent, RdmaEventKind, Route, UdParam};
 
+use crate::rng::Rng;
 use addr::Ports;
 
 /// An rdma_cm identifier (`struct rdma_cm_id`). Handles are never reused.
@@ -186,7 +187,7 @@ struct Id {
 pub struct RdmaCm {
     ib: IbCm,
     /// Ephemeral ports and starting PSNs.
-    rng: u64,
+    rng: Rng,
     next_id: u64,
     ids: BTreeMap<RdmaId, Id>,
     by_cm: HashMap<CmId, RdmaId>,
@@ -200,7 +201,7 @@ impl RdmaCm {
     /// rdma_cm over a new IB CM with `config`.
     pub fn new(config: CmConfig) -> RdmaCm {
         RdmaCm {
-            rng: config.rng_seed ^ 0x706f_7274_7321,
+            rng: Rng::new(config.rng_seed ^ 0x706f_7274_7321),
             ib: IbCm::new(config),
             next_id: 1,
             ids: BTreeMap::new(),
@@ -276,7 +277,7 @@ impl RdmaCm {
     pub fn create_id(&mut self, ps: PortSpace, qp_type: RdmaQpType) -> RdmaId {
         let id = RdmaId(self.next_id);
         self.next_id += 1;
-        let seq_num = Psn::new((Self::next_random(&mut self.rng) >> 16) as u32);
+        let seq_num = self.rng.psn();
         self.ids.insert(
             id,
             Id {
@@ -301,17 +302,9 @@ impl RdmaCm {
         self.ids.get_mut(&id).ok_or(RdmaError::NoSuchId)
     }
 
-    /// A 64-bit LCG step (Knuth's MMIX constants): deterministic from the configured seed.
-    fn next_random(state: &mut u64) -> u64 {
-        *state = state
-            .wrapping_mul(6_364_136_223_846_793_005)
-            .wrapping_add(1_442_695_040_888_963_407);
-        *state
-    }
-
-    fn next_port(state: &mut u64) -> u16 {
+    fn next_port(rng: &mut Rng) -> u16 {
         let span = u64::from(addr::EPHEMERAL_PORTS.end() - addr::EPHEMERAL_PORTS.start()) + 1;
-        addr::EPHEMERAL_PORTS.start() + ((Self::next_random(state) >> 33) % span) as u16
+        addr::EPHEMERAL_PORTS.start() + (rng.next_u64() % span) as u16
     }
 
     /// Binds an idle id to `addr` (`rdma_bind_addr`); port 0 picks an ephemeral port.

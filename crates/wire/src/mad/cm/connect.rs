@@ -254,11 +254,11 @@ impl Rtu {
 
     /// Parses the 232 data bytes of an RTU.
     pub fn parse(b: &[u8]) -> Result<Rtu, MadError> {
-        check(b)?;
+        let (local_comm_id, remote_comm_id, private_data) = super::parse_ids_and_data(b)?;
         Ok(Rtu {
-            local_comm_id: be32(b, 0),
-            remote_comm_id: be32(b, 4),
-            private_data: PrivateData::read(&b[8..]),
+            local_comm_id,
+            remote_comm_id,
+            private_data,
         })
     }
 
@@ -267,9 +267,12 @@ impl Rtu {
     /// # Panics
     /// If `b` is shorter than [`Rtu::LEN`].
     pub fn emit(&self, b: &mut [u8]) {
-        put32(b, 0, self.local_comm_id);
-        put32(b, 4, self.remote_comm_id);
-        b[8..Self::LEN].copy_from_slice(self.private_data.as_bytes());
+        super::emit_ids_and_data(
+            b,
+            self.local_comm_id,
+            self.remote_comm_id,
+            &self.private_data,
+        );
     }
 }
 

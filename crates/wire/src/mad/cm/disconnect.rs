@@ -62,15 +62,13 @@ impl Drep {
     /// Bytes of MAD data the message occupies.
     pub const LEN: usize = MAD_DATA_LEN;
 
-    /// Parses the 232 data bytes of a DREP.
+    /// Parses the 232 data bytes of a DREP (the RTU's layout).
     pub fn parse(b: &[u8]) -> Result<Drep, MadError> {
-        if b.len() < Self::LEN {
-            return Err(MadError::Truncated);
-        }
+        let (local_comm_id, remote_comm_id, private_data) = super::parse_ids_and_data(b)?;
         Ok(Drep {
-            local_comm_id: be32(b, 0),
-            remote_comm_id: be32(b, 4),
-            private_data: PrivateData::read(&b[8..]),
+            local_comm_id,
+            remote_comm_id,
+            private_data,
         })
     }
 
@@ -79,9 +77,12 @@ impl Drep {
     /// # Panics
     /// If `b` is shorter than [`Drep::LEN`].
     pub fn emit(&self, b: &mut [u8]) {
-        put32(b, 0, self.local_comm_id);
-        put32(b, 4, self.remote_comm_id);
-        b[8..Self::LEN].copy_from_slice(self.private_data.as_bytes());
+        super::emit_ids_and_data(
+            b,
+            self.local_comm_id,
+            self.remote_comm_id,
+            &self.private_data,
+        );
     }
 }
 

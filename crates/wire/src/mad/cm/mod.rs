@@ -176,6 +176,29 @@ impl TransportType {
     }
 }
 
+/// The layout RTU and DREP share: the two communication IDs, then 224 bytes of private data.
+pub(crate) fn parse_ids_and_data(
+    b: &[u8],
+) -> Result<(u32, u32, crate::mad::PrivateData<{ private_data_len::RTU }>), MadError> {
+    if b.len() < MAD_DATA_LEN {
+        return Err(MadError::Truncated);
+    }
+    let ids = (crate::bytes::be32(b, 0), crate::bytes::be32(b, 4));
+    Ok((ids.0, ids.1, crate::mad::PrivateData::read(&b[8..])))
+}
+
+/// Writes the RTU/DREP layout.
+pub(crate) fn emit_ids_and_data(
+    b: &mut [u8],
+    local: u32,
+    remote: u32,
+    data: &crate::mad::PrivateData<{ private_data_len::RTU }>,
+) {
+    crate::bytes::put32(b, 0, local);
+    crate::bytes::put32(b, 4, remote);
+    b[8..MAD_DATA_LEN].copy_from_slice(data.as_bytes());
+}
+
 /// Any CM message, by attribute.
 #[allow(clippy::large_enum_variant)] // no allocation in this crate: messages are plain values
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
