@@ -1065,6 +1065,10 @@ fn sixty_four_concurrent_connections() {
         );
         assert_eq!(a.remote_qpn, s.local_qpn);
         assert_eq!((a.sq_psn, a.rq_psn), (s.rq_psn, s.sq_psn));
+        // What both QPs get: the REP's ACK delay on the active side, MTU 1024, ACK timeout 19.
+        assert_eq!((a.target_ack_delay, a.path.mtu, s.path.mtu), (15, 3, 3));
+        assert_eq!((a.ack_timeout, s.ack_timeout), (19, 19));
+        assert_eq!((a.flow_control, s.srq), (false, false));
     }
     let now = p.now;
     for k in 0..N {

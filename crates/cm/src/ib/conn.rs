@@ -212,6 +212,14 @@ pub struct ConnInfo {
     pub rnr_retry_count: u8,
     /// The QP's local ACK timeout code.
     pub ack_timeout: u8,
+    /// The passive CA's ACK delay (from the REP; ours on the passive side is the config's).
+    pub target_ack_delay: u8,
+    /// RC or UC.
+    pub transport: TransportType,
+    /// End-to-end flow control.
+    pub flow_control: bool,
+    /// The other side's QP uses an SRQ (passive: the REQ's bit; active: ours).
+    pub srq: bool,
     /// The other CA's GUID.
     pub remote_ca_guid: u64,
 }
@@ -234,6 +242,10 @@ impl From<&Conn> for ConnInfo {
             retry_count: c.retry_count,
             rnr_retry_count: c.rnr_retry_count,
             ack_timeout: c.ack_timeout,
+            target_ack_delay: c.target_ack_delay,
+            transport: c.transport,
+            flow_control: c.flow_control,
+            srq: c.srq,
             remote_ca_guid: c.remote_ca_guid,
         }
     }
