@@ -27,7 +27,9 @@
 //! pingpong, the server) side against the real programs on Linux rxe, with made-up QP values
 //! and no RDMA traffic; with passive perftest servers (`ib_write_bw`, `ib_read_bw`,
 //! `ib_atomic_bw`, `ib_read_lat`, `ib_atomic_lat`) the real server completes, exits 0 and
-//! prints the report the probe sent.
+//! prints the report the probe sent. `examples/rdma_cm_probe.rs` runs [`rdma`] with a GSI QP
+//! of its own on UDP 4791 against rdma-core's `ucmatose -C 0` in both roles
+//! (`scripts/lab/cm.sh`).
 
 #![forbid(unsafe_code)]
 
