@@ -6,7 +6,7 @@
 use std::net::SocketAddr;
 
 use softrdma_proto::Instant;
-use softrdma_wire::mad::cm::{RejectReason, SidrStatus, TransportType};
+use softrdma_wire::mad::cm::{private_data_len, RejectReason, SidrStatus, TransportType};
 use softrdma_wire::mad::cma::{roce_flow_label, CMA_HEADER_LEN, RDMA_UDP_QKEY};
 use softrdma_wire::Gid;
 
@@ -36,7 +36,12 @@ impl RdmaCm {
             return Err(RdmaError::Address);
         }
         let ud = i.qp_type == RdmaQpType::Ud;
-        let max = if ud { 216 } else { 92 } - CMA_HEADER_LEN;
+        let field = if ud {
+            private_data_len::SIDR_REQ
+        } else {
+            private_data_len::REQ
+        };
+        let max = field - CMA_HEADER_LEN;
         Self::check_user_data(&param.private_data, max)?;
         let private_data =
             request_private_data(src, dst.ip(), &param.private_data).ok_or(RdmaError::Address)?;
@@ -100,7 +105,7 @@ impl RdmaCm {
             _ => return Err(RdmaError::InvalidState(i.state)),
         };
         if i.qp_type == RdmaQpType::Ud {
-            Self::check_user_data(&param.private_data, 136)?;
+            Self::check_user_data(&param.private_data, private_data_len::SIDR_REP)?;
             let qkey = if param.qkey != 0 {
                 param.qkey
             } else {
