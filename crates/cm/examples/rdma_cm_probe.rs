@@ -162,21 +162,10 @@ fn show(id: RdmaId, kind: &RdmaEventKind) {
     }
 }
 
-fn param(qp_num: u32) -> ConnParam {
-    ConnParam {
-        qp_num,
-        responder_resources: 1,
-        initiator_depth: 1,
-        retry_count: 7,
-        rnr_retry_count: 7,
-        ..ConnParam::default()
-    }
-}
-
 fn connect(cm: &mut RdmaCm, now: CmInstant, local: IpAddr, server: SocketAddr, qpn: u32) -> RdmaId {
     let id = cm.create_id(PortSpace::Tcp, RdmaQpType::Rc);
     cm.bind(id, SocketAddr::new(local, 0)).expect("bind");
-    cm.connect(now, id, server, Route::default(), &param(qpn))
+    cm.connect(now, id, server, Route::default(), &ConnParam::rc(qpn))
         .expect("connect");
     id
 }
@@ -276,7 +265,7 @@ fn run(args: &[String]) -> Result<String, Box<dyn std::error::Error>> {
                             let reply = ConnParam {
                                 responder_resources: p.responder_resources,
                                 initiator_depth: p.initiator_depth,
-                                ..param(0x200 + conns.len() as u32)
+                                ..ConnParam::rc(0x200 + conns.len() as u32)
                             };
                             cm.accept(now, e.id, &reply)?;
                             conns.push(e.id);

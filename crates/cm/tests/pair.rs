@@ -184,6 +184,13 @@ impl Pair {
         id
     }
 
+    /// The usual start: node 1 listens on TCP port [`PORT`], node 0 connects an RC id to it
+    /// with QP 0x11.
+    fn listen_and_connect(&mut self) -> RdmaId {
+        self.listen(1, PortSpace::Tcp, RdmaQpType::Rc, PORT);
+        self.connect(0, PortSpace::Tcp, RdmaQpType::Rc, PORT, ConnParam::rc(0x11))
+    }
+
     /// Puts every node's output on the wire.
     fn flush(&mut self) {
         for from in 0..2 {
@@ -391,17 +398,6 @@ fn kinds(events: &[RdmaEvent]) -> Vec<&'static str> {
         .collect()
 }
 
-fn rc_param(qp_num: u32) -> ConnParam {
-    ConnParam {
-        qp_num,
-        responder_resources: 1,
-        initiator_depth: 1,
-        retry_count: 7,
-        rnr_retry_count: 7,
-        ..ConnParam::default()
-    }
-}
-
 const PORT: u16 = 7174;
 
 /// REQ → REP → RTU by hand, with the QP attributes both sides get, then the active side
@@ -410,7 +406,7 @@ const PORT: u16 = 7174;
 fn handshake_and_teardown() {
     let mut p = Pair::new();
     let listener = p.listen(1, PortSpace::Tcp, RdmaQpType::Rc, PORT);
-    let mut param = rc_param(0x11);
+    let mut param = ConnParam::rc(0x11);
     param.private_data = b"hello".to_vec();
     let client = p.connect(0, PortSpace::Tcp, RdmaQpType::Rc, PORT, param);
     p.run_until(Duration::from_secs(1), |p| !p.nodes[1].events.is_empty());
@@ -454,7 +450,7 @@ fn handshake_and_teardown() {
         .contains(softrdma_proto::AccessFlags::REMOTE_READ));
     let rtr = p.cm(1).qp_attr(server, QpState::Rtr).unwrap();
     let rts = p.cm(1).qp_attr(server, QpState::Rts).unwrap();
-    let mut reply = rc_param(0x22);
+    let mut reply = ConnParam::rc(0x22);
     reply.private_data = b"welcome".to_vec();
     p.cm(1).accept(now, server, &reply).unwrap();
     p.run_until(Duration::from_secs(1), |p| !p.nodes[0].events.is_empty());
@@ -541,7 +537,7 @@ fn lost_req_is_retransmitted() {
     let mut p = Pair::with(MANUAL, AUTO).fate(lose_first("REQ"));
     p.listen(1, PortSpace::Tcp, RdmaQpType::Rc, PORT);
     p.nodes[0].auto = AUTO;
-    p.connect(0, PortSpace::Tcp, RdmaQpType::Rc, PORT, rc_param(0x11));
+    p.connect(0, PortSpace::Tcp, RdmaQpType::Rc, PORT, ConnParam::rc(0x11));
     p.run_until_established(1, Duration::from_secs(30));
     let reqs = p.sent(0, "REQ");
     assert_eq!(reqs.len(), 2);
@@ -556,8 +552,7 @@ fn lost_req_is_retransmitted() {
 #[test]
 fn lost_rep_is_retransmitted_by_the_passive_side() {
     let mut p = Pair::with(AUTO, AUTO).fate(lose_first("REP"));
-    p.listen(1, PortSpace::Tcp, RdmaQpType::Rc, PORT);
-    p.connect(0, PortSpace::Tcp, RdmaQpType::Rc, PORT, rc_param(0x11));
+    p.listen_and_connect();
     p.run_until_established(1, Duration::from_secs(30));
     let reps = p.sent(1, "REP");
     assert_eq!(reps.len(), 2);
@@ -571,8 +566,7 @@ fn lost_rep_is_retransmitted_by_the_passive_side() {
 #[test]
 fn lost_rtu_is_answered_by_the_duplicate_rep() {
     let mut p = Pair::with(AUTO, AUTO).fate(lose_first("RTU"));
-    p.listen(1, PortSpace::Tcp, RdmaQpType::Rc, PORT);
-    p.connect(0, PortSpace::Tcp, RdmaQpType::Rc, PORT, rc_param(0x11));
+    p.listen_and_connect();
     p.run_until_established(1, Duration::from_secs(30));
     assert_eq!(
         p.trace(),
@@ -596,8 +590,7 @@ fn first_packet_before_rtu_establishes() {
             Fate::Deliver
         }
     });
-    p.listen(1, PortSpace::Tcp, RdmaQpType::Rc, PORT);
-    p.connect(0, PortSpace::Tcp, RdmaQpType::Rc, PORT, rc_param(0x11));
+    p.listen_and_connect();
     p.run_until(Duration::from_secs(1), |p| p.sent(0, "RTU").len() == 1);
     let server = p.nodes[1].events[0].1.id;
     let now = p.now;
@@ -613,8 +606,7 @@ fn first_packet_before_rtu_establishes() {
 #[test]
 fn slow_accept_gets_an_mra() {
     let mut p = Pair::with(AUTO, MANUAL);
-    p.listen(1, PortSpace::Tcp, RdmaQpType::Rc, PORT);
-    let client = p.connect(0, PortSpace::Tcp, RdmaQpType::Rc, PORT, rc_param(0x11));
+    let client = p.listen_and_connect();
     // Nobody accepts: REQ, REQ again after 6144 ms, which gets the MRA.
     p.run_until(Duration::from_secs(10), |p| p.sent(1, "MRA").len() == 1);
     let mra = p.sent(1, "MRA")[0].clone();
@@ -646,7 +638,7 @@ fn slow_accept_gets_an_mra() {
     p.run_until(Duration::from_secs(1), |p| p.sent(1, "MRA").len() == 2);
     let server = p.nodes[1].events[0].1.id;
     let now = p.now;
-    p.cm(1).accept(now, server, &rc_param(0x22)).unwrap();
+    p.cm(1).accept(now, server, &ConnParam::rc(0x22)).unwrap();
     p.run_until_established(1, Duration::from_secs(1));
     assert_eq!(p.cm(1).stats().rx_duplicates.get(attr::REQ), 2);
     assert_eq!(kinds(&p.take(0)), ["CONNECT_RESPONSE", "ESTABLISHED"]);
@@ -665,7 +657,7 @@ fn lost_dreq_and_lost_drep() {
         };
         let mut p = Pair::with(AUTO, passive).fate(lose_first(lose));
         p.listen(1, PortSpace::Tcp, RdmaQpType::Rc, PORT);
-        let client = p.connect(0, PortSpace::Tcp, RdmaQpType::Rc, PORT, rc_param(0x11));
+        let client = p.connect(0, PortSpace::Tcp, RdmaQpType::Rc, PORT, ConnParam::rc(0x11));
         p.run_until(Duration::from_secs(1), |p| p.nodes[1].events.len() == 2);
         let now = p.now;
         p.cm(0).disconnect(now, client).unwrap();
@@ -700,8 +692,7 @@ fn lost_dreq_and_lost_drep() {
 #[test]
 fn duplicated_mads() {
     let mut p = Pair::with(AUTO, AUTO).fate(|_, _| Fate::Duplicate);
-    p.listen(1, PortSpace::Tcp, RdmaQpType::Rc, PORT);
-    let client = p.connect(0, PortSpace::Tcp, RdmaQpType::Rc, PORT, rc_param(0x11));
+    let client = p.listen_and_connect();
     p.run_until(Duration::from_secs(1), |p| p.nodes[1].events.len() == 2);
     let now = p.now;
     p.cm(0).disconnect(now, client).unwrap();
@@ -755,8 +746,7 @@ fn dreq_overtaking_the_rtu() {
             Fate::Deliver
         }
     });
-    p.listen(1, PortSpace::Tcp, RdmaQpType::Rc, PORT);
-    let client = p.connect(0, PortSpace::Tcp, RdmaQpType::Rc, PORT, rc_param(0x11));
+    let client = p.listen_and_connect();
     p.run_until(Duration::from_secs(1), |p| p.sent(0, "RTU").len() == 1);
     let now = p.now;
     p.cm(0).disconnect(now, client).unwrap();
@@ -788,7 +778,7 @@ fn dreq_overtaking_the_rtu() {
 fn no_listener_is_rejected_with_invalid_service_id() {
     let mut p = Pair::new();
     p.listen(1, PortSpace::Tcp, RdmaQpType::Rc, PORT + 1);
-    let client = p.connect(0, PortSpace::Tcp, RdmaQpType::Rc, PORT, rc_param(0x11));
+    let client = p.connect(0, PortSpace::Tcp, RdmaQpType::Rc, PORT, ConnParam::rc(0x11));
     p.run(Duration::from_secs(60));
     assert_eq!(p.trace(), [(0, "REQ"), (1, "REJ")]);
     let CmMessage::Rej(rej) = p.sent(1, "REJ")[0].mad.msg else {
@@ -821,8 +811,7 @@ fn no_listener_is_rejected_with_invalid_service_id() {
 #[test]
 fn consumer_reject_with_private_data() {
     let mut p = Pair::new();
-    p.listen(1, PortSpace::Tcp, RdmaQpType::Rc, PORT);
-    p.connect(0, PortSpace::Tcp, RdmaQpType::Rc, PORT, rc_param(0x11));
+    p.listen_and_connect();
     p.run_until(Duration::from_secs(1), |p| !p.nodes[1].events.is_empty());
     let server = p.take(1)[0].id;
     let now = p.now;
@@ -858,7 +847,7 @@ fn listener_goes_away_mid_handshake() {
     // (a) The first REQ is lost, the listener closes, the retransmission finds nobody.
     let mut p = Pair::new().fate(lose_first("REQ"));
     let listener = p.listen(1, PortSpace::Tcp, RdmaQpType::Rc, PORT);
-    p.connect(0, PortSpace::Tcp, RdmaQpType::Rc, PORT, rc_param(0x11));
+    p.connect(0, PortSpace::Tcp, RdmaQpType::Rc, PORT, ConnParam::rc(0x11));
     let now = p.now;
     p.cm(1).destroy(now, listener).unwrap();
     p.run(Duration::from_secs(60));
@@ -874,18 +863,18 @@ fn listener_goes_away_mid_handshake() {
     // (b) The REQ arrived; the listener closes; the new id is still accepted normally.
     let mut p = Pair::with(AUTO, MANUAL);
     let listener = p.listen(1, PortSpace::Tcp, RdmaQpType::Rc, PORT);
-    p.connect(0, PortSpace::Tcp, RdmaQpType::Rc, PORT, rc_param(0x11));
+    p.connect(0, PortSpace::Tcp, RdmaQpType::Rc, PORT, ConnParam::rc(0x11));
     p.run_until(Duration::from_secs(1), |p| !p.nodes[1].events.is_empty());
     let server = p.take(1)[0].id;
     let now = p.now;
     p.cm(1).destroy(now, listener).unwrap();
-    p.cm(1).accept(now, server, &rc_param(0x22)).unwrap();
+    p.cm(1).accept(now, server, &ConnParam::rc(0x22)).unwrap();
     p.run_until_established(1, Duration::from_secs(1));
 
     // (c) The REQ arrived; listener and new id are destroyed without an answer: REJ 28.
     let mut p = Pair::new();
     let listener = p.listen(1, PortSpace::Tcp, RdmaQpType::Rc, PORT);
-    p.connect(0, PortSpace::Tcp, RdmaQpType::Rc, PORT, rc_param(0x11));
+    p.connect(0, PortSpace::Tcp, RdmaQpType::Rc, PORT, ConnParam::rc(0x11));
     p.run_until(Duration::from_secs(1), |p| !p.nodes[1].events.is_empty());
     let server = p.take(1)[0].id;
     let now = p.now;
@@ -916,8 +905,7 @@ fn unanswered_req_gives_unreachable() {
             Fate::Deliver
         }
     });
-    p.listen(1, PortSpace::Tcp, RdmaQpType::Rc, PORT);
-    let client = p.connect(0, PortSpace::Tcp, RdmaQpType::Rc, PORT, rc_param(0x11));
+    let client = p.listen_and_connect();
     p.run(Duration::from_secs(200));
     let reqs = p.sent(0, "REQ");
     assert_eq!(reqs.len(), 16);
@@ -945,8 +933,7 @@ fn unanswered_req_gives_unreachable() {
 #[test]
 fn active_side_giving_up_sends_rej_timeout() {
     let mut p = Pair::with(MANUAL, MANUAL);
-    p.listen(1, PortSpace::Tcp, RdmaQpType::Rc, PORT);
-    let client = p.connect(0, PortSpace::Tcp, RdmaQpType::Rc, PORT, rc_param(0x11));
+    let client = p.listen_and_connect();
     p.run_until(Duration::from_secs(1), |p| !p.nodes[1].events.is_empty());
     let server = p.take(1)[0].id;
     let now = p.now;
@@ -974,8 +961,7 @@ fn active_side_giving_up_sends_rej_timeout() {
 #[test]
 fn stale_connection() {
     let mut p = Pair::with(AUTO, AUTO);
-    p.listen(1, PortSpace::Tcp, RdmaQpType::Rc, PORT);
-    p.connect(0, PortSpace::Tcp, RdmaQpType::Rc, PORT, rc_param(0x11));
+    p.listen_and_connect();
     p.run_until(Duration::from_secs(1), |p| p.nodes[1].events.len() == 2);
     // Node 0 restarts: same CA GUID, another seed (other comm IDs), same QP number.
     p.nodes[0].cm = RdmaCm::new(CmConfig {
@@ -984,7 +970,7 @@ fn stale_connection() {
     });
     p.nodes[0].auto = MANUAL;
     let old_log = p.log.len();
-    p.connect(0, PortSpace::Tcp, RdmaQpType::Rc, PORT, rc_param(0x11));
+    p.connect(0, PortSpace::Tcp, RdmaQpType::Rc, PORT, ConnParam::rc(0x11));
     p.run(Duration::from_secs(30));
     let trace: Vec<_> = p.trace()[old_log..].to_vec();
     assert_eq!(trace, [(0, "REQ"), (1, "REJ"), (1, "DREQ"), (0, "DREP")]);
@@ -1030,7 +1016,7 @@ fn sixty_four_concurrent_connections() {
                 PortSpace::Tcp,
                 RdmaQpType::Rc,
                 PORT,
-                rc_param(0x1000 + k as u32),
+                ConnParam::rc(0x1000 + k as u32),
             )
         })
         .collect();
@@ -1165,8 +1151,7 @@ fn sidr_resolves_ud_services() {
 #[test]
 fn simultaneous_disconnect() {
     let mut p = Pair::with(AUTO, AUTO);
-    p.listen(1, PortSpace::Tcp, RdmaQpType::Rc, PORT);
-    let client = p.connect(0, PortSpace::Tcp, RdmaQpType::Rc, PORT, rc_param(0x11));
+    let client = p.listen_and_connect();
     p.run_until(Duration::from_secs(1), |p| p.nodes[1].events.len() == 2);
     let server = p.nodes[1].events[0].1.id;
     let now = p.now;
@@ -1229,7 +1214,7 @@ fn private_data_limits() {
     let id = cm.create_id(PortSpace::Tcp, RdmaQpType::Rc);
     cm.bind(id, SocketAddr::new(ip(0), 0)).unwrap();
     let dst = SocketAddr::new(ip(1), PORT);
-    let mut param = rc_param(1);
+    let mut param = ConnParam::rc(1);
     param.private_data = vec![1; 57];
     assert!(cm
         .connect(Instant::ZERO, id, dst, Route::default(), &param)
@@ -1240,7 +1225,7 @@ fn private_data_limits() {
     p.run_until(Duration::from_secs(1), |p| !p.nodes[1].events.is_empty());
     let server = p.take(1)[0].id;
     let now = p.now;
-    let mut reply = rc_param(2);
+    let mut reply = ConnParam::rc(2);
     reply.private_data = vec![2; 197];
     assert!(p.cm(1).accept(now, server, &reply).is_err());
     reply.private_data = vec![2; 196];
@@ -1263,8 +1248,7 @@ fn private_data_limits() {
 #[test]
 fn slow_rtu_gets_an_mra() {
     let mut p = Pair::with(MANUAL, AUTO);
-    p.listen(1, PortSpace::Tcp, RdmaQpType::Rc, PORT);
-    let client = p.connect(0, PortSpace::Tcp, RdmaQpType::Rc, PORT, rc_param(0x11));
+    let client = p.listen_and_connect();
     p.run_until(Duration::from_secs(10), |p| p.sent(0, "MRA").len() == 1);
     let reps = p.sent(1, "REP");
     assert_eq!(reps.len(), 2);
@@ -1301,7 +1285,7 @@ fn rdma_cm_header_checks_reject_with_28() {
     cm.bind(listener, "10.0.0.99:7174".parse().unwrap())
         .unwrap();
     cm.listen(listener).unwrap();
-    p.connect(0, PortSpace::Tcp, RdmaQpType::Rc, PORT, rc_param(0x11));
+    p.connect(0, PortSpace::Tcp, RdmaQpType::Rc, PORT, ConnParam::rc(0x11));
     p.run(Duration::from_secs(1));
     assert_eq!(p.trace(), [(0, "REQ"), (1, "REJ")]);
     assert!(p.take(1).is_empty(), "the listener never hears of it");
@@ -1315,8 +1299,7 @@ fn rdma_cm_header_checks_reject_with_28() {
 
     // A REQ whose rdma_cm header has version 1, to a listener that would take it otherwise.
     let mut p = Pair::new().fate(|_, _| Fate::Drop);
-    p.listen(1, PortSpace::Tcp, RdmaQpType::Rc, PORT);
-    p.connect(0, PortSpace::Tcp, RdmaQpType::Rc, PORT, rc_param(0x11));
+    p.listen_and_connect();
     let mut req = p.sent(0, "REQ")[0].mad;
     if let CmMessage::Req(r) = &mut req.msg {
         r.private_data.0[0] = 1;
@@ -1355,9 +1338,8 @@ fn requests_beyond_max_connections_are_dropped() {
         max_connections: 1,
         ..config(1)
     });
-    p.listen(1, PortSpace::Tcp, RdmaQpType::Rc, PORT);
-    p.connect(0, PortSpace::Tcp, RdmaQpType::Rc, PORT, rc_param(0x11));
-    p.connect(0, PortSpace::Tcp, RdmaQpType::Rc, PORT, rc_param(0x12));
+    p.listen_and_connect();
+    p.connect(0, PortSpace::Tcp, RdmaQpType::Rc, PORT, ConnParam::rc(0x12));
     p.run(Duration::from_millis(100));
     assert_eq!(p.trace(), [(0, "REQ"), (0, "REQ")]);
     assert_eq!(kinds(&p.take(1)), ["CONNECT_REQUEST"]);

@@ -36,18 +36,6 @@ fn config(guid: u64) -> CmConfig {
     }
 }
 
-/// rping's parameters: one READ each way, retries 7/7 (RNR retry 7 in the REP too).
-fn rping_param(qp_num: u32) -> ConnParam {
-    ConnParam {
-        qp_num,
-        responder_resources: 1,
-        initiator_depth: 1,
-        retry_count: 7,
-        rnr_retry_count: 7,
-        ..ConnParam::default()
-    }
-}
-
 /// The capture's five MADs, parsed: REQ, REP, RTU, DREQ, DREP.
 fn captured() -> Vec<(IpAddr, CmMad, Vec<u8>)> {
     let mads = gsi_mads("rdma_cm.pcap");
@@ -130,7 +118,7 @@ fn answers_rpings_req_like_rxe() {
         (Some(1), Some(1))
     );
 
-    cm.accept(now, ev.id, &rping_param(0x11)).unwrap();
+    cm.accept(now, ev.id, &ConnParam::rc(0x11)).unwrap();
     let out = cm.poll_transmit().expect("the REP");
     assert_eq!((out.dst, out.dst_qpn), (client_gid, 1));
     let ours = CmMad::parse(&out.mad).unwrap();
@@ -196,7 +184,7 @@ fn connects_like_rping() {
     let init = cm.qp_attr(id, QpState::Init).unwrap();
     assert_eq!(init.pkey_index, Some(0));
     let server = SocketAddr::new(server_ip(), 7174);
-    cm.connect(now, id, server, Route::default(), &rping_param(0x11))
+    cm.connect(now, id, server, Route::default(), &ConnParam::rc(0x11))
         .unwrap();
     let out = cm.poll_transmit().expect("the REQ");
     assert_eq!((out.dst, out.dst_qpn), (Gid::from_ip(server_ip()), 1));

@@ -32,6 +32,21 @@ pub struct ConnParam {
     pub qkey: u32,
 }
 
+impl ConnParam {
+    /// The parameters rping connects and accepts with: one READ/atomic each way, transport and
+    /// RNR retries 7, no private data; `qp_num` is this side's QP.
+    pub fn rc(qp_num: u32) -> ConnParam {
+        ConnParam {
+            qp_num,
+            responder_resources: 1,
+            initiator_depth: 1,
+            retry_count: 7,
+            rnr_retry_count: 7,
+            ..ConnParam::default()
+        }
+    }
+}
+
 /// What the active side of a UD "connection" learns (`struct rdma_ud_param`).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct UdParam {

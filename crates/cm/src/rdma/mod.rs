@@ -56,8 +56,7 @@
 //! let now = Instant::ZERO;
 //! let client = a.create_id(PortSpace::Tcp, RdmaQpType::Rc);
 //! a.bind(client, std::net::SocketAddr::new(a_ip, 0)).unwrap();
-//! let param = ConnParam { qp_num: 0x11, responder_resources: 1, initiator_depth: 1,
-//!                         retry_count: 7, rnr_retry_count: 7, ..ConnParam::default() };
+//! let param = ConnParam::rc(0x11);
 //! a.connect(now, client, "10.0.0.2:7174".parse().unwrap(), Route::default(), &param).unwrap();
 //!
 //! let mut established = 0;
