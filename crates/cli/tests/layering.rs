@@ -55,10 +55,14 @@ fn modules(src: &Path) -> BTreeMap<String, PathBuf> {
 /// The code of a file without comments and without its unit-test module.
 fn code(path: &Path) -> String {
     let text = fs::read_to_string(path).expect("read source");
-    let text = match text.find("#[cfg(test)]\nmod tests") {
-        Some(at) => &text[..at],
-        None => &text,
-    };
+    let text = [
+        "#[cfg(test)]\nmod tests",
+        "#[cfg(test)]\npub(crate) mod tests",
+    ]
+    .iter()
+    .filter_map(|head| text.find(head))
+    .min()
+    .map_or(text.as_str(), |at| &text[..at]);
     text.lines()
         .map(|l| l.split("//").next().unwrap_or(""))
         .collect::<Vec<_>>()

@@ -6,8 +6,8 @@ use softrdma_wire::mad::cm::{RejectReason, SidrStatus, TransportType};
 use softrdma_wire::mad::{PrivateData, MAD_LEN};
 use softrdma_wire::{Gid, Psn};
 
+use super::id::{CmId, ListenId};
 use super::params::PathRecord;
-use super::{CmId, ListenId};
 
 /// A MAD to send on the GSI QP: a UD SEND to `dst_qpn` (always 1 here) at the port whose GID
 /// is `dst`, with Q_Key 0x80010000 and P_Key 0xffff.

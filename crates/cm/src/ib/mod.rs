@@ -79,34 +79,30 @@ mod active;
 mod conn;
 mod disconnect;
 mod event;
+mod id;
 mod params;
 mod passive;
 mod qp;
 mod reject;
 mod sidr;
+mod state;
 mod stats;
 mod timers;
 
-pub use conn::{CmState, ConnInfo};
+pub use conn::ConnInfo;
 pub use event::{CmEvent, OutMad, RepReceived, ReqReceived, SidrRepReceived, SidrReqReceived};
+pub use id::{CmId, ListenId};
 pub use params::{
     PathRecord, RepParams, ReqParams, SidrRepParams, SidrReqParams, CMA_CM_RESPONSE_TIMEOUT,
     CMA_MAX_CM_RETRIES, CMA_MRA_SERVICE_TIMEOUT, ROCE_PACKET_LIFE_TIME,
 };
+pub use state::CmState;
 pub use stats::{AttrCounters, CmDrop, CmStats};
 pub use timers::{ack_timeout, iba_time};
 
 use crate::rng::Rng;
 use conn::Conn;
 use timers::{Deadlines, Pending};
-
-/// A connection (Linux's `ib_cm_id`). Handles are never reused.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
-pub struct CmId(pub(crate) u64);
-
-/// A listening service.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
-pub struct ListenId(pub(crate) u64);
 
 /// Why an operation was refused; nothing changed.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]

@@ -8,7 +8,8 @@ use softrdma_proto::{Duration, Instant};
 use softrdma_wire::mad::MAD_LEN;
 use softrdma_wire::Gid;
 
-use super::{CmId, CmState};
+use super::id::CmId;
+use super::state::CmState;
 
 /// An IBTA time code (4.096 µs × 2^code) in Linux's approximation (`cm_convert_to_ms`):
 /// 2^(code − 8) ms, at least 1 ms. Code 20 (rdma_cm's CM response timeout) is 4096 ms, code 19

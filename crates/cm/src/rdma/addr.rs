@@ -7,7 +7,7 @@ use std::net::{IpAddr, Ipv4Addr, SocketAddr};
 
 use softrdma_wire::mad::cma::{CmaHeader, PortSpace, CMA_HEADER_LEN, CMA_VERSION};
 
-use super::RdmaId;
+use super::id::RdmaId;
 
 /// Ephemeral ports Linux hands out (`inet_get_local_port_range` defaults).
 pub(crate) const EPHEMERAL_PORTS: std::ops::RangeInclusive<u16> = 32768..=60999;

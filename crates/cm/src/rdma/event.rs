@@ -5,7 +5,7 @@ use std::net::{IpAddr, SocketAddr};
 
 use softrdma_wire::mad::cm::{RejectReason, SidrStatus};
 
-use super::RdmaId;
+use super::id::RdmaId;
 
 /// Connection parameters (`struct rdma_conn_param`): what `connect` and `accept` send, what
 /// `ConnectRequest` and `ConnectResponse` report.

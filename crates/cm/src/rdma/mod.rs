@@ -107,15 +107,13 @@ mod addr;
 mod connect;
 mod dispatch;
 mod event;
+mod id;
 
 pub use event::{ConnParam, RdmaEvent, RdmaEventKind, Route, UdParam};
+pub use id::RdmaId;
 
 use crate::rng::Rng;
 use addr::Ports;
-
-/// An rdma_cm identifier (`struct rdma_cm_id`). Handles are never reused.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
-pub struct RdmaId(pub(crate) u64);
 
 /// The QP type an id connects (`ibv_qp_type` of `rdma_create_id`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]

@@ -6,8 +6,8 @@ use softrdma_wire::Psn;
 
 use crate::access::AccessFlags;
 
-/// The Q_Key of QP1, the General Services Interface (IBTA 13.4.6.2; rdma_cm's MADs).
-pub const GSI_QKEY: u32 = 0x8001_0000;
+/// The Q_Key of QP1, the General Services Interface: the wire crate's, where MADs live.
+pub use softrdma_wire::mad::GSI_QKEY;
 
 /// Transport service of a QP.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]

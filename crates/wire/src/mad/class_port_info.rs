@@ -4,7 +4,7 @@
 //! able to read and answer it.
 
 use crate::bytes::{be16, be24, be32, check_len, put16, put24, put32};
-use crate::mad::MadError;
+use crate::mad::header::MadError;
 use crate::Gid;
 
 /// The attribute ID.

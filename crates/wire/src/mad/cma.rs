@@ -8,7 +8,7 @@ use core::fmt;
 use std::net::{IpAddr, Ipv4Addr, Ipv6Addr, SocketAddr};
 
 use crate::bytes::{be16, check_len, put16};
-use crate::mad::MadError;
+use crate::mad::header::MadError;
 
 /// The header's version (`CMA_VERSION`); Linux rejects any other.
 pub const CMA_VERSION: u8 = 0x00;

@@ -4,9 +4,10 @@
 
 use core::fmt;
 
-use crate::mad::cm::{attr, CmMessage};
+use crate::mad::cm::fields::attr;
+use crate::mad::cm::message::CmMessage;
 use crate::mad::cma::{CmaHeader, PortSpace};
-use crate::mad::{Mad, MgmtClass, MAD_LEN};
+use crate::mad::header::{Mad, MgmtClass, CM_CLASS_VERSION as CLASS_VERSION, MAD_LEN};
 
 /// Renders the GSI datagram payload `mad` (see [`describe`]).
 #[derive(Debug, Clone, Copy)]
@@ -184,7 +185,7 @@ impl fmt::Display for MadDisplay<'_> {
         if h.mgmt_class != MgmtClass::CM {
             return Ok(());
         }
-        if h.class_version != crate::mad::cm::CLASS_VERSION {
+        if h.class_version != CLASS_VERSION {
             return write!(f, " class_version={}", h.class_version);
         }
         match CmMessage::parse(h.attr_id, mad.data) {

@@ -2,9 +2,9 @@
 //! (12.6.9, Table 111).
 
 use crate::bytes::{be24, be32, be64, put24, put32, put64};
+use crate::mad::cm::fields::{private_data_len, TransportType};
 use crate::mad::cm::path::CmPath;
-use crate::mad::cm::{private_data_len, TransportType};
-use crate::mad::{MadError, PrivateData, MAD_DATA_LEN};
+use crate::mad::header::{MadError, PrivateData, MAD_DATA_LEN};
 use crate::Psn;
 
 fn check(b: &[u8]) -> Result<(), MadError> {
@@ -254,7 +254,8 @@ impl Rtu {
 
     /// Parses the 232 data bytes of an RTU.
     pub fn parse(b: &[u8]) -> Result<Rtu, MadError> {
-        let (local_comm_id, remote_comm_id, private_data) = super::parse_ids_and_data(b)?;
+        let (local_comm_id, remote_comm_id, private_data) =
+            crate::mad::cm::fields::parse_ids_and_data(b)?;
         Ok(Rtu {
             local_comm_id,
             remote_comm_id,
@@ -267,7 +268,7 @@ impl Rtu {
     /// # Panics
     /// If `b` is shorter than [`Rtu::LEN`].
     pub fn emit(&self, b: &mut [u8]) {
-        super::emit_ids_and_data(
+        crate::mad::cm::fields::emit_ids_and_data(
             b,
             self.local_comm_id,
             self.remote_comm_id,

@@ -1,8 +1,8 @@
 //! Teardown: DREQ (IBTA 12.6.10, Table 112) and DREP (12.6.11, Table 113).
 
 use crate::bytes::{be24, be32, put24, put32};
-use crate::mad::cm::private_data_len;
-use crate::mad::{MadError, PrivateData, MAD_DATA_LEN};
+use crate::mad::cm::fields::private_data_len;
+use crate::mad::header::{MadError, PrivateData, MAD_DATA_LEN};
 
 /// DisconnectRequest.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
@@ -64,7 +64,8 @@ impl Drep {
 
     /// Parses the 232 data bytes of a DREP (the RTU's layout).
     pub fn parse(b: &[u8]) -> Result<Drep, MadError> {
-        let (local_comm_id, remote_comm_id, private_data) = super::parse_ids_and_data(b)?;
+        let (local_comm_id, remote_comm_id, private_data) =
+            crate::mad::cm::fields::parse_ids_and_data(b)?;
         Ok(Drep {
             local_comm_id,
             remote_comm_id,
@@ -77,7 +78,7 @@ impl Drep {
     /// # Panics
     /// If `b` is shorter than [`Drep::LEN`].
     pub fn emit(&self, b: &mut [u8]) {
-        super::emit_ids_and_data(
+        crate::mad::cm::fields::emit_ids_and_data(
             b,
             self.local_comm_id,
             self.remote_comm_id,

@@ -5,9 +5,9 @@
 use core::fmt;
 
 use crate::bytes::{be24, be32, put24, put32};
+use crate::mad::cm::fields::private_data_len;
 use crate::mad::cm::path::CmPath;
-use crate::mad::cm::private_data_len;
-use crate::mad::{MadError, PrivateData, MAD_DATA_LEN};
+use crate::mad::header::{MadError, PrivateData, MAD_DATA_LEN};
 
 /// Length of the APR additional information field.
 pub const APR_INFO_LEN: usize = 72;

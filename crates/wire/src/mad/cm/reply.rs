@@ -4,8 +4,8 @@
 use core::fmt;
 
 use crate::bytes::{be16, be32, put16, put32};
-use crate::mad::cm::{private_data_len, MsgResponse};
-use crate::mad::{MadError, PrivateData, MAD_DATA_LEN};
+use crate::mad::cm::fields::{private_data_len, MsgResponse};
+use crate::mad::header::{MadError, PrivateData, MAD_DATA_LEN};
 
 /// Length of the additional rejection information (ARI) field.
 pub const ARI_LEN: usize = 72;

@@ -5,8 +5,8 @@
 use core::fmt;
 
 use crate::bytes::{be16, be24, be32, be64, put16, put24, put32, put64};
-use crate::mad::cm::private_data_len;
-use crate::mad::{MadError, PrivateData, MAD_DATA_LEN};
+use crate::mad::cm::fields::private_data_len;
+use crate::mad::header::{MadError, PrivateData, MAD_DATA_LEN};
 
 /// Length of the SIDR_REP additional information field.
 pub const SIDR_INFO_LEN: usize = 72;
