@@ -10,7 +10,8 @@ use std::time::{Duration, Instant};
 use softrdma_proto::{CqHandle, WorkCompletion};
 
 use crate::device::MAX_CQE;
-use crate::error::CreateCqError;
+use crate::error::{AttachChannelError, CreateCqError};
+use crate::event::CompletionChannel;
 use crate::progress::CqNotify;
 use crate::Device;
 
@@ -83,6 +84,42 @@ impl CompletionQueue {
     /// The device.
     pub fn device(&self) -> &Device {
         &self.inner.device
+    }
+
+    /// The CQ's id on its device: what [`AsyncEvent::CqOverrun`](crate::AsyncEvent) names.
+    pub fn id(&self) -> u32 {
+        self.inner.handle.0
+    }
+
+    /// Attaches the CQ to a completion channel (`ibv_create_cq`'s `channel` argument): once
+    /// armed with [`req_notify`](Self::req_notify), the CQ's next completion writes one event
+    /// carrying `token` to `channel`. A CQ reports to one channel for its whole life.
+    pub fn attach_channel(
+        &self,
+        channel: &CompletionChannel,
+        token: u64,
+    ) -> Result<(), AttachChannelError> {
+        self.inner
+            .notify
+            .channel
+            .set((channel.pipe.clone(), token))
+            .map_err(|_| AttachChannelError::AlreadyAttached)
+    }
+
+    /// Arms the CQ (`ibv_req_notify_cq`): its next completion produces one event on the
+    /// attached channel. `solicited_only` asks for an event only on a solicited or error
+    /// completion; softrdma does not yet record which completions were solicited, so it is
+    /// treated like any completion (an extra wake-up, never a missed one).
+    pub fn req_notify(&self, solicited_only: bool) -> Result<(), AttachChannelError> {
+        let _ = solicited_only;
+        if self.inner.notify.channel.get().is_none() {
+            return Err(AttachChannelError::NoChannel);
+        }
+        self.inner
+            .notify
+            .channel_armed
+            .store(true, Ordering::Release);
+        Ok(())
     }
 
     /// Capacity in completions (`cqe`).

@@ -11,6 +11,7 @@ use softrdma_udp::{Config as UdpConfig, RecvArena, RoceSocket, ROCEV2_UDP_PORT};
 
 use crate::cq::CompletionQueue;
 use crate::error::{CreateCqError, OpenDeviceError, QueryError};
+use crate::event::AsyncEvents;
 use crate::gid::{derived_mac, eui64, interface_of, Gid, GidEntry, GidType};
 use crate::pd::ProtectionDomain;
 use crate::progress::{self, Core, Inner, IoCounters};
@@ -516,6 +517,18 @@ impl Device {
             engine: core.engine.stats().clone(),
             io: core.io_counters(),
         }
+    }
+
+    /// The device's asynchronous events (the `async_fd` of ibverbs): created on first use,
+    /// the same descriptor afterwards. Fails only when out of file descriptors.
+    pub fn async_events(&self) -> std::io::Result<AsyncEvents> {
+        let mut core = self.shared.inner.lock();
+        if let Some(e) = &core.async_events {
+            return Ok(e.clone());
+        }
+        let e = AsyncEvents::new()?;
+        core.async_events = Some(e.clone());
+        Ok(e)
     }
 
     /// Allocates a protection domain (`ibv_alloc_pd`).

@@ -75,6 +75,17 @@ pub enum CreateCqError {
     EventFd(std::io::ErrorKind),
 }
 
+/// A completion channel operation on a CQ was refused.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
+pub enum AttachChannelError {
+    /// The CQ already reports to a channel.
+    #[error("the completion queue is already attached to a completion channel")]
+    AlreadyAttached,
+    /// `req_notify` on a CQ without a channel: the event would go nowhere (ibverbs: EINVAL).
+    #[error("the completion queue has no completion channel")]
+    NoChannel,
+}
+
 /// Creating a queue pair failed (`ibv_create_qp`).
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub enum CreateQpError {

@@ -13,6 +13,8 @@
 //! | `ibv_alloc_pd` | [`Device::alloc_pd`] → [`ProtectionDomain`] |
 //! | `ibv_reg_mr` | [`ProtectionDomain::reg_mr`] (softrdma allocates), `unsafe` [`ProtectionDomain::reg_mr_raw`] (your memory) → [`MemoryRegion`] |
 //! | `ibv_create_cq`, `ibv_poll_cq`, completion channel | [`Device::create_cq`] → [`CompletionQueue`]: [`poll`](CompletionQueue::poll), [`wait`](CompletionQueue::wait), [`ready`](CompletionQueue::ready)`.await` |
+//! | `ibv_comp_channel`, `ibv_req_notify_cq`, `ibv_get_cq_event` | [`CompletionChannel`], [`CompletionQueue::attach_channel`], [`CompletionQueue::req_notify`], [`CompletionChannel::get_event`] |
+//! | `ibv_get_async_event` (the context's `async_fd`) | [`Device::async_events`] → [`AsyncEvents`] |
 //! | `ibv_create_qp`, `ibv_modify_qp` | [`ProtectionDomain::create_qp`] → [`QueuePair`]: [`modify`](QueuePair::modify) with [`QpAttr`], or [`connect`](QueuePair::connect) |
 //! | `ibv_post_send`, `ibv_post_recv` (with `bad_wr`) | [`QueuePair::post_send`], [`QueuePair::post_recv`] → [`PostSendError::bad_wr`] |
 //! | `ibv_wc`, `ibv_wc_status` | [`WorkCompletion`], [`WcStatus`] |
@@ -136,6 +138,7 @@ mod ah;
 mod cq;
 mod device;
 mod error;
+mod event;
 pub mod gid;
 mod memory;
 mod pd;
@@ -151,9 +154,10 @@ pub use device::{
     MAX_CQE, MAX_INLINE_DATA, MAX_MSG_SZ, MAX_QP_WR, MAX_SGE,
 };
 pub use error::{
-    CreateAhError, CreateCqError, CreateQpError, McastError, ModifyQpError, OpenDeviceError,
-    PostErrorKind, PostRecvError, PostSendError, QueryError, RegMrError,
+    AttachChannelError, CreateAhError, CreateCqError, CreateQpError, McastError, ModifyQpError,
+    OpenDeviceError, PostErrorKind, PostRecvError, PostSendError, QueryError, RegMrError,
 };
+pub use event::{AsyncEvent, AsyncEvents, CompletionChannel};
 pub use gid::{Gid, GidEntry, GidParseError, GidType};
 pub use pd::{MemoryRegion, OutOfBounds, ProtectionDomain, RemoteRegion};
 pub use progress::IoCounters;

@@ -100,6 +100,27 @@ impl ProtectionDomain {
         self.register(Arc::new(memory), ptr as u64, ptr, len, access)
     }
 
+    /// Like [`reg_mr_raw`](Self::reg_mr_raw), but the region's virtual address — what SGEs
+    /// and remote peers use — is `iova` instead of the memory's address (`ibv_reg_mr_iova2`):
+    /// byte `i` of the region is at `iova + i` for the device and at `ptr + i` in memory.
+    ///
+    /// # Safety
+    /// As for [`reg_mr_raw`](Self::reg_mr_raw).
+    pub unsafe fn reg_mr_raw_iova(
+        &self,
+        ptr: *mut u8,
+        len: usize,
+        iova: u64,
+        access: AccessFlags,
+    ) -> Result<MemoryRegion, RegMrError> {
+        if (ptr as usize).checked_add(len).is_none() || iova.checked_add(len as u64).is_none() {
+            return Err(RegMrError::InvalidRange("region wraps the address space"));
+        }
+        // SAFETY: forwarded from this function's contract.
+        let memory = unsafe { RawMemory::new(ptr, len) };
+        self.register(Arc::new(memory), iova, ptr, len, access)
+    }
+
     fn register(
         &self,
         memory: Arc<dyn RegionMemory>,

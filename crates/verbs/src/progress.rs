@@ -24,7 +24,7 @@
 use std::collections::HashMap;
 use std::os::fd::RawFd;
 use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
-use std::sync::{Arc, Mutex, MutexGuard};
+use std::sync::{Arc, Mutex, MutexGuard, OnceLock};
 use std::task::Waker;
 use std::time::Duration;
 
@@ -34,6 +34,7 @@ use softrdma_udp::{
 };
 use softrdma_wire::IcrcContext;
 
+use crate::event::{AsyncEvent, AsyncEvents, EventPipe};
 use crate::tap::Tap;
 
 /// Counters of the I/O around the engine (the engine counts the protocol).
@@ -68,6 +69,10 @@ pub(crate) struct CqNotify {
     pub state: Mutex<NotifyState>,
     pub fd: WakeFd,
     pub armed: AtomicBool,
+    /// The completion channel this CQ reports to, and the token its events carry.
+    pub channel: OnceLock<(Arc<EventPipe>, u64)>,
+    /// Armed by `req_notify`: the next completion writes one event to `channel`.
+    pub channel_armed: AtomicBool,
 }
 
 /// Guarded by [`CqNotify::state`].
@@ -83,6 +88,8 @@ impl CqNotify {
             state: Mutex::new(NotifyState::default()),
             fd: WakeFd::new()?,
             armed: AtomicBool::new(false),
+            channel: OnceLock::new(),
+            channel_armed: AtomicBool::new(false),
         })
     }
 
@@ -95,6 +102,8 @@ struct CqWatch {
     handle: CqHandle,
     notify: Arc<CqNotify>,
     seen: u64,
+    /// The overrun was reported as an asynchronous event.
+    overrun_reported: bool,
 }
 
 /// The engine, the socket, and the scratch the I/O needs: everything behind the device mutex.
@@ -118,6 +127,8 @@ pub(crate) struct Core {
     pub io: IoCounters,
     /// The pcap tap, if the device writes one.
     pub tap: Option<Tap>,
+    /// Where asynchronous events go, once the application asked for them.
+    pub async_events: Option<AsyncEvents>,
 }
 
 impl Core {
@@ -143,6 +154,7 @@ impl Core {
             arena,
             io: IoCounters::default(),
             tap: None,
+            async_events: None,
         }
     }
 
@@ -159,6 +171,7 @@ impl Core {
             handle,
             notify,
             seen,
+            overrun_reported: false,
         });
     }
 
@@ -421,12 +434,25 @@ impl Core {
     /// the core lock is released.
     pub(crate) fn notify_cqs(&mut self, wakers: &mut Vec<Waker>) {
         for w in &mut self.watches {
-            let produced = self.engine.cq(w.handle).map_or(w.seen, |c| c.produced);
-            if produced != w.seen {
-                w.seen = produced;
+            let Some(cq) = self.engine.cq(w.handle) else {
+                continue;
+            };
+            if cq.produced != w.seen {
+                w.seen = cq.produced;
                 wakers.append(&mut w.notify.lock().wakers);
                 if w.notify.armed.swap(false, Ordering::AcqRel) {
                     w.notify.fd.signal();
+                }
+                if w.notify.channel_armed.swap(false, Ordering::AcqRel) {
+                    if let Some((pipe, token)) = w.notify.channel.get() {
+                        pipe.push(0, *token);
+                    }
+                }
+            }
+            if cq.overrun && !w.overrun_reported {
+                w.overrun_reported = true;
+                if let Some(events) = &self.async_events {
+                    events.push(AsyncEvent::CqOverrun { cq: w.handle.0 });
                 }
             }
         }

@@ -1,0 +1,137 @@
+//! Completion channels, asynchronous events and caller memory at another virtual address
+//! (what the C library needs for `ibv_comp_channel`, the context's `async_fd` and
+//! `ibv_reg_mr_iova2`). Addresses 127.0.11.x.
+
+mod common;
+
+use std::io::ErrorKind;
+use std::os::fd::AsRawFd;
+
+use common::*;
+use softrdma::{wr, AsyncEvent, AttachChannelError, CompletionChannel, QpInitAttr, WcStatus};
+
+/// poll(2) on one descriptor: whether it became readable within `ms`.
+fn readable(fd: i32, ms: i32) -> bool {
+    let mut p = libc::pollfd {
+        fd,
+        events: libc::POLLIN,
+        revents: 0,
+    };
+    // SAFETY: one live pollfd.
+    let n = unsafe { libc::poll(&mut p, 1, ms) };
+    n == 1 && p.revents & libc::POLLIN != 0
+}
+
+fn set_nonblocking(fd: i32) {
+    // SAFETY: fcntl on a descriptor the channel owns and keeps open.
+    unsafe {
+        let fl = libc::fcntl(fd, libc::F_GETFL);
+        assert!(libc::fcntl(fd, libc::F_SETFL, fl | libc::O_NONBLOCK) == 0);
+    }
+}
+
+#[test]
+fn armed_cq_writes_one_event_per_arming() {
+    let (a, b) = pair("127.0.11.1", "127.0.11.2", 4096);
+    let ch = CompletionChannel::new().unwrap();
+    let fd = ch.as_raw_fd();
+    set_nonblocking(fd);
+    assert_eq!(
+        b.cq.req_notify(false),
+        Err(AttachChannelError::NoChannel),
+        "arming without a channel is refused"
+    );
+    b.cq.attach_channel(&ch, 0xfeed).unwrap();
+    assert_eq!(
+        b.cq.attach_channel(&ch, 1),
+        Err(AttachChannelError::AlreadyAttached)
+    );
+
+    // Not armed: a completion makes no event.
+    b.qp.post_recv([wr::recv(1, vec![b.mr.sge(0, 64)])])
+        .unwrap();
+    a.qp.post_send([wr::send(1, vec![a.mr.sge(0, 8)])]).unwrap();
+    assert_eq!(wait_one(&b.cq).status, WcStatus::Success);
+    assert!(!readable(fd, 50), "an unarmed CQ must not signal");
+    assert_eq!(ch.get_event().unwrap_err().kind(), ErrorKind::WouldBlock);
+
+    // Armed: the next completion wakes poll() and yields the token, once.
+    b.cq.req_notify(false).unwrap();
+    b.qp.post_recv([
+        wr::recv(2, vec![b.mr.sge(0, 64)]),
+        wr::recv(3, vec![b.mr.sge(0, 64)]),
+    ])
+    .unwrap();
+    a.qp.post_send([wr::send(2, vec![a.mr.sge(0, 8)])]).unwrap();
+    assert!(
+        readable(fd, 5000),
+        "the armed CQ's completion must wake poll()"
+    );
+    assert_eq!(ch.get_event().unwrap(), 0xfeed);
+    assert_eq!(wait_one(&b.cq).wr_id, 2);
+    a.qp.post_send([wr::send(3, vec![a.mr.sge(0, 8)])]).unwrap();
+    assert_eq!(wait_one(&b.cq).wr_id, 3);
+    assert!(!readable(fd, 50), "one arming gives one event");
+    assert_eq!(ch.dropped(), 0);
+}
+
+#[test]
+fn cq_overrun_is_an_async_event() {
+    let a = Side::new("127.0.11.3", 4096);
+    let b = Side::new("127.0.11.4", 4096);
+    // A one-entry send CQ on a: two signaled sends overrun it.
+    let small = a.dev.create_cq(1).unwrap();
+    let qp = a.pd.create_qp(&QpInitAttr::rc(&small)).unwrap();
+    connect(&qp, &b.qp);
+    let events = a.dev.async_events().unwrap();
+    assert_eq!(
+        events.as_raw_fd(),
+        a.dev.async_events().unwrap().as_raw_fd(),
+        "one descriptor per device"
+    );
+    b.qp.post_recv([
+        wr::recv(1, vec![b.mr.sge(0, 64)]),
+        wr::recv(2, vec![b.mr.sge(0, 64)]),
+    ])
+    .unwrap();
+    qp.post_send([
+        wr::send(1, vec![a.mr.sge(0, 8)]),
+        wr::send(2, vec![a.mr.sge(0, 8)]),
+    ])
+    .unwrap();
+    wait_wcs(&b.cq, 2);
+    assert!(
+        readable(events.as_raw_fd(), 5000),
+        "overrun must raise an async event"
+    );
+    assert_eq!(
+        events.get_event().unwrap(),
+        AsyncEvent::CqOverrun { cq: small.id() }
+    );
+    assert!(small.overrun());
+    assert!(!readable(events.as_raw_fd(), 50), "reported once");
+}
+
+#[test]
+fn raw_region_at_another_virtual_address() {
+    let (a, b) = pair("127.0.11.5", "127.0.11.6", 4096);
+    let mut buf = vec![0u8; 256];
+    let iova = 0x10_0000_0000u64;
+    // SAFETY: `buf` outlives the region (dropped at the end of the test, after `mr`), and is
+    // only read after the WRITE completed.
+    let mr = unsafe {
+        b.pd.reg_mr_raw_iova(buf.as_mut_ptr(), buf.len(), iova, all_access())
+            .unwrap()
+    };
+    assert_eq!(mr.addr(), iova);
+    a.mr.write(0, b"at the iova").unwrap();
+    a.qp.post_send([wr::write(1, vec![a.mr.sge(0, 11)], iova + 100, mr.rkey())])
+        .unwrap();
+    assert_eq!(wait_one(&a.cq).status, WcStatus::Success);
+    // Outside [iova, iova + len): refused by the responder.
+    a.qp.post_send([wr::write(2, vec![a.mr.sge(0, 8)], iova + 250, mr.rkey())])
+        .unwrap();
+    assert_eq!(wait_one(&a.cq).status, WcStatus::RemAccessErr);
+    drop(mr);
+    assert_eq!(&buf[100..111], b"at the iova");
+}
