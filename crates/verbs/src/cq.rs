@@ -136,6 +136,20 @@ impl CompletionQueue {
             .unwrap_or(0)
     }
 
+    /// Like [`poll`](Self::poll), but when no completion waits, first runs one round of the
+    /// device's progress on the calling thread (receive what has arrived, run due timers,
+    /// transmit) without blocking. For applications that spin on a CQ — ibverbs'
+    /// `ibv_poll_cq` loop — so that the spinning thread receives the datagram it waits for
+    /// itself; while it keeps spinning, the progress thread leaves the socket to it.
+    pub fn poll_progress(&self, max: usize, out: &mut Vec<WorkCompletion>) -> usize {
+        let n = self.poll(max, out);
+        if n > 0 || max == 0 {
+            return n;
+        }
+        self.inner.device.inner().drive_from_poll();
+        self.poll(max, out)
+    }
+
     /// The oldest completion, if any.
     pub fn poll_one(&self) -> Option<WorkCompletion> {
         let mut v = Vec::with_capacity(1);

@@ -12,7 +12,7 @@ use softrdma_udp::{Config as UdpConfig, RecvArena, RoceSocket, ROCEV2_UDP_PORT};
 use crate::cq::CompletionQueue;
 use crate::error::{CreateCqError, OpenDeviceError, QueryError};
 use crate::event::AsyncEvents;
-use crate::gid::{derived_mac, eui64, interface_of, Gid, GidEntry, GidType};
+use crate::gid::{eui64, interface_of, mac_of, Gid, GidEntry, GidType};
 use crate::pd::ProtectionDomain;
 use crate::progress::{self, Core, Inner, IoCounters};
 
@@ -342,10 +342,7 @@ impl Device {
         let arena = RecvArena::for_socket(&socket, config.recv_batch.max(1));
 
         let iface = interface_of(config.ip);
-        let mac = iface
-            .as_ref()
-            .and_then(|(_, mac, _)| *mac)
-            .unwrap_or_else(|| derived_mac(config.ip));
+        let mac = mac_of(config.ip, iface.as_ref());
         let if_mtu = iface.as_ref().and_then(|(_, _, mtu)| *mtu).unwrap_or(1500);
         let active_mtu = config
             .active_mtu

@@ -33,6 +33,20 @@ pub(crate) fn derived_mac(ip: IpAddr) -> [u8; 6] {
     [0x02, 0x00, tail[0], tail[1], tail[2], tail[3]]
 }
 
+/// The MAC a device on `ip` uses: its interface's (`iface` from [`interface_of`]), else the
+/// derived one.
+pub(crate) fn mac_of(ip: IpAddr, iface: Option<&Interface>) -> [u8; 6] {
+    iface
+        .and_then(|(_, mac, _)| *mac)
+        .unwrap_or_else(|| derived_mac(ip))
+}
+
+/// The node GUID (host order) a device opened on `ip` will report: the EUI-64 of its MAC (see
+/// the module docs). Lets a device be described before it is opened, as `ibv_devices` does.
+pub fn node_guid(ip: IpAddr) -> u64 {
+    u64::from_be_bytes(eui64(mac_of(ip, interface_of(ip).as_ref())))
+}
+
 /// Type of a GID table entry (ibverbs `ibv_gid_type`); softrdma, like rxe, has only RoCE v2.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub enum GidType {
@@ -51,8 +65,11 @@ pub struct GidEntry {
     pub gid_type: GidType,
 }
 
-/// The interface holding `ip`, if any: (name, MAC, MTU).
-pub(crate) fn interface_of(ip: IpAddr) -> Option<(String, Option<[u8; 6]>, Option<u32>)> {
+/// An interface: (name, MAC, MTU).
+pub(crate) type Interface = (String, Option<[u8; 6]>, Option<u32>);
+
+/// The interface holding `ip`, if any.
+pub(crate) fn interface_of(ip: IpAddr) -> Option<Interface> {
     // Every 127.0.0.0/8 address is routed through `lo`, though only 127.0.0.1 is assigned.
     let name = interface_name(ip).or_else(|| ip.is_loopback().then(|| "lo".to_string()))?;
     let sys = format!("/sys/class/net/{name}");
@@ -140,5 +157,10 @@ mod tests {
         assert_eq!("::ffff:10.88.0.11".parse::<Gid>().unwrap(), g1);
         let derived = Gid::link_local_from_mac(derived_mac("127.0.5.1".parse().unwrap()));
         assert_eq!(derived.to_string(), "fe80::7fff:fe00:501");
+        // No interface holds 127.0.5.1: the GUID is the EUI-64 of the derived MAC.
+        assert_eq!(
+            node_guid("127.0.5.1".parse().unwrap()),
+            0x0000_7fff_fe00_0501
+        );
     }
 }

@@ -519,6 +519,9 @@ impl Drop for WakeFd {
     }
 }
 
+/// How long a busy-polling application thread keeps the socket after its last poll.
+const SPIN_LEASE: Duration = Duration::from_millis(2);
+
 /// What the device's threads share.
 pub(crate) struct Inner {
     core: Mutex<Core>,
@@ -534,6 +537,10 @@ pub(crate) struct Inner {
     /// one, the progress thread leaves the socket to it and watches only timers and the wake
     /// fd, so an arriving packet wakes one thread — the one that wants the result.
     pollers: AtomicUsize,
+    /// When (ns since `epoch`) an application thread last drove the device from a
+    /// non-blocking poll ([`Inner::drive_from_poll`]): while such a spinner is recent, the
+    /// progress thread leaves the socket to it, as to a waiter.
+    last_spin_ns: AtomicU64,
 }
 
 impl Inner {
@@ -554,6 +561,7 @@ impl Inner {
             inline_transmit,
             epoch,
             pollers: AtomicUsize::new(0),
+            last_spin_ns: AtomicU64::new(0),
         })
     }
 
@@ -685,6 +693,34 @@ impl Inner {
         })
     }
 
+    /// One round of progress on behalf of a thread that busy-polls a CQ (`ibv_poll_cq` in a
+    /// loop, as perftest does): the datagram the spinner waits for is received by the spinner
+    /// itself instead of waking the progress thread, which would have to get a core first.
+    /// The spinner holds the socket for [`SPIN_LEASE`] after its last call; then the progress
+    /// thread takes it back.
+    pub(crate) fn drive_from_poll(&self) -> bool {
+        self.last_spin_ns
+            .store(self.now_ns().max(1), Ordering::Release);
+        self.drive()
+    }
+
+    fn now_ns(&self) -> u64 {
+        u64::try_from(self.epoch.elapsed().as_nanos()).unwrap_or(u64::MAX)
+    }
+
+    /// How long the progress thread leaves the socket to a spinner that has stopped calling:
+    /// `None` when no spinner is recent.
+    fn spin_lease_left(&self) -> Option<Duration> {
+        let last = self.last_spin_ns.load(Ordering::Acquire);
+        if last == 0 {
+            return None;
+        }
+        let end = last.saturating_add(SPIN_LEASE.as_nanos() as u64);
+        end.checked_sub(self.now_ns())
+            .filter(|&left| left > 0)
+            .map(Duration::from_nanos)
+    }
+
     /// Registers the calling application thread as a poller of the socket.
     pub(crate) fn start_polling(&self) {
         self.pollers.fetch_add(1, Ordering::AcqRel);
@@ -708,14 +744,19 @@ pub(crate) fn run(inner: Arc<Inner>) {
         if inner.drive() {
             continue;
         }
-        let socket = inner.pollers.load(Ordering::Acquire) == 0;
+        let lease = inner.spin_lease_left();
+        let socket = inner.pollers.load(Ordering::Acquire) == 0 && lease.is_none();
         // Busy polling spins on the socket — unless an application thread already does (it
         // spins in its own wait): two spinners per device would only fight for the cores.
         if inner.busy_poll && socket {
             std::hint::spin_loop();
             continue;
         }
-        let timeout = inner.until_next_timer();
+        // A spinner's lease ends by itself: look again then.
+        let timeout = match (inner.until_next_timer(), lease) {
+            (Some(a), Some(b)) => Some(a.min(b)),
+            (a, b) => a.or(b),
+        };
         if timeout.is_some_and(|t| t.is_zero()) {
             continue;
         }

@@ -135,3 +135,27 @@ fn raw_region_at_another_virtual_address() {
     drop(mr);
     assert_eq!(&buf[100..111], b"at the iova");
 }
+
+#[test]
+fn spinning_poller_drives_the_device() {
+    let (a, b) = pair("127.0.11.7", "127.0.11.8", 4096);
+    b.qp.post_recv((0..100).map(|i| wr::recv(i, vec![b.mr.sge(0, 64)])))
+        .unwrap();
+    let mut out = Vec::new();
+    for i in 0..100u64 {
+        a.qp.post_send([wr::send(i, vec![a.mr.sge(0, 8)])]).unwrap();
+        let deadline = std::time::Instant::now() + WAIT;
+        while out.len() as u64 <= i {
+            assert!(
+                std::time::Instant::now() < deadline,
+                "no completion for {i}"
+            );
+            b.cq.poll_progress(8, &mut out);
+        }
+    }
+    assert!(out
+        .iter()
+        .enumerate()
+        .all(|(i, w)| w.wr_id == i as u64 && w.status == WcStatus::Success));
+    assert_eq!(a.cq.poll_progress(0, &mut Vec::new()), 0);
+}
