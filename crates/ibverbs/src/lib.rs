@@ -1,0 +1,51 @@
+//! `libibverbs.so.1` for softrdma: unmodified C, C++ and Python programs written against
+//! rdma-core's libibverbs run on a softrdma device with nothing but a library path.
+//!
+//! The library is ABI-compatible with rdma-core 44 (Debian bookworm): the same soname, the
+//! same symbol versions (`IBVERBS_1.0` … `IBVERBS_1.14`, and `IBVERBS_PRIVATE_34` for the
+//! one private symbol perftest and `ibv_devinfo` import), and the same struct layouts, because
+//! programs jump through the function tables inside `struct ibv_context` and
+//! `struct verbs_context` directly (the inline `ibv_post_send`, `ibv_poll_cq`, `ibv_wr_*`, …).
+//! `ABI.md` next to this crate records the facts this rests on; `tests/` proves the layouts
+//! with a C program compiled against the system headers and runs Debian's unmodified
+//! binaries (ibverbs-utils, perftest, pyverbs) through the library.
+//!
+//! It is a thin skin: every verb translates its arguments into the `softrdma` Rust API and
+//! its result back into rdma-core's return conventions (`NULL` + `errno`, an errno value, or
+//! -1 + `errno`, verb by verb as rdma-core documents them). No protocol logic lives here.
+//!
+//! # The device
+//! A process sees one device, `softrdma0`, bound to one IP address:
+//! - `SOFTRDMA_IP`: the address (IPv4 or IPv6). Without it, the first IPv4 address of an
+//!   interface that is up and not loopback, else 127.0.0.1. Two processes on one host need
+//!   two addresses (for example 127.0.0.1 and 127.0.0.2): each binds UDP port 4791.
+//! - `SOFTRDMA_BUSY_POLL=1`: the device's progress thread spins instead of sleeping.
+//! - `SOFTRDMA_GSO=1`: UDP GSO batching to loopback peers (see `softrdma::DeviceConfig::gso`).
+//! - `SOFTRDMA_PCAP=FILE`: the device writes every packet it sends and receives to FILE.
+//!
+//! `softrdma exec [--ip ADDR] -- PROGRAM ARGS…` sets these and `LD_LIBRARY_PATH`.
+//!
+//! # Provider libraries
+//! Debian's perftest also links `libmlx5.so.1` and `libefa.so.1` (vendor extensions). The
+//! build places stand-ins for both next to `libibverbs.so.1` (`providers/*.c`): every entry
+//! point answers truthfully that the device is not an mlx5 or EFA device, so the program
+//! loads and takes its generic path.
+//!
+//! # What is not there yet
+//! Address handles, UD/UC queue pairs, shared receive queues, memory windows and multicast
+//! are not in softrdma's Rust API yet: their verbs fail with `EOPNOTSUPP` (creation) or
+//! `EINVAL` (objects that cannot exist), and their function-table slots are NULL, which the
+//! header's inline wrappers turn into `EOPNOTSUPP`.
+
+mod abi;
+mod context;
+mod cq;
+mod device;
+mod exports;
+mod layout;
+mod misc;
+mod pd;
+mod post;
+mod qp;
+mod util;
+mod wr;

@@ -1,0 +1,281 @@
+//! Protection domains and memory regions: `ibv_alloc_pd`, `ibv_dealloc_pd`, `ibv_reg_mr`,
+//! `ibv_reg_mr_iova`, `ibv_reg_mr_iova2`, `ibv_rereg_mr`, `ibv_dereg_mr`.
+//!
+//! The program's own memory is registered with [`ProtectionDomain::reg_mr_raw_iova`]: the
+//! program promises (as with any RDMA device) that the buffer stays allocated until
+//! `ibv_dereg_mr`, after which softrdma never touches it.
+
+use std::ffi::{c_int, c_void};
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::Mutex;
+
+use softrdma::{AccessFlags, MemoryRegion, ProtectionDomain, RegMrError};
+
+use crate::abi::*;
+use crate::device::Context;
+use crate::util::{fail_errno, fail_null, is_live, register, set_errno, unregister, Kind};
+
+/// A protection domain: the C struct first, then softrdma's handle and a count of the
+/// objects created in it (MRs, QPs), which must be gone before it may be deallocated.
+#[repr(C)]
+pub(crate) struct Pd {
+    pub ibv: ibv_pd,
+    pub pd: ProtectionDomain,
+    pub users: AtomicUsize,
+}
+
+impl Pd {
+    /// The PD behind a live handle, or `EINVAL`.
+    pub(crate) fn from_handle<'a>(pd: *mut ibv_pd) -> Result<&'a Pd, c_int> {
+        if !is_live(pd, Kind::Pd) {
+            return Err(libc::EINVAL);
+        }
+        // SAFETY: live PD handles are boxed `Pd`s (the ibv_pd first) until ibv_dealloc_pd.
+        Ok(unsafe { &*pd.cast::<Pd>() })
+    }
+}
+
+/// A memory region; `mr` changes on `ibv_rereg_mr`.
+#[repr(C)]
+pub(crate) struct Mr {
+    pub ibv: ibv_mr,
+    pub mr: Mutex<MemoryRegion>,
+    pub pd: *mut Pd,
+}
+
+/// `ibv_alloc_pd`.
+pub(crate) unsafe extern "C" fn ibv_alloc_pd(context: *mut ibv_context) -> *mut ibv_pd {
+    let ctx = match Context::from_handle(context) {
+        Ok(c) => c,
+        Err(e) => return fail_null(e),
+    };
+    let pd = ctx.device.alloc_pd();
+    static NEXT: AtomicUsize = AtomicUsize::new(1);
+    let p = Box::into_raw(Box::new(Pd {
+        ibv: ibv_pd {
+            context,
+            handle: NEXT.fetch_add(1, Ordering::Relaxed) as u32,
+        },
+        pd,
+        users: AtomicUsize::new(0),
+    }));
+    let h = p.cast::<ibv_pd>();
+    register(h, Kind::Pd);
+    h
+}
+
+/// `ibv_dealloc_pd`: `EBUSY` while MRs or QPs of the PD exist.
+pub(crate) unsafe extern "C" fn ibv_dealloc_pd(pd: *mut ibv_pd) -> c_int {
+    let p = match Pd::from_handle(pd) {
+        Ok(p) => p,
+        Err(e) => return fail_errno(e),
+    };
+    if p.users.load(Ordering::Acquire) != 0 {
+        return fail_errno(libc::EBUSY);
+    }
+    if !unregister(pd, Kind::Pd) {
+        return fail_errno(libc::EINVAL);
+    }
+    // SAFETY: the handle was live (a boxed Pd), and is now unregistered: freed once.
+    drop(unsafe { Box::from_raw(pd.cast::<Pd>()) });
+    0
+}
+
+/// The access flags softrdma can grant, from `ibv_access_flags`; `EINVAL` for unknown bits,
+/// `EOPNOTSUPP` for on-demand paging (softrdma has no page faults to serve).
+fn access_flags(access: u32) -> Result<AccessFlags, c_int> {
+    // Optional-range bits are hints a device may ignore.
+    let access = access & !IBV_ACCESS_OPTIONAL_RANGE;
+    if access & IBV_ACCESS_ON_DEMAND != 0 {
+        return Err(libc::EOPNOTSUPP);
+    }
+    // Memory windows do not exist yet, so binding rights grant nothing; a zero-based region
+    // is just iova 0 with ibv_reg_mr_iova2; huge pages change nothing for softrdma.
+    let known = 0xf | IBV_ACCESS_MW_BIND | IBV_ACCESS_ZERO_BASED | IBV_ACCESS_HUGETLB;
+    if access & !known != 0 {
+        return Err(libc::EINVAL);
+    }
+    Ok(AccessFlags::from_bits_truncate(access & 0xf))
+}
+
+fn reg_errno(e: &RegMrError) -> c_int {
+    match e {
+        RegMrError::AccessNeedsLocalWrite | RegMrError::InvalidRange(_) => libc::EINVAL,
+        RegMrError::OutOfMemory(_) | RegMrError::TooMany => libc::ENOMEM,
+    }
+}
+
+/// Registers `[addr, addr + length)` of the program at `iova`.
+///
+/// # Safety
+/// The program promises the memory stays allocated until the region is deregistered.
+unsafe fn register_memory(
+    pd: &Pd,
+    addr: *mut c_void,
+    length: usize,
+    iova: u64,
+    access: u32,
+) -> Result<MemoryRegion, c_int> {
+    let flags = access_flags(access)?;
+    if addr.is_null() && length != 0 {
+        return Err(libc::EINVAL);
+    }
+    let iova = if access & IBV_ACCESS_ZERO_BASED != 0 {
+        0
+    } else {
+        iova
+    };
+    // SAFETY: forwarded from this function's contract (ibv_reg_mr's: the buffer is the
+    // program's and outlives the registration).
+    unsafe { pd.pd.reg_mr_raw_iova(addr.cast(), length, iova, flags) }.map_err(|e| reg_errno(&e))
+}
+
+/// `ibv_reg_mr_iova2`: registers the program's memory at virtual address `iova`.
+pub(crate) unsafe extern "C" fn ibv_reg_mr_iova2(
+    pd: *mut ibv_pd,
+    addr: *mut c_void,
+    length: usize,
+    iova: u64,
+    access: u32,
+) -> *mut ibv_mr {
+    let p = match Pd::from_handle(pd) {
+        Ok(p) => p,
+        Err(e) => return fail_null(e),
+    };
+    // SAFETY: ibv_reg_mr's contract: the memory is the program's and outlives the region.
+    let mr = match unsafe { register_memory(p, addr, length, iova, access) } {
+        Ok(m) => m,
+        Err(e) => return fail_null(e),
+    };
+    p.users.fetch_add(1, Ordering::AcqRel);
+    let m = Box::into_raw(Box::new(Mr {
+        ibv: ibv_mr {
+            context: p.ibv.context,
+            pd,
+            addr,
+            length,
+            handle: mr.lkey(),
+            lkey: mr.lkey(),
+            rkey: mr.rkey(),
+        },
+        mr: Mutex::new(mr),
+        pd: pd.cast(),
+    }));
+    let h = m.cast::<ibv_mr>();
+    register(h, Kind::Mr);
+    h
+}
+
+/// `ibv_reg_mr`: registers the program's memory at its own address.
+pub(crate) unsafe extern "C" fn ibv_reg_mr(
+    pd: *mut ibv_pd,
+    addr: *mut c_void,
+    length: usize,
+    access: c_int,
+) -> *mut ibv_mr {
+    // SAFETY: forwarded.
+    unsafe { ibv_reg_mr_iova2(pd, addr, length, addr as u64, access as u32) }
+}
+
+/// `ibv_reg_mr_iova`.
+pub(crate) unsafe extern "C" fn ibv_reg_mr_iova(
+    pd: *mut ibv_pd,
+    addr: *mut c_void,
+    length: usize,
+    iova: u64,
+    access: c_int,
+) -> *mut ibv_mr {
+    // SAFETY: forwarded.
+    unsafe { ibv_reg_mr_iova2(pd, addr, length, iova, access as u32) }
+}
+
+/// `ibv_rereg_mr`: a new registration replaces the old one (new keys, which the `ibv_mr`
+/// then carries). On failure the old region stays valid and `IBV_REREG_MR_ERR_INPUT` is
+/// returned with `errno` set.
+pub(crate) unsafe extern "C" fn ibv_rereg_mr(
+    mr: *mut ibv_mr,
+    flags: c_int,
+    pd: *mut ibv_pd,
+    addr: *mut c_void,
+    length: usize,
+    access: c_int,
+) -> c_int {
+    let fail = |e| {
+        set_errno(e);
+        IBV_REREG_MR_ERR_INPUT
+    };
+    if !is_live(mr, Kind::Mr) {
+        return fail(libc::EINVAL);
+    }
+    // SAFETY: live MR handles are boxed `Mr`s until ibv_dereg_mr.
+    let m = unsafe { &mut *mr.cast::<Mr>() };
+    let supported =
+        IBV_REREG_MR_CHANGE_TRANSLATION | IBV_REREG_MR_CHANGE_PD | IBV_REREG_MR_CHANGE_ACCESS;
+    if flags & !supported != 0 || flags == 0 {
+        return fail(libc::EINVAL);
+    }
+    let translation = flags & IBV_REREG_MR_CHANGE_TRANSLATION != 0;
+    if translation && (addr.is_null() || length == 0) {
+        return fail(libc::EINVAL);
+    }
+    if access != 0 && flags & IBV_REREG_MR_CHANGE_ACCESS == 0 {
+        return fail(libc::EINVAL);
+    }
+    let new_pd = if flags & IBV_REREG_MR_CHANGE_PD != 0 {
+        match Pd::from_handle(pd) {
+            Ok(_) => pd.cast::<Pd>(),
+            Err(e) => return fail(e),
+        }
+    } else {
+        m.pd
+    };
+    let (new_addr, new_len) = if translation {
+        (addr, length)
+    } else {
+        (m.ibv.addr, m.ibv.length)
+    };
+    let old = m.mr.lock().unwrap_or_else(|e| e.into_inner()).clone();
+    let new_access = if flags & IBV_REREG_MR_CHANGE_ACCESS != 0 {
+        access as u32
+    } else {
+        old.access().bits()
+    };
+    let iova = if translation { addr as u64 } else { old.addr() };
+    // SAFETY: `new_pd` is live (checked above or the MR's own PD, which the MR keeps busy).
+    let pd_ref = unsafe { &*new_pd };
+    // SAFETY: ibv_rereg_mr's contract: the (new) memory is the program's and outlives the
+    // registration.
+    let region = match unsafe { register_memory(pd_ref, new_addr, new_len, iova, new_access) } {
+        Ok(r) => r,
+        Err(e) => return fail(e),
+    };
+    if new_pd != m.pd {
+        pd_ref.users.fetch_add(1, Ordering::AcqRel);
+        // SAFETY: the old PD is live while this MR counts as its user.
+        unsafe { &*m.pd }.users.fetch_sub(1, Ordering::AcqRel);
+        m.pd = new_pd;
+        m.ibv.pd = new_pd.cast();
+    }
+    m.ibv.addr = new_addr;
+    m.ibv.length = new_len;
+    m.ibv.lkey = region.lkey();
+    m.ibv.rkey = region.rkey();
+    m.ibv.handle = region.lkey();
+    // Dropping the old handle deregisters the old keys.
+    *m.mr.lock().unwrap_or_else(|e| e.into_inner()) = region;
+    drop(old);
+    0
+}
+
+/// `ibv_dereg_mr`: after it returns, softrdma never touches the memory again.
+pub(crate) unsafe extern "C" fn ibv_dereg_mr(mr: *mut ibv_mr) -> c_int {
+    if !unregister(mr, Kind::Mr) {
+        return fail_errno(libc::EINVAL);
+    }
+    // SAFETY: the handle was live (a boxed Mr) and is now unregistered: freed once.
+    let m = unsafe { Box::from_raw(mr.cast::<Mr>()) };
+    // SAFETY: the MR's PD cannot be deallocated while the MR counts as its user.
+    unsafe { &*m.pd }.users.fetch_sub(1, Ordering::AcqRel);
+    drop(m);
+    0
+}

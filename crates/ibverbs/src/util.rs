@@ -1,0 +1,102 @@
+//! errno, the registry of live handles, and conversions shared by every verb.
+
+use std::collections::HashMap;
+use std::ffi::c_int;
+use std::sync::{Mutex, MutexGuard, OnceLock};
+
+/// Sets the calling thread's `errno`.
+pub(crate) fn set_errno(e: c_int) {
+    // SAFETY: __errno_location returns the calling thread's errno slot, valid for the thread's
+    // lifetime.
+    unsafe { *libc::__errno_location() = e };
+}
+
+/// Sets `errno` and returns a null pointer: how the creating verbs fail.
+pub(crate) fn fail_null<T>(e: c_int) -> *mut T {
+    set_errno(e);
+    std::ptr::null_mut()
+}
+
+/// Sets `errno` and returns -1: how the `int`-returning verbs that document "-1 and errno"
+/// fail.
+pub(crate) fn fail_minus_one(e: c_int) -> c_int {
+    set_errno(e);
+    -1
+}
+
+/// Sets `errno` and returns it: how the verbs that return an errno value fail (rdma-core sets
+/// `errno` too in most of them).
+pub(crate) fn fail_errno(e: c_int) -> c_int {
+    set_errno(e);
+    e
+}
+
+/// What kind of object a handle is.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Kind {
+    Context,
+    Pd,
+    Mr,
+    Cq,
+    Channel,
+    Qp,
+}
+
+/// Every handle this library has given out and not yet destroyed, by address. Non-hot-path
+/// verbs (create, modify, query, destroy, events) check their handles here, so a NULL, a
+/// destroyed or a foreign handle gets `EINVAL` instead of a crash or a double free. The hot
+/// path (post, poll) is reached through the handle's own function table, so the program
+/// already dereferenced it before softrdma sees it.
+fn live() -> MutexGuard<'static, HashMap<usize, Kind>> {
+    static LIVE: OnceLock<Mutex<HashMap<usize, Kind>>> = OnceLock::new();
+    LIVE.get_or_init(Default::default)
+        .lock()
+        .unwrap_or_else(|e| e.into_inner())
+}
+
+/// Records a new handle.
+pub(crate) fn register<T>(p: *mut T, kind: Kind) {
+    live().insert(p as usize, kind);
+}
+
+/// Forgets a handle; false if it was not live as `kind` (then nothing changes).
+pub(crate) fn unregister<T>(p: *mut T, kind: Kind) -> bool {
+    let mut l = live();
+    if l.get(&(p as usize)) == Some(&kind) {
+        l.remove(&(p as usize));
+        true
+    } else {
+        false
+    }
+}
+
+/// Whether `p` is a live handle of `kind`.
+pub(crate) fn is_live<T>(p: *const T, kind: Kind) -> bool {
+    !p.is_null() && live().get(&(p as usize)) == Some(&kind)
+}
+
+/// Copies `s` into a fixed C string buffer, always NUL-terminated.
+pub(crate) fn copy_c_str(dst: &mut [std::ffi::c_char], s: &str) {
+    let n = s.len().min(dst.len().saturating_sub(1));
+    for (d, b) in dst.iter_mut().zip(s.bytes().take(n)) {
+        *d = b as std::ffi::c_char;
+    }
+    if let Some(end) = dst.get_mut(n) {
+        *end = 0;
+    }
+}
+
+/// Copies the first `len` bytes of `src` to `dst` (a caller's struct that may be older and
+/// shorter than ours, or newer and longer: the extra tail is zeroed).
+///
+/// # Safety
+/// `dst` must be valid for writes of `len` bytes.
+pub(crate) unsafe fn copy_prefix<T>(src: &T, dst: *mut u8, len: usize) {
+    let n = len.min(std::mem::size_of::<T>());
+    // SAFETY: `src` is a live T of at least `n` bytes; the caller guarantees `dst` holds
+    // `len >= n` bytes; they cannot overlap (src is ours).
+    unsafe {
+        std::ptr::copy_nonoverlapping((src as *const T).cast::<u8>(), dst, n);
+        std::ptr::write_bytes(dst.add(n), 0, len - n);
+    }
+}
