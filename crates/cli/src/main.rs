@@ -3,11 +3,12 @@
 //!
 //! Each subcommand lives in its own module with an `Args` struct (clap derive) and a
 //! `run(&Args) -> ExitCode`; this file only parses the command line and dispatches, so adding
-//! `perf`, `pingpong`, `devinfo` or `sim` means one module and one enum variant.
+//! `perf`, `pingpong`, `devinfo`, `exec` or `sim` means one module and one enum variant.
 
 mod capture;
 mod decode;
 mod devinfo;
+mod exec;
 mod oob;
 mod perf;
 mod pingpong;
@@ -36,6 +37,13 @@ enum Command {
     /// Show the attributes of a softrdma device like `ibv_devinfo` (-v: all of them and the
     /// GID table; --counters: the engine's counters).
     Devinfo(devinfo::Args),
+    /// Run an unmodified libibverbs program (ibv_rc_pingpong, perftest, pyverbs scripts...)
+    /// on softrdma: sets LD_LIBRARY_PATH to the built libibverbs.so.1 and the device's
+    /// address.
+    ///
+    /// Exit status: the program's; 1 if the address's UDP port 4791 is taken, 2 if the
+    /// library is missing, 127 if the program cannot be run.
+    Exec(exec::Args),
     /// perftest's benchmarks (write-bw, read-bw, send-bw, atomic-bw, write-lat, read-lat,
     /// send-lat, atomic-lat), interoperable with perftest's `ib_*` programs.
     ///
@@ -59,6 +67,7 @@ fn main() -> ExitCode {
     match &cli.command {
         Command::Decode(args) => decode::run(args),
         Command::Devinfo(args) => devinfo::run(args),
+        Command::Exec(args) => exec::run(args),
         Command::Perf(args) => perf::run(args),
         Command::Pingpong(args) => pingpong::run(args),
         Command::Sim(args) => sim::run_cmd(args),

@@ -40,38 +40,17 @@ unsafe impl Send for Listed {}
 // SAFETY: as above.
 unsafe impl Sync for Listed {}
 
-/// The address a device without `SOFTRDMA_IP` uses: the first IPv4 address of an interface
-/// that is up and not loopback, else 127.0.0.1.
+/// The address a device without `SOFTRDMA_IP` uses: the one the host sends from towards the
+/// outside (a connected UDP socket's local address; no packet is sent), else 127.0.0.1 —
+/// the same choice as `softrdma devinfo` and `softrdma exec`.
 fn default_ip() -> IpAddr {
-    let mut list: *mut libc::ifaddrs = std::ptr::null_mut();
-    let fallback = IpAddr::from([127, 0, 0, 1]);
-    // SAFETY: getifaddrs writes a list head freed below with freeifaddrs.
-    if unsafe { libc::getifaddrs(&mut list) } != 0 {
-        return fallback;
-    }
-    let mut found = None;
-    let mut cur = list;
-    while !cur.is_null() && found.is_none() {
-        // SAFETY: `cur` is a node of the list getifaddrs returned, valid until freeifaddrs.
-        let ifa = unsafe { &*cur };
-        cur = ifa.ifa_next;
-        let up = ifa.ifa_flags & libc::IFF_UP as u32 != 0;
-        let lo = ifa.ifa_flags & libc::IFF_LOOPBACK as u32 != 0;
-        if ifa.ifa_addr.is_null() || !up || lo {
-            continue;
-        }
-        // SAFETY: ifa_addr is non-null and starts with the family field.
-        if i32::from(unsafe { (*ifa.ifa_addr).sa_family }) == libc::AF_INET {
-            // SAFETY: the family says this is a sockaddr_in.
-            let sin = unsafe { &*(ifa.ifa_addr as *const libc::sockaddr_in) };
-            found = Some(IpAddr::from(
-                u32::from_be(sin.sin_addr.s_addr).to_be_bytes(),
-            ));
-        }
-    }
-    // SAFETY: `list` came from getifaddrs and is freed once.
-    unsafe { libc::freeifaddrs(list) };
-    found.unwrap_or(fallback)
+    let probe = || -> std::io::Result<IpAddr> {
+        let s = std::net::UdpSocket::bind(("0.0.0.0", 0))?;
+        // TEST-NET-1 (RFC 5737): nothing is sent, the kernel only picks a source address.
+        s.connect(("192.0.2.1", 9))?;
+        Ok(s.local_addr()?.ip())
+    };
+    probe().unwrap_or(IpAddr::from([127, 0, 0, 1]))
 }
 
 fn env_flag(name: &str) -> bool {

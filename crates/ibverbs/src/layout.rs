@@ -75,7 +75,7 @@ macro_rules! table {
 fn entries() -> Vec<LayoutEntry> {
     let send_wr_wr = offset_of!(ibv_send_wr, wr);
     let send_wr_ext = offset_of!(ibv_send_wr, ext);
-    let t = table![
+    table![
         struct_layout!(ibv_device; node_type, transport_type, name, dev_name, dev_path, ibdev_path),
         struct_layout!(ibv_context_ops; _compat_query_device, _compat_query_port, alloc_mw, bind_mw,
             dealloc_mw, poll_cq, req_notify_cq, post_srq_recv, post_send, post_recv,
@@ -322,8 +322,7 @@ fn entries() -> Vec<LayoutEntry> {
             off!(ib_uverbs_ah_attr, dlid),
             off!(ib_uverbs_ah_attr, port_num)
         ],
-    ];
-    t
+    ]
 }
 
 /// The table, terminated by an entry with a null name.

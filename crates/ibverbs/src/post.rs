@@ -174,28 +174,29 @@ fn post_list<W, T>(
     post: impl FnOnce(&mut dyn Iterator<Item = T>) -> Result<(), (usize, c_int)>,
 ) -> Result<(), (usize, c_int)> {
     let mut converted_err: Option<(usize, c_int)> = None;
-    let mut cur = first;
-    let mut index = 0;
-    let mut iter = std::iter::from_fn(|| {
-        if cur.is_null() || converted_err.is_some() {
-            return None;
-        }
-        // SAFETY: the program passes a list of readable requests.
-        let w = unsafe { &*cur };
-        match convert(w) {
-            Ok(t) => {
-                cur = next(w);
-                index += 1;
-                Some(t)
+    {
+        let mut cur = first;
+        let mut index = 0;
+        let mut iter = std::iter::from_fn(|| {
+            if cur.is_null() || converted_err.is_some() {
+                return None;
             }
-            Err(e) => {
-                converted_err = Some((index, e));
-                None
+            // SAFETY: the program passes a list of readable requests.
+            let w = unsafe { &*cur };
+            match convert(w) {
+                Ok(t) => {
+                    cur = next(w);
+                    index += 1;
+                    Some(t)
+                }
+                Err(e) => {
+                    converted_err = Some((index, e));
+                    None
+                }
             }
-        }
-    });
-    post(&mut iter)?;
-    drop(iter);
+        });
+        post(&mut iter)?;
+    }
     match converted_err {
         Some(e) => Err(e),
         None => Ok(()),

@@ -285,7 +285,7 @@ fn address_vector(ctx: &Context, ah: &ibv_ah_attr) -> Result<AddressVector, c_in
 
 /// Translates `attr` under `mask` into softrdma's attributes.
 fn qp_attr(ctx: &Context, qp: &Qp, attr: &ibv_qp_attr, mask: c_int) -> Result<QpAttr, c_int> {
-    let known = (1 << 21) - 1 | IBV_QP_RATE_LIMIT;
+    let known = ((1 << 21) - 1) | IBV_QP_RATE_LIMIT;
     if mask & !known != 0 {
         return Err(libc::EINVAL);
     }

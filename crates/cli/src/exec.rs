@@ -1,0 +1,96 @@
+//! `softrdma exec [--ip ADDR] -- PROGRAM ARGS…`: runs an unmodified libibverbs program on
+//! softrdma.
+//!
+//! The program is executed (it replaces this process: its exit status and signals are its
+//! own) with `LD_LIBRARY_PATH` starting with the directory of the `softrdma` binary, where
+//! `cargo build --release --workspace` puts `libibverbs.so.1` and the provider stubs, and with
+//! `SOFTRDMA_IP` set to the device's address. Before that, the address's UDP port 4791 is
+//! probed: if it is taken (another softrdma process, or the kernel's rdma_rxe, on the same
+//! address), `exec` says so instead of letting the program fail later.
+
+use std::ffi::OsString;
+use std::net::{IpAddr, Ipv4Addr, UdpSocket};
+use std::os::unix::process::CommandExt;
+use std::path::PathBuf;
+use std::process::{Command, ExitCode};
+
+use clap::Args as ClapArgs;
+
+/// Arguments of `softrdma exec`.
+#[derive(Debug, ClapArgs)]
+pub(crate) struct Args {
+    /// The device's IP address (default: the host's outgoing address, or 127.0.0.1). Two
+    /// programs on one host need two addresses, e.g. 127.0.0.1 and 127.0.0.2.
+    #[arg(long, value_name = "ADDR")]
+    ip: Option<IpAddr>,
+    /// Directory holding libibverbs.so.1 (default: the directory of this binary).
+    #[arg(long, value_name = "DIR")]
+    lib_dir: Option<PathBuf>,
+    /// The program and its arguments.
+    #[arg(
+        required = true,
+        trailing_var_arg = true,
+        allow_hyphen_values = true,
+        value_name = "PROGRAM ARGS"
+    )]
+    command: Vec<OsString>,
+}
+
+/// Why the device's address cannot be used, if it cannot.
+fn probe_port(ip: IpAddr) -> Result<(), String> {
+    match UdpSocket::bind((ip, 4791)) {
+        Ok(_) => Ok(()),
+        Err(e) if e.kind() == std::io::ErrorKind::AddrInUse => Err(format!(
+            "UDP port 4791 on {ip} is already in use (another softrdma program, or the kernel's \
+             rdma_rxe, on this address); give this program its own address with --ip, e.g. \
+             127.0.0.2"
+        )),
+        Err(e) => Err(format!("cannot use {ip}:4791 for the device: {e}")),
+    }
+}
+
+/// Runs `softrdma exec`.
+pub(crate) fn run(args: &Args) -> ExitCode {
+    let lib_dir = match &args.lib_dir {
+        Some(d) => d.clone(),
+        None => match std::env::current_exe() {
+            Ok(exe) => exe.parent().map(PathBuf::from).unwrap_or_default(),
+            Err(e) => {
+                eprintln!("softrdma exec: cannot locate this binary: {e}");
+                return ExitCode::from(2);
+            }
+        },
+    };
+    if !lib_dir.join("libibverbs.so.1").exists() {
+        eprintln!(
+            "softrdma exec: {} has no libibverbs.so.1; build it with `cargo build --release \
+             --workspace` (or give --lib-dir)",
+            lib_dir.display()
+        );
+        return ExitCode::from(2);
+    }
+    let ip = args.ip.unwrap_or_else(|| {
+        crate::route::local_ip_towards(IpAddr::V4(Ipv4Addr::new(192, 0, 2, 1)))
+            .unwrap_or(IpAddr::V4(Ipv4Addr::LOCALHOST))
+    });
+    if let Err(msg) = probe_port(ip) {
+        eprintln!("softrdma exec: {msg}");
+        return ExitCode::FAILURE;
+    }
+    let mut path = OsString::from(lib_dir.as_os_str());
+    if let Some(old) = std::env::var_os("LD_LIBRARY_PATH").filter(|o| !o.is_empty()) {
+        path.push(":");
+        path.push(old);
+    }
+    let (program, rest) = args.command.split_first().expect("clap requires a program");
+    let err = Command::new(program)
+        .args(rest)
+        .env("LD_LIBRARY_PATH", path)
+        .env("SOFTRDMA_IP", ip.to_string())
+        .exec();
+    eprintln!(
+        "softrdma exec: cannot run {}: {err}",
+        program.to_string_lossy()
+    );
+    ExitCode::from(127)
+}
