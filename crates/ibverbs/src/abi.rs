@@ -14,8 +14,13 @@ use std::ffi::{c_char, c_int, c_void};
 /// A slot of a function table softrdma leaves empty (null).
 pub(crate) type Slot = Option<unsafe extern "C" fn()>;
 
-/// `union ibv_gid`: 16 bytes (a GID, on RoCEv2 an IPv6 address).
-pub(crate) type ibv_gid = [u8; 16];
+/// `union ibv_gid`: 16 bytes (a GID, on RoCEv2 an IPv6 address), 8-byte aligned because the
+/// union's other member is two `__be64`.
+#[repr(C, align(8))]
+#[derive(Clone, Copy, Default, PartialEq, Eq)]
+pub(crate) struct ibv_gid {
+    pub raw: [u8; 16],
+}
 
 /// `struct _ibv_device_ops` (obsolete, never used, present for layout).
 #[repr(C)]
@@ -784,8 +789,8 @@ pub(crate) struct ibv_sa_path_rec {
 /// `struct ib_user_path_rec` (`<rdma/ib_user_sa.h>`, the kernel's form).
 #[repr(C)]
 pub(crate) struct ib_user_path_rec {
-    pub dgid: ibv_gid,
-    pub sgid: ibv_gid,
+    pub dgid: [u8; 16],
+    pub sgid: [u8; 16],
     pub dlid: u16,
     pub slid: u16,
     pub raw_traffic: u32,
@@ -808,7 +813,7 @@ pub(crate) struct ib_user_path_rec {
 /// `struct ib_uverbs_global_route` + `struct ib_uverbs_ah_attr` (`<rdma/ib_user_verbs.h>`).
 #[repr(C)]
 pub(crate) struct ib_uverbs_ah_attr {
-    pub dgid: ibv_gid,
+    pub dgid: [u8; 16],
     pub flow_label: u32,
     pub sgid_index: u8,
     pub hop_limit: u8,

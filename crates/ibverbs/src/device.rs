@@ -516,7 +516,7 @@ fn gid_entry(ctx: &Context, port: u32, index: u32) -> Result<ibv_gid_entry, c_in
         .map_err(|_| libc::EINVAL)?;
     let ifindex = interface_index(ctx.device.ip());
     Ok(ibv_gid_entry {
-        gid: gid.0,
+        gid: ibv_gid { raw: gid.0 },
         gid_index: index,
         port_num: port,
         gid_type: IBV_GID_TYPE_ROCE_V2,

@@ -235,7 +235,7 @@ pub(crate) unsafe extern "C" fn ibv_copy_ah_attr_from_kern(
     let s = unsafe { &*src };
     let a = ibv_ah_attr {
         grh: ibv_global_route {
-            dgid: s.dgid,
+            dgid: ibv_gid { raw: s.dgid },
             flow_label: s.flow_label,
             sgid_index: s.sgid_index,
             hop_limit: s.hop_limit,
@@ -313,8 +313,8 @@ pub(crate) unsafe extern "C" fn ibv_copy_path_rec_from_kern(
     // SAFETY: the caller passes valid structs.
     let s = unsafe { &*src };
     let r = ibv_sa_path_rec {
-        dgid: s.dgid,
-        sgid: s.sgid,
+        dgid: ibv_gid { raw: s.dgid },
+        sgid: ibv_gid { raw: s.sgid },
         dlid: s.dlid,
         slid: s.slid,
         raw_traffic: s.raw_traffic as c_int,
@@ -348,8 +348,8 @@ pub(crate) unsafe extern "C" fn ibv_copy_path_rec_to_kern(
     // SAFETY: the caller passes valid structs.
     let s = unsafe { &*src };
     let r = ib_user_path_rec {
-        dgid: s.dgid,
-        sgid: s.sgid,
+        dgid: s.dgid.raw,
+        sgid: s.sgid.raw,
         dlid: s.dlid,
         slid: s.slid,
         raw_traffic: s.raw_traffic as u32,

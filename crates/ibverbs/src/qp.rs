@@ -275,7 +275,7 @@ fn address_vector(ctx: &Context, ah: &ibv_ah_attr) -> Result<AddressVector, c_in
     if ah.port_num > 1 {
         return Err(libc::EINVAL);
     }
-    let dest_ip = Gid(ah.grh.dgid).to_ip().ok_or(libc::EINVAL)?;
+    let dest_ip = Gid(ah.grh.dgid.raw).to_ip().ok_or(libc::EINVAL)?;
     Ok(AddressVector {
         dest_ip,
         traffic_class: ah.grh.traffic_class,
@@ -431,7 +431,9 @@ pub(crate) unsafe extern "C" fn ibv_query_qp(
     if let Some(av) = cfg.av {
         ah.is_global = 1;
         ah.port_num = 1;
-        ah.grh.dgid = Gid::from_ip(av.dest_ip).0;
+        ah.grh.dgid = ibv_gid {
+            raw: Gid::from_ip(av.dest_ip).0,
+        };
         ah.grh.sgid_index = ctx.device.gid_index() as u8;
         ah.grh.hop_limit = av.hop_limit;
         ah.grh.traffic_class = av.traffic_class;

@@ -1,0 +1,492 @@
+/* A libibverbs program, compiled against the system <infiniband/verbs.h> and linked against
+ * the system libibverbs, run on softrdma's libibverbs.so.1 (LD_LIBRARY_PATH). It exercises
+ * what programs reach through the function tables and inline functions of the header:
+ * ibv_query_port (macro), ibv_query_device_ex, ibv_query_gid_ex, ibv_create_cq_ex,
+ * ibv_create_qp_ex, ibv_post_send / ibv_post_recv / ibv_poll_cq / ibv_req_notify_cq, the
+ * ibv_wr_* API and the ibv_start_poll API; a completion channel woken through poll(); an
+ * asynchronous event (CQ overrun) on the context's async_fd; posting and polling from several
+ * threads; and misuse, which must give errno values, never a crash.
+ *
+ * Two RC QPs of one device talk to each other over the device's address (SOFTRDMA_IP).
+ * Exit status 0 and a last line "verbs: all checks passed" on success. */
+#include <arpa/inet.h>
+#include <errno.h>
+#include <poll.h>
+#include <pthread.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include <infiniband/verbs.h>
+
+#define CHECK(cond, ...)                                                       \
+	do {                                                                   \
+		if (!(cond)) {                                                 \
+			printf("FAIL line %d: %s: ", __LINE__, #cond);         \
+			printf(__VA_ARGS__);                                   \
+			printf(" (errno %d %s)\n", errno, strerror(errno));    \
+			exit(1);                                               \
+		}                                                              \
+	} while (0)
+
+#define BUF 65536
+
+static struct ibv_context *ctx;
+static struct ibv_pd *pd;
+static uint8_t *buf_a, *buf_b;
+static struct ibv_mr *mr_a, *mr_b;
+static union ibv_gid gid;
+
+static int modify_init(struct ibv_qp *qp)
+{
+	struct ibv_qp_attr a = {
+		.qp_state = IBV_QPS_INIT,
+		.pkey_index = 0,
+		.port_num = 1,
+		.qp_access_flags = IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_REMOTE_WRITE |
+				   IBV_ACCESS_REMOTE_READ | IBV_ACCESS_REMOTE_ATOMIC,
+	};
+	return ibv_modify_qp(qp, &a,
+			     IBV_QP_STATE | IBV_QP_PKEY_INDEX | IBV_QP_PORT |
+				     IBV_QP_ACCESS_FLAGS);
+}
+
+static int modify_rtr(struct ibv_qp *qp, uint32_t dest_qpn)
+{
+	struct ibv_qp_attr a = {
+		.qp_state = IBV_QPS_RTR,
+		.path_mtu = IBV_MTU_1024,
+		.dest_qp_num = dest_qpn,
+		.rq_psn = 100,
+		.max_dest_rd_atomic = 16,
+		.min_rnr_timer = 12,
+		.ah_attr = {
+			.is_global = 1,
+			.port_num = 1,
+			.grh = { .dgid = gid, .sgid_index = 1, .hop_limit = 64 },
+		},
+	};
+	return ibv_modify_qp(qp, &a,
+			     IBV_QP_STATE | IBV_QP_AV | IBV_QP_PATH_MTU |
+				     IBV_QP_DEST_QPN | IBV_QP_RQ_PSN |
+				     IBV_QP_MAX_DEST_RD_ATOMIC | IBV_QP_MIN_RNR_TIMER);
+}
+
+static int modify_rts(struct ibv_qp *qp)
+{
+	struct ibv_qp_attr a = {
+		.qp_state = IBV_QPS_RTS,
+		.sq_psn = 100,
+		.timeout = 14,
+		.retry_cnt = 7,
+		.rnr_retry = 7,
+		.max_rd_atomic = 16,
+	};
+	return ibv_modify_qp(qp, &a,
+			     IBV_QP_STATE | IBV_QP_SQ_PSN | IBV_QP_TIMEOUT |
+				     IBV_QP_RETRY_CNT | IBV_QP_RNR_RETRY |
+				     IBV_QP_MAX_QP_RD_ATOMIC);
+}
+
+static void connect_pair(struct ibv_qp *a, struct ibv_qp *b)
+{
+	CHECK(modify_init(a) == 0, "INIT");
+	CHECK(modify_init(b) == 0, "INIT");
+	CHECK(modify_rtr(a, b->qp_num) == 0, "RTR");
+	CHECK(modify_rtr(b, a->qp_num) == 0, "RTR");
+	CHECK(modify_rts(a) == 0, "RTS");
+	CHECK(modify_rts(b) == 0, "RTS");
+	CHECK(a->state == IBV_QPS_RTS, "ibv_modify_qp updates qp->state");
+}
+
+/* Polls `cq` (busy, through the inline ibv_poll_cq) until one completion arrives. */
+static struct ibv_wc poll_one(struct ibv_cq *cq)
+{
+	struct ibv_wc wc;
+	time_t start = time(NULL);
+	int n;
+
+	while ((n = ibv_poll_cq(cq, 1, &wc)) == 0)
+		CHECK(time(NULL) - start < 10, "no completion within 10 s");
+	CHECK(n == 1, "ibv_poll_cq returned %d", n);
+	return wc;
+}
+
+static void post_recv(struct ibv_qp *qp, uint64_t wr_id, void *addr, uint32_t len, uint32_t lkey)
+{
+	struct ibv_sge sge = { .addr = (uintptr_t)addr, .length = len, .lkey = lkey };
+	struct ibv_recv_wr wr = { .wr_id = wr_id, .sg_list = &sge, .num_sge = 1 }, *bad = NULL;
+
+	CHECK(ibv_post_recv(qp, &wr, &bad) == 0, "post_recv");
+}
+
+static void post_one(struct ibv_qp *qp, struct ibv_send_wr *wr)
+{
+	struct ibv_send_wr *bad = NULL;
+	int rc = ibv_post_send(qp, wr, &bad);
+
+	CHECK(rc == 0, "ibv_post_send returned %d", rc);
+}
+
+struct poster {
+	struct ibv_qp *qp;
+	uint64_t first_id;
+	int count;
+};
+
+static void *post_writes(void *arg)
+{
+	struct poster *p = arg;
+
+	for (int i = 0; i < p->count; i++) {
+		struct ibv_sge sge = { (uintptr_t)buf_a, 64, mr_a->lkey };
+		struct ibv_send_wr wr = {
+			.wr_id = p->first_id + i,
+			.sg_list = &sge,
+			.num_sge = 1,
+			.opcode = IBV_WR_RDMA_WRITE,
+			.send_flags = IBV_SEND_SIGNALED,
+			.wr.rdma = { (uintptr_t)buf_b + 4096, mr_b->rkey },
+		};
+		post_one(p->qp, &wr);
+	}
+	return NULL;
+}
+
+int main(void)
+{
+	struct ibv_device **list;
+	int num = -1;
+
+	/* Device, port, GIDs. */
+	list = ibv_get_device_list(&num);
+	CHECK(list && num == 1, "one device");
+	CHECK(!strcmp(ibv_get_device_name(list[0]), "softrdma0"), "name");
+	ctx = ibv_open_device(list[0]);
+	CHECK(ctx, "open");
+	ibv_free_device_list(list);
+
+	struct ibv_port_attr port;
+	CHECK(ibv_query_port(ctx, 1, &port) == 0, "query_port (inline, verbs_context)");
+	CHECK(port.state == IBV_PORT_ACTIVE && port.link_layer == IBV_LINK_LAYER_ETHERNET,
+	      "port active, Ethernet");
+	CHECK(port.gid_tbl_len >= 2, "gid table");
+	CHECK(ibv_query_port(ctx, 2, &port) != 0, "port 2 does not exist");
+
+	struct ibv_device_attr_ex dx;
+	CHECK(ibv_query_device_ex(ctx, NULL, &dx) == 0, "query_device_ex");
+	CHECK(dx.orig_attr.phys_port_cnt == 1 && dx.orig_attr.max_qp_wr > 0, "device attrs");
+	struct ibv_query_device_ex_input in = { .comp_mask = 1 };
+	CHECK(ibv_query_device_ex(ctx, &in, &dx) == EINVAL, "unknown input comp_mask");
+
+	CHECK(ibv_query_gid(ctx, 1, 1, &gid) == 0, "gid 1");
+	const char *ip = getenv("SOFTRDMA_IP");
+	struct in_addr v4;
+	CHECK(ip && inet_pton(AF_INET, ip, &v4) == 1, "SOFTRDMA_IP is IPv4");
+	CHECK(gid.raw[10] == 0xff && gid.raw[11] == 0xff && !memcmp(&gid.raw[12], &v4, 4),
+	      "GID 1 is the IPv4-mapped address");
+	struct ibv_gid_entry ge;
+	CHECK(ibv_query_gid_ex(ctx, 1, 1, &ge, 0) == 0, "gid_ex");
+	CHECK(ge.gid_type == IBV_GID_TYPE_ROCE_V2 && ge.gid_index == 1, "RoCE v2 GID");
+	CHECK(ibv_query_gid_ex(ctx, 1, 1, &ge, 7) == EINVAL, "gid_ex flags");
+
+	/* Objects. */
+	pd = ibv_alloc_pd(ctx);
+	CHECK(pd, "alloc_pd");
+	buf_a = calloc(1, BUF);
+	buf_b = calloc(1, BUF);
+	int access = IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_REMOTE_WRITE | IBV_ACCESS_REMOTE_READ |
+		     IBV_ACCESS_REMOTE_ATOMIC;
+	mr_a = ibv_reg_mr(pd, buf_a, BUF, access);
+	mr_b = ibv_reg_mr(pd, buf_b, BUF, access);
+	CHECK(mr_a && mr_b, "reg_mr");
+	CHECK(mr_a->addr == buf_a && mr_a->length == BUF && mr_a->pd == pd, "mr fields");
+
+	struct ibv_comp_channel *ch = ibv_create_comp_channel(ctx);
+	CHECK(ch && ch->fd >= 0, "channel");
+	int tag = 42;
+	struct ibv_cq *cq_a = ibv_create_cq(ctx, 1024, NULL, NULL, 0);
+	struct ibv_cq *cq_b = ibv_create_cq(ctx, 64, &tag, ch, 0);
+	CHECK(cq_a && cq_b && cq_b->channel == ch && cq_b->cq_context == &tag, "create_cq");
+	struct ibv_cq_init_attr_ex cxa = {
+		.cqe = 64,
+		.wc_flags = IBV_WC_EX_WITH_BYTE_LEN | IBV_WC_EX_WITH_IMM | IBV_WC_EX_WITH_QP_NUM,
+	};
+	struct ibv_cq_ex *cq_x = ibv_create_cq_ex(ctx, &cxa);
+	CHECK(cq_x, "create_cq_ex");
+	cxa.wc_flags = IBV_WC_EX_WITH_COMPLETION_TIMESTAMP;
+	CHECK(!ibv_create_cq_ex(ctx, &cxa) && errno == EOPNOTSUPP, "no timestamps");
+
+	struct ibv_qp_init_attr ia = {
+		.send_cq = cq_a,
+		.recv_cq = cq_a,
+		.cap = { .max_send_wr = 512, .max_recv_wr = 64, .max_send_sge = 2,
+			 .max_recv_sge = 2, .max_inline_data = 64 },
+		.qp_type = IBV_QPT_RC,
+	};
+	struct ibv_qp *qp_a = ibv_create_qp(pd, &ia);
+	CHECK(qp_a && qp_a->state == IBV_QPS_RESET, "create_qp");
+	CHECK(ia.cap.max_inline_data >= 64, "caps written back");
+	struct ibv_qp_init_attr_ex iax = {
+		.send_cq = ibv_cq_ex_to_cq(cq_x),
+		.recv_cq = cq_b,
+		.cap = { .max_send_wr = 64, .max_recv_wr = 64, .max_send_sge = 2,
+			 .max_recv_sge = 2, .max_inline_data = 64 },
+		.qp_type = IBV_QPT_RC,
+		.comp_mask = IBV_QP_INIT_ATTR_PD | IBV_QP_INIT_ATTR_SEND_OPS_FLAGS,
+		.pd = pd,
+		.send_ops_flags = IBV_QP_EX_WITH_RDMA_WRITE | IBV_QP_EX_WITH_SEND_WITH_IMM |
+				  IBV_QP_EX_WITH_RDMA_READ,
+	};
+	struct ibv_qp *qp_b = ibv_create_qp_ex(ctx, &iax);
+	CHECK(qp_b, "create_qp_ex");
+	struct ibv_qp_ex *qpx = ibv_qp_to_qp_ex(qp_b);
+	CHECK(qpx && &qpx->qp_base == qp_b, "qp_to_qp_ex");
+
+	/* Misuse before connecting: errno values, no crash. */
+	struct ibv_sge sge = { (uintptr_t)buf_a, 16, mr_a->lkey };
+	struct ibv_send_wr swr = { .wr_id = 1, .sg_list = &sge, .num_sge = 1,
+				   .opcode = IBV_WR_SEND, .send_flags = IBV_SEND_SIGNALED };
+	struct ibv_send_wr *bad = NULL;
+	CHECK(ibv_post_send(qp_a, &swr, &bad) == EINVAL && bad == &swr, "post_send in RESET");
+	struct ibv_qp_attr qa = { .qp_state = IBV_QPS_RTR };
+	CHECK(ibv_modify_qp(qp_a, &qa, IBV_QP_STATE) == EINVAL && qp_a->state == IBV_QPS_RESET,
+	      "RESET -> RTR is refused");
+	CHECK(ibv_modify_qp(qp_a, &qa, 1 << 30) == EINVAL, "unknown attribute mask bit");
+	CHECK(!ibv_alloc_pd(NULL) && errno == EINVAL, "alloc_pd(NULL)");
+	CHECK(!ibv_reg_mr(NULL, buf_a, 16, 0) && errno == EINVAL, "reg_mr(NULL pd)");
+	CHECK(!ibv_reg_mr(pd, buf_a, 16, IBV_ACCESS_REMOTE_WRITE) && errno == EINVAL,
+	      "remote write without local write");
+	CHECK(!ibv_reg_mr(pd, buf_a, 16, IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_ON_DEMAND) &&
+		      errno == EOPNOTSUPP, "no on-demand paging");
+	CHECK(ibv_dereg_mr(NULL) == EINVAL, "dereg_mr(NULL)");
+	CHECK(!ibv_create_cq(NULL, 4, NULL, NULL, 0) && errno == EINVAL, "create_cq(NULL)");
+	CHECK(!ibv_create_cq(ctx, 1 << 30, NULL, NULL, 0) && errno == EINVAL, "cqe > max_cqe");
+	ia.qp_type = IBV_QPT_XRC_SEND;
+	CHECK(!ibv_create_qp(pd, &ia) && errno == EOPNOTSUPP, "XRC");
+	ia.qp_type = IBV_QPT_RC;
+	ia.send_cq = NULL;
+	CHECK(!ibv_create_qp(pd, &ia) && errno == EINVAL, "create_qp without a CQ");
+	ia.send_cq = cq_a;
+	CHECK(!ibv_alloc_mw(pd, IBV_MW_TYPE_1) && errno == EOPNOTSUPP, "memory windows");
+	CHECK(ibv_destroy_cq(cq_a) == EBUSY, "a CQ in use");
+	CHECK(ibv_dealloc_pd(pd) == EBUSY, "a PD in use");
+	CHECK(ibv_destroy_comp_channel(ch) == EBUSY, "a channel in use");
+	CHECK(ibv_req_notify_cq(cq_a, 0) == EINVAL, "arming a CQ without a channel");
+	CHECK(ibv_resize_cq(cq_a, 2048) == EOPNOTSUPP, "resize");
+
+	connect_pair(qp_a, qp_b);
+	struct ibv_qp_attr got;
+	struct ibv_qp_init_attr got_init;
+	CHECK(ibv_query_qp(qp_a, &got, IBV_QP_STATE, &got_init) == 0, "query_qp");
+	CHECK(got.qp_state == IBV_QPS_RTS && got.dest_qp_num == qp_b->qp_num &&
+		      got.path_mtu == IBV_MTU_1024 && got.ah_attr.is_global &&
+		      !memcmp(&got.ah_attr.grh.dgid, &gid, 16) && got_init.send_cq == cq_a,
+	      "query_qp attributes");
+
+	/* SEND with immediate, a -> b, through the inline verbs. */
+	for (int i = 0; i < 100; i++)
+		buf_a[i] = (uint8_t)(i * 7 + 1);
+	post_recv(qp_b, 7, buf_b, 1024, mr_b->lkey);
+	swr.opcode = IBV_WR_SEND_WITH_IMM;
+	swr.imm_data = htonl(0x01020304);
+	swr.wr_id = 8;
+	sge.length = 100;
+	post_one(qp_a, &swr);
+	struct ibv_wc wc = poll_one(cq_b);
+	CHECK(wc.status == IBV_WC_SUCCESS && wc.wr_id == 7 && wc.opcode == IBV_WC_RECV &&
+		      wc.byte_len == 100 && (wc.wc_flags & IBV_WC_WITH_IMM) &&
+		      ntohl(wc.imm_data) == 0x01020304 && wc.qp_num == qp_b->qp_num &&
+		      wc.src_qp == qp_a->qp_num,
+	      "recv completion: status %d opcode %d len %u", wc.status, wc.opcode, wc.byte_len);
+	CHECK(!memcmp(buf_a, buf_b, 100), "SEND payload");
+	wc = poll_one(cq_a);
+	CHECK(wc.status == IBV_WC_SUCCESS && wc.wr_id == 8 && wc.opcode == IBV_WC_SEND,
+	      "send completion");
+
+	/* RDMA WRITE, READ, atomics. */
+	struct ibv_send_wr w = {
+		.wr_id = 10, .sg_list = &sge, .num_sge = 1, .opcode = IBV_WR_RDMA_WRITE,
+		.send_flags = IBV_SEND_SIGNALED,
+		.wr.rdma = { (uintptr_t)buf_b + 2048, mr_b->rkey },
+	};
+	post_one(qp_a, &w);
+	wc = poll_one(cq_a);
+	CHECK(wc.status == IBV_WC_SUCCESS && wc.opcode == IBV_WC_RDMA_WRITE, "write");
+	CHECK(!memcmp(buf_b + 2048, buf_a, 100), "WRITE data");
+	memset(buf_b + 8192, 0x5a, 64);
+	struct ibv_sge rsge = { (uintptr_t)buf_a + 8192, 64, mr_a->lkey };
+	struct ibv_send_wr r = {
+		.wr_id = 11, .sg_list = &rsge, .num_sge = 1, .opcode = IBV_WR_RDMA_READ,
+		.send_flags = IBV_SEND_SIGNALED,
+		.wr.rdma = { (uintptr_t)buf_b + 8192, mr_b->rkey },
+	};
+	post_one(qp_a, &r);
+	wc = poll_one(cq_a);
+	CHECK(wc.status == IBV_WC_SUCCESS && wc.opcode == IBV_WC_RDMA_READ && wc.byte_len == 64,
+	      "read");
+	CHECK(buf_a[8192] == 0x5a && buf_a[8255] == 0x5a, "READ data");
+	*(uint64_t *)(buf_b + 16384) = 40;
+	struct ibv_sge asge = { (uintptr_t)buf_a + 16384, 8, mr_a->lkey };
+	struct ibv_send_wr at = {
+		.wr_id = 12, .sg_list = &asge, .num_sge = 1, .opcode = IBV_WR_ATOMIC_FETCH_AND_ADD,
+		.send_flags = IBV_SEND_SIGNALED,
+		.wr.atomic = { (uintptr_t)buf_b + 16384, 2, 0, mr_b->rkey },
+	};
+	post_one(qp_a, &at);
+	wc = poll_one(cq_a);
+	CHECK(wc.status == IBV_WC_SUCCESS && wc.opcode == IBV_WC_FETCH_ADD, "fetch_add");
+	CHECK(*(uint64_t *)(buf_a + 16384) == 40 && *(uint64_t *)(buf_b + 16384) == 42,
+	      "fetch_add values");
+	at.opcode = IBV_WR_ATOMIC_CMP_AND_SWP;
+	at.wr.atomic.compare_add = 42;
+	at.wr.atomic.swap = 99;
+	post_one(qp_a, &at);
+	wc = poll_one(cq_a);
+	CHECK(wc.status == IBV_WC_SUCCESS && wc.opcode == IBV_WC_COMP_SWAP &&
+		      *(uint64_t *)(buf_b + 16384) == 99, "cmp_swap");
+
+	/* Inline send. */
+	post_recv(qp_b, 13, buf_b + 32768, 64, mr_b->lkey);
+	char msg[] = "inline payload";
+	struct ibv_sge isge = { (uintptr_t)msg, sizeof msg, 0 };
+	struct ibv_send_wr iw = { .wr_id = 14, .sg_list = &isge, .num_sge = 1,
+				  .opcode = IBV_WR_SEND,
+				  .send_flags = IBV_SEND_SIGNALED | IBV_SEND_INLINE };
+	post_one(qp_a, &iw);
+	wc = poll_one(cq_b);
+	CHECK(wc.status == IBV_WC_SUCCESS && wc.byte_len == sizeof msg &&
+		      !memcmp(buf_b + 32768, msg, sizeof msg), "inline SEND");
+	poll_one(cq_a);
+
+	/* bad_wr points at the first request not posted. */
+	struct ibv_send_wr second = swr, first = w;
+	first.next = &second;
+	second.num_sge = -1;
+	bad = NULL;
+	CHECK(ibv_post_send(qp_a, &first, &bad) == EINVAL && bad == &second, "bad_wr");
+	wc = poll_one(cq_a);
+	CHECK(wc.wr_id == first.wr_id && wc.status == IBV_WC_SUCCESS, "the first was posted");
+
+	/* The ibv_wr_* API on qp_b, completions through the ibv_start_poll API. */
+	for (int i = 0; i < 64; i++)
+		buf_b[40000 + i] = (uint8_t)(255 - i);
+	post_recv(qp_a, 20, buf_a + 40000, 64, mr_a->lkey);
+	ibv_wr_start(qpx);
+	qpx->wr_id = 21;
+	qpx->wr_flags = IBV_SEND_SIGNALED;
+	ibv_wr_rdma_write(qpx, mr_a->rkey, (uintptr_t)buf_a + 50000);
+	ibv_wr_set_sge(qpx, mr_b->lkey, (uintptr_t)buf_b + 40000, 64);
+	qpx->wr_id = 22;
+	ibv_wr_send_imm(qpx, htonl(77));
+	ibv_wr_set_inline_data(qpx, buf_b + 40000, 32);
+	CHECK(ibv_wr_complete(qpx) == 0, "wr_complete");
+	wc = poll_one(cq_a);
+	CHECK(wc.wr_id == 20 && wc.status == IBV_WC_SUCCESS && wc.byte_len == 32 &&
+		      ntohl(wc.imm_data) == 77, "wr_send_imm received");
+	CHECK(!memcmp(buf_a + 50000, buf_b + 40000, 64) &&
+		      !memcmp(buf_a + 40000, buf_b + 40000, 32), "wr_* data");
+	struct ibv_poll_cq_attr pa = {};
+	time_t start = time(NULL);
+	int rc;
+	while ((rc = ibv_start_poll(cq_x, &pa)) == ENOENT)
+		CHECK(time(NULL) - start < 10, "no extended completion");
+	CHECK(rc == 0 && cq_x->status == IBV_WC_SUCCESS && cq_x->wr_id == 21, "start_poll");
+	CHECK(ibv_wc_read_opcode(cq_x) == IBV_WC_RDMA_WRITE &&
+		      ibv_wc_read_qp_num(cq_x) == qp_b->qp_num, "read_*");
+	while ((rc = ibv_next_poll(cq_x)) == ENOENT)
+		CHECK(time(NULL) - start < 10, "no second extended completion");
+	CHECK(rc == 0 && cq_x->wr_id == 22 && ibv_wc_read_opcode(cq_x) == IBV_WC_SEND,
+	      "next_poll");
+	ibv_end_poll(cq_x);
+	ibv_wr_start(qpx);
+	ibv_wr_atomic_fetch_add(qpx, mr_a->rkey, (uintptr_t)buf_a, 1);
+	CHECK(ibv_wr_complete(qpx) == EINVAL, "an operation outside send_ops_flags");
+	ibv_wr_start(qpx);
+	ibv_wr_rdma_write(qpx, mr_a->rkey, (uintptr_t)buf_a);
+	ibv_wr_abort(qpx);
+	CHECK(ibv_start_poll(cq_x, &pa) == ENOENT, "an aborted batch posts nothing");
+
+	/* A completion channel woken through poll(). */
+	struct pollfd pfd = { .fd = ch->fd, .events = POLLIN };
+	CHECK(poll(&pfd, 1, 0) == 0, "no event before arming");
+	CHECK(ibv_req_notify_cq(cq_b, 0) == 0, "req_notify");
+	post_recv(qp_b, 30, buf_b, 1024, mr_b->lkey);
+	swr.wr_id = 31;
+	post_one(qp_a, &swr);
+	CHECK(poll(&pfd, 1, 10000) == 1 && (pfd.revents & POLLIN), "channel fd readable");
+	struct ibv_cq *ev_cq = NULL;
+	void *ev_ctx = NULL;
+	CHECK(ibv_get_cq_event(ch, &ev_cq, &ev_ctx) == 0 && ev_cq == cq_b && ev_ctx == &tag,
+	      "get_cq_event");
+	ibv_ack_cq_events(cq_b, 1);
+	wc = poll_one(cq_b);
+	CHECK(wc.wr_id == 30 && wc.status == IBV_WC_SUCCESS, "the event's completion");
+	poll_one(cq_a);
+
+	/* Posting and polling from several threads. */
+	struct poster p1 = { qp_a, 1000, 200 }, p2 = { qp_a, 2000, 200 };
+	pthread_t t1, t2;
+	pthread_create(&t1, NULL, post_writes, &p1);
+	pthread_create(&t2, NULL, post_writes, &p2);
+	int seen[400] = { 0 }, got_n = 0;
+	start = time(NULL);
+	while (got_n < 400) {
+		struct ibv_wc wcs[16];
+		int n = ibv_poll_cq(cq_a, 16, wcs);
+		CHECK(n >= 0, "poll");
+		for (int i = 0; i < n; i++) {
+			CHECK(wcs[i].status == IBV_WC_SUCCESS, "threaded write status %d",
+			      wcs[i].status);
+			int k = wcs[i].wr_id >= 2000 ? 200 + (int)(wcs[i].wr_id - 2000) :
+						       (int)(wcs[i].wr_id - 1000);
+			CHECK(k >= 0 && k < 400 && !seen[k], "wr_id %lu", wcs[i].wr_id);
+			seen[k] = 1;
+		}
+		got_n += n;
+		CHECK(time(NULL) - start < 20, "threaded completions: %d of 400", got_n);
+	}
+	pthread_join(t1, NULL);
+	pthread_join(t2, NULL);
+
+	/* An asynchronous event: a one-entry CQ overruns. */
+	struct ibv_cq *tiny = ibv_create_cq(ctx, 1, NULL, NULL, 0);
+	CHECK(tiny, "tiny cq");
+	ia.send_cq = tiny;
+	ia.recv_cq = cq_a;
+	struct ibv_qp *qp_c = ibv_create_qp(pd, &ia);
+	ia.send_cq = cq_a;
+	struct ibv_qp *qp_d = ibv_create_qp(pd, &ia);
+	CHECK(qp_c && qp_d, "third pair");
+	connect_pair(qp_c, qp_d);
+	struct ibv_send_wr w2 = w, w3 = w;
+	w2.wr_id = 40;
+	w2.next = &w3;
+	w3.wr_id = 41;
+	post_one(qp_c, &w2);
+	struct pollfd afd = { .fd = ctx->async_fd, .events = POLLIN };
+	CHECK(poll(&afd, 1, 10000) == 1, "async_fd readable");
+	struct ibv_async_event ae;
+	CHECK(ibv_get_async_event(ctx, &ae) == 0, "get_async_event");
+	CHECK(ae.event_type == IBV_EVENT_CQ_ERR && ae.element.cq == tiny, "CQ error event");
+	ibv_ack_async_event(&ae);
+	CHECK(tiny->async_events_completed == 1, "acknowledged");
+
+	/* Teardown, with a destroyed handle used again. */
+	CHECK(ibv_destroy_qp(qp_c) == 0 && ibv_destroy_qp(qp_d) == 0, "destroy third pair");
+	CHECK(ibv_destroy_qp(qp_c) == EINVAL, "a destroyed QP");
+	CHECK(ibv_destroy_cq(tiny) == 0, "destroy tiny");
+	CHECK(ibv_destroy_qp(qp_a) == 0 && ibv_destroy_qp(qp_b) == 0, "destroy qps");
+	CHECK(ibv_destroy_cq(cq_a) == 0 && ibv_destroy_cq(cq_b) == 0, "destroy cqs");
+	CHECK(ibv_destroy_cq(ibv_cq_ex_to_cq(cq_x)) == 0, "destroy cq_ex");
+	CHECK(ibv_destroy_cq(cq_a) == EINVAL, "a destroyed CQ");
+	CHECK(ibv_destroy_comp_channel(ch) == 0, "destroy channel");
+	CHECK(ibv_dereg_mr(mr_a) == 0 && ibv_dereg_mr(mr_b) == 0, "dereg");
+	CHECK(ibv_dealloc_pd(pd) == 0, "dealloc_pd");
+	CHECK(ibv_dealloc_pd(pd) == EINVAL, "a deallocated PD");
+	CHECK(ibv_close_device(ctx) == 0, "close");
+	printf("verbs: all checks passed\n");
+	return 0;
+}
