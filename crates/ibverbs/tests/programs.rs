@@ -265,3 +265,22 @@ fn perftest_rejects_a_busy_address() {
         "{err}"
     );
 }
+
+#[test]
+fn a_killed_program_leaves_nothing_behind() {
+    // A server with its device, QP and buffers open, killed without any cleanup: the address
+    // is free again at once (the socket died with the process) and a new program opens it.
+    let mut server = spawn("ibv_rc_pingpong", &["-g", "1", "-p", "18621"], "127.0.13.28");
+    let deadline = Instant::now() + Duration::from_secs(30);
+    while !listening(18621) {
+        assert!(Instant::now() < deadline, "server never listened");
+        std::thread::sleep(Duration::from_millis(10));
+    }
+    server.kill().unwrap();
+    let _ = server.wait();
+    let mut cmd = Command::new(binary("ibv_devinfo"));
+    cmd.arg("-v");
+    let out = run_with_softrdma(cmd, "127.0.13.28");
+    assert!(out.status.success(), "{}", show(&out));
+    assert!(String::from_utf8_lossy(&out.stdout).contains("::ffff:127.0.13.28"));
+}
