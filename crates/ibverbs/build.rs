@@ -5,8 +5,10 @@
 //!    `IBVERBS_PRIVATE_34`); `src/symbols.rs` binds each exported function to its node with
 //!    `.symver` (rustc's own export list is an anonymous version script, which cannot name
 //!    versions).
-//! 2. `target/<profile>/libibverbs.so.1` is made a symlink to `libibverbs.so`, the name the
-//!    dynamic linker looks for.
+//! 2. `target/<profile>/libibverbs.so.1`, the name the dynamic linker looks for, is made a
+//!    symlink to `deps/libibverbs.so`: cargo writes the library there whenever it builds it,
+//!    for `cargo build` (which also copies it to `target/<profile>/libibverbs.so`) and for
+//!    `cargo test` (which does not).
 //! 3. The provider stubs in `providers/` (`libmlx5.so.1`, `libefa.so.1`: vendor extension
 //!    libraries that perftest links) are compiled with the system C compiler straight into
 //!    `target/<profile>/`, each with its own version script.
@@ -36,9 +38,10 @@ fn main() {
         return;
     };
     let link = profile_dir.join("libibverbs.so.1");
-    if std::fs::read_link(&link).ok().as_deref() != Some(Path::new("libibverbs.so")) {
+    let target = Path::new("deps/libibverbs.so");
+    if std::fs::read_link(&link).ok().as_deref() != Some(target) {
         let _ = std::fs::remove_file(&link);
-        if let Err(e) = std::os::unix::fs::symlink("libibverbs.so", &link) {
+        if let Err(e) = std::os::unix::fs::symlink(target, &link) {
             println!("cargo:warning=cannot link {}: {e}", link.display());
         }
     }

@@ -76,7 +76,7 @@ pub(crate) unsafe extern "C" fn ibv_create_comp_channel(
         channel,
     }));
     let h = p.cast::<ibv_comp_channel>();
-    register(h, Kind::Channel);
+    register(h, Kind::Channel, context);
     h
 }
 
@@ -169,7 +169,7 @@ fn create(
         .lock()
         .unwrap_or_else(|e| e.into_inner())
         .insert(c.cq.id(), p as usize);
-    register(p.cast::<ibv_cq>(), Kind::Cq);
+    register(p.cast::<ibv_cq>(), Kind::Cq, context);
     Ok(p)
 }
 
@@ -235,6 +235,12 @@ pub(crate) unsafe extern "C" fn create_cq_ex(
 /// `ibv_destroy_cq`: `EBUSY` while QPs use it; waits until every completion event handed out
 /// was acknowledged (`ibv_ack_cq_events`), as rdma-core does.
 pub(crate) unsafe extern "C" fn ibv_destroy_cq(cq: *mut ibv_cq) -> c_int {
+    destroy(cq, true)
+}
+
+/// Destroys a CQ; `wait_acks`: first wait until every completion event handed out was
+/// acknowledged (not when the context closes under it).
+pub(crate) fn destroy(cq: *mut ibv_cq, wait_acks: bool) -> c_int {
     let c = match Cq::from_handle(cq) {
         Ok(c) => c,
         Err(e) => return fail_errno(e),
@@ -245,7 +251,7 @@ pub(crate) unsafe extern "C" fn ibv_destroy_cq(cq: *mut ibv_cq) -> c_int {
     if !unregister(cq, Kind::Cq) {
         return fail_errno(libc::EINVAL);
     }
-    {
+    if wait_acks {
         let mut ev = c.events.lock().unwrap_or_else(|e| e.into_inner());
         while ev.0 != ev.1 {
             ev = c.acked.wait(ev).unwrap_or_else(|e| e.into_inner());

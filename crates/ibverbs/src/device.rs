@@ -14,8 +14,8 @@ use softrdma::{AsyncEvents, AtomicCap, Device, DeviceConfig, OpenDeviceError};
 
 use crate::abi::*;
 use crate::util::{
-    copy_c_str, copy_prefix, fail_errno, fail_minus_one, fail_null, is_live, register, set_errno,
-    unregister, Kind,
+    copy_c_str, copy_prefix, fail_errno, fail_minus_one, fail_null, is_live, owned_by, register,
+    set_errno, unregister, Kind,
 };
 
 /// The device's name in the list.
@@ -299,12 +299,33 @@ pub(crate) unsafe extern "C" fn ibv_open_device(device: *mut ibv_device) -> *mut
     let ctx = Box::into_raw(ctx);
     // SAFETY: just allocated.
     let handle = unsafe { (*ctx).handle() };
-    register(handle, Kind::Context);
+    register(handle, Kind::Context, handle);
     handle
 }
 
 /// `ibv_close_device`.
 pub(crate) unsafe extern "C" fn ibv_close_device(context: *mut ibv_context) -> c_int {
+    if !is_live(context, Kind::Context) {
+        return fail_errno(libc::EINVAL);
+    }
+    // Like the kernel when a context's descriptor closes: objects the program left behind
+    // are destroyed (children first), so the device's address is free for the next open.
+    for kind in [Kind::Qp, Kind::Mr, Kind::Cq, Kind::Channel, Kind::Pd] {
+        for p in owned_by(context, kind) {
+            // SAFETY: live handles of this context, destroyed by their own verb.
+            let _ = unsafe {
+                match kind {
+                    Kind::Qp => crate::qp::ibv_destroy_qp(p as *mut ibv_qp),
+                    Kind::Mr => crate::pd::ibv_dereg_mr(p as *mut ibv_mr),
+                    Kind::Cq => crate::cq::destroy(p as *mut ibv_cq, false),
+                    Kind::Channel => {
+                        crate::cq::ibv_destroy_comp_channel(p as *mut ibv_comp_channel)
+                    }
+                    Kind::Pd | Kind::Context => crate::pd::ibv_dealloc_pd(p as *mut ibv_pd),
+                }
+            };
+        }
+    }
     if !unregister(context, Kind::Context) {
         return fail_errno(libc::EINVAL);
     }

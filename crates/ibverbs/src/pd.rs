@@ -60,7 +60,7 @@ pub(crate) unsafe extern "C" fn ibv_alloc_pd(context: *mut ibv_context) -> *mut 
         users: AtomicUsize::new(0),
     }));
     let h = p.cast::<ibv_pd>();
-    register(h, Kind::Pd);
+    register(h, Kind::Pd, context);
     h
 }
 
@@ -162,7 +162,7 @@ pub(crate) unsafe extern "C" fn ibv_reg_mr_iova2(
         pd: pd.cast(),
     }));
     let h = m.cast::<ibv_mr>();
-    register(h, Kind::Mr);
+    register(h, Kind::Mr, p.ibv.context);
     h
 }
 

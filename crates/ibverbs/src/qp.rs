@@ -171,7 +171,7 @@ fn create(args: &CreateArgs) -> Result<*mut Qp, c_int> {
         send_ops: args.send_ops,
         batch: Mutex::new(WrBatch::default()),
     }));
-    register(p.cast::<ibv_qp>(), Kind::Qp);
+    register(p.cast::<ibv_qp>(), Kind::Qp, pd.ibv.context);
     Ok(p)
 }
 

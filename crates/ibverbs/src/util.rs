@@ -47,22 +47,31 @@ pub(crate) enum Kind {
 /// destroyed or a foreign handle gets `EINVAL` instead of a crash or a double free. The hot
 /// path (post, poll) is reached through the handle's own function table, so the program
 /// already dereferenced it before softrdma sees it.
-fn live() -> MutexGuard<'static, HashMap<usize, Kind>> {
-    static LIVE: OnceLock<Mutex<HashMap<usize, Kind>>> = OnceLock::new();
+fn live() -> MutexGuard<'static, HashMap<usize, (Kind, usize)>> {
+    static LIVE: OnceLock<Mutex<HashMap<usize, (Kind, usize)>>> = OnceLock::new();
     LIVE.get_or_init(Default::default)
         .lock()
         .unwrap_or_else(|e| e.into_inner())
 }
 
-/// Records a new handle.
-pub(crate) fn register<T>(p: *mut T, kind: Kind) {
-    live().insert(p as usize, kind);
+/// Records a new handle of the context `ctx` (a context is its own).
+pub(crate) fn register<T, C>(p: *mut T, kind: Kind, ctx: *mut C) {
+    live().insert(p as usize, (kind, ctx as usize));
+}
+
+/// The live handles of `kind` that belong to the context `ctx`.
+pub(crate) fn owned_by<C>(ctx: *mut C, kind: Kind) -> Vec<usize> {
+    live()
+        .iter()
+        .filter(|(_, &(k, c))| k == kind && c == ctx as usize)
+        .map(|(&p, _)| p)
+        .collect()
 }
 
 /// Forgets a handle; false if it was not live as `kind` (then nothing changes).
 pub(crate) fn unregister<T>(p: *mut T, kind: Kind) -> bool {
     let mut l = live();
-    if l.get(&(p as usize)) == Some(&kind) {
+    if l.get(&(p as usize)).is_some_and(|e| e.0 == kind) {
         l.remove(&(p as usize));
         true
     } else {
@@ -72,7 +81,7 @@ pub(crate) fn unregister<T>(p: *mut T, kind: Kind) -> bool {
 
 /// Whether `p` is a live handle of `kind`.
 pub(crate) fn is_live<T>(p: *const T, kind: Kind) -> bool {
-    !p.is_null() && live().get(&(p as usize)) == Some(&kind)
+    !p.is_null() && live().get(&(p as usize)).is_some_and(|e| e.0 == kind)
 }
 
 /// Copies `s` into a fixed C string buffer, always NUL-terminated.

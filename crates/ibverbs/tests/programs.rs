@@ -270,7 +270,11 @@ fn perftest_rejects_a_busy_address() {
 fn a_killed_program_leaves_nothing_behind() {
     // A server with its device, QP and buffers open, killed without any cleanup: the address
     // is free again at once (the socket died with the process) and a new program opens it.
-    let mut server = spawn("ibv_rc_pingpong", &["-g", "1", "-p", "18621"], "127.0.13.28");
+    let mut server = spawn(
+        "ibv_rc_pingpong",
+        &["-g", "1", "-p", "18621"],
+        "127.0.13.28",
+    );
     let deadline = Instant::now() + Duration::from_secs(30);
     while !listening(18621) {
         assert!(Instant::now() < deadline, "server never listened");

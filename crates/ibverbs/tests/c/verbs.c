@@ -487,6 +487,24 @@ int main(void)
 	CHECK(ibv_dealloc_pd(pd) == 0, "dealloc_pd");
 	CHECK(ibv_dealloc_pd(pd) == EINVAL, "a deallocated PD");
 	CHECK(ibv_close_device(ctx) == 0, "close");
+	CHECK(ibv_close_device(ctx) == EINVAL, "a closed context");
+
+	/* A context closed with its objects still there takes them along (as the kernel does),
+	   so the device's address is free and the device opens again. */
+	list = ibv_get_device_list(NULL);
+	for (int round = 0; round < 2; round++) {
+		ctx = ibv_open_device(list[0]);
+		CHECK(ctx, "open, round %d", round);
+		pd = ibv_alloc_pd(ctx);
+		struct ibv_comp_channel *lch = ibv_create_comp_channel(ctx);
+		struct ibv_cq *lcq = ibv_create_cq(ctx, 16, NULL, lch, 0);
+		ia.send_cq = ia.recv_cq = lcq;
+		struct ibv_qp *lqp = ibv_create_qp(pd, &ia);
+		CHECK(pd && lch && lcq && lqp && ibv_reg_mr(pd, buf_a, 64, IBV_ACCESS_LOCAL_WRITE),
+		      "objects left behind");
+		CHECK(ibv_close_device(ctx) == 0, "close with live objects");
+	}
+	ibv_free_device_list(list);
 	printf("verbs: all checks passed\n");
 	return 0;
 }
