@@ -31,6 +31,10 @@ impl Drop for CqInner {
     }
 }
 
+/// How often [`CompletionQueue::wait_activity`] looks whether another thread received a
+/// datagram.
+const ACTIVITY_CHECK: Duration = Duration::from_millis(1);
+
 /// A completion queue (`ibv_cq`): one [`WorkCompletion`] per finished work request of the
 /// queue pairs attached to it.
 ///
@@ -178,12 +182,25 @@ impl CompletionQueue {
     /// Blocks until at least one completion waits, at most `timeout` (`None`: forever).
     /// Returns whether one does.
     pub fn wait(&self, timeout: Option<Duration>) -> bool {
+        self.wait_inner(timeout, false)
+    }
+
+    /// Like [`wait`](Self::wait), but also returns as soon as the device received a datagram
+    /// (true only if a completion waits on this CQ). For a thread that spins on more than this
+    /// CQ — `ibv_poll_cq` on one CQ while watching memory for an RDMA WRITE, say — and wants
+    /// to sleep while nothing at all happens instead of burning the core its peers need.
+    pub fn wait_activity(&self, timeout: Option<Duration>) -> bool {
+        self.wait_inner(timeout, true)
+    }
+
+    fn wait_inner(&self, timeout: Option<Duration>, until_activity: bool) -> bool {
         let deadline = timeout.and_then(|t| Instant::now().checked_add(t));
         let inner = self.inner.device.inner();
         // The waiting thread drives the device itself: a datagram that completes our work
         // wakes this thread directly rather than the progress thread, which would then have
         // to wake us — one context switch per hop instead of two.
         inner.start_polling();
+        let rx_before = inner.lock().io.rx_datagrams;
         let notify = &self.inner.notify;
         let ready = loop {
             if !self.is_empty() {
@@ -194,6 +211,11 @@ impl CompletionQueue {
             let got = inner.drive();
             if !self.is_empty() {
                 break true;
+            }
+            // Any datagram counts, whichever thread received it (the progress thread may
+            // have been asleep on the socket too).
+            if until_activity && inner.lock().io.rx_datagrams != rx_before {
+                break !self.is_empty();
             }
             if got {
                 continue;
@@ -220,6 +242,13 @@ impl CompletionQueue {
             let sleep = match (left, inner.until_next_timer()) {
                 (Some(a), Some(b)) => Some(a.min(b)),
                 (a, b) => a.or(b),
+            };
+            // A datagram the progress thread takes (it may still watch the socket when this
+            // wait starts) wakes nobody here: look at the receive counter every millisecond.
+            let sleep = if until_activity {
+                Some(sleep.map_or(ACTIVITY_CHECK, |s| s.min(ACTIVITY_CHECK)))
+            } else {
+                sleep
             };
             inner.sleep_for_cq(&notify.fd, sleep);
         };

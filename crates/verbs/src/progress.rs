@@ -726,9 +726,11 @@ impl Inner {
         self.pollers.fetch_add(1, Ordering::AcqRel);
     }
 
-    /// Unregisters a poller; the last one hands the socket back to the progress thread.
+    /// Unregisters a poller; the last one hands the socket back to the progress thread —
+    /// unless a spinner's lease holds it: the progress thread then sleeps no longer than the
+    /// lease, and waking it for nothing would cost the spinner a context switch per wait.
     pub(crate) fn stop_polling(&self) {
-        if self.pollers.fetch_sub(1, Ordering::AcqRel) == 1 {
+        if self.pollers.fetch_sub(1, Ordering::AcqRel) == 1 && self.spin_lease_left().is_none() {
             self.wake.signal();
         }
     }

@@ -159,3 +159,28 @@ fn spinning_poller_drives_the_device() {
         .all(|(i, w)| w.wr_id == i as u64 && w.status == WcStatus::Success));
     assert_eq!(a.cq.poll_progress(0, &mut Vec::new()), 0);
 }
+
+#[test]
+fn wait_activity_wakes_on_a_datagram_without_a_completion() {
+    let (a, b) = pair("127.0.11.9", "127.0.11.10", 4096);
+    let cq = b.cq.clone();
+    let waiter = std::thread::spawn(move || {
+        let start = std::time::Instant::now();
+        let completed = cq.wait_activity(Some(std::time::Duration::from_secs(5)));
+        (completed, start.elapsed())
+    });
+    std::thread::sleep(std::time::Duration::from_millis(100));
+    // An RDMA WRITE lands in b's memory and completes only at a: b's CQ stays empty.
+    a.mr.write(0, b"wake").unwrap();
+    let r = b.mr.remote();
+    a.qp.post_send([wr::write(1, vec![a.mr.sge(0, 4)], r.at(64), r.rkey)])
+        .unwrap();
+    assert_eq!(wait_one(&a.cq).status, WcStatus::Success);
+    let (completed, waited) = waiter.join().unwrap();
+    assert!(!completed, "no completion on b's CQ");
+    assert!(
+        waited < std::time::Duration::from_secs(2),
+        "woke after {waited:?}"
+    );
+    assert_eq!(b.mr.read_vec(64, 4).unwrap(), b"wake");
+}
