@@ -10,6 +10,7 @@ use std::ffi::{c_int, c_void};
 use std::os::fd::AsRawFd;
 use std::sync::atomic::{AtomicU32, AtomicUsize, Ordering};
 use std::sync::{Condvar, Mutex};
+use std::time::{Duration, Instant};
 
 use softrdma::{CompletionChannel, CompletionQueue, WcOpcode, WcStatus, WorkCompletion};
 
@@ -350,6 +351,40 @@ thread_local! {
     /// Where a polling thread's completions land before conversion: reused, so polling
     /// allocates nothing after a thread's first poll.
     static SCRATCH: RefCell<Vec<WorkCompletion>> = const { RefCell::new(Vec::new()) };
+    /// Since when this thread's polls have found nothing (`None` after a completion).
+    static EMPTY_SINCE: std::cell::Cell<Option<Instant>> = const { std::cell::Cell::new(None) };
+}
+
+/// How long a thread may spin on empty CQs before its polls start to doze.
+const SPIN_BEFORE_DOZE: Duration = Duration::from_micros(100);
+/// The longest one empty poll dozes.
+const DOZE: Duration = Duration::from_micros(500);
+
+/// Polls up to `max` completions of `c` into `out` the way a program spinning on
+/// `ibv_poll_cq` needs on a small machine. An empty CQ first makes the thread drive the
+/// device itself ([`CompletionQueue::poll_progress`]). A thread that has found nothing for
+/// [`SPIN_BEFORE_DOZE`] then dozes in each poll until the device receives anything at all
+/// (or [`DOZE`] passes): blocked, it is woken — and scheduled — as soon as a datagram comes,
+/// where a spinning thread would wait for the scheduler to give it a core its peers (the
+/// other side, the device threads) also need. A completion ends the dozing.
+fn poll_spinning(c: &Cq, max: usize, out: &mut Vec<WorkCompletion>) -> usize {
+    let mut n = c.cq.poll_progress(max, out);
+    if n == 0 {
+        let now = Instant::now();
+        match EMPTY_SINCE.get() {
+            None => EMPTY_SINCE.set(Some(now)),
+            Some(since) if now.duration_since(since) > SPIN_BEFORE_DOZE => {
+                if c.cq.wait_activity(Some(DOZE)) {
+                    n = c.cq.poll(max, out);
+                }
+            }
+            Some(_) => {}
+        }
+    }
+    if n > 0 {
+        EMPTY_SINCE.set(None);
+    }
+    n
 }
 
 /// `ibv_context_ops.poll_cq` (the inline `ibv_poll_cq`): up to `num_entries` completions
@@ -371,7 +406,7 @@ pub(crate) unsafe extern "C" fn poll_cq(
     SCRATCH.with(|s| {
         let mut s = s.borrow_mut();
         s.clear();
-        let n = c.cq.poll_progress(num_entries as usize, &mut s);
+        let n = poll_spinning(c, num_entries as usize, &mut s);
         for (i, w) in s.iter().enumerate() {
             // SAFETY: the program's array holds `num_entries` >= n entries.
             unsafe { wc.add(i).write(to_ibv_wc(w)) };
@@ -462,7 +497,7 @@ fn advance(cq: *mut ibv_cq_ex) -> c_int {
     let next = SCRATCH.with(|s| {
         let mut s = s.borrow_mut();
         s.clear();
-        c.cq.poll_progress(1, &mut s);
+        poll_spinning(c, 1, &mut s);
         s.pop()
     });
     let mut cur = c.current.lock().unwrap_or_else(|e| e.into_inner());
