@@ -687,7 +687,7 @@ pub(crate) struct ibv_qp_ex {
     pub wr_send_imm: Option<unsafe extern "C" fn(*mut ibv_qp_ex, u32)>,
     pub wr_send_inv: Option<unsafe extern "C" fn(*mut ibv_qp_ex, u32)>,
     pub wr_send_tso: Slot,
-    pub wr_set_ud_addr: Slot,
+    pub wr_set_ud_addr: Option<unsafe extern "C" fn(*mut ibv_qp_ex, *mut ibv_ah, u32, u32)>,
     pub wr_set_xrc_srqn: Slot,
     pub wr_set_inline_data: Option<unsafe extern "C" fn(*mut ibv_qp_ex, *mut c_void, usize)>,
     pub wr_set_inline_data_list:
@@ -930,6 +930,7 @@ pub(crate) const IBV_SEND_SOLICITED: u32 = 1 << 2;
 pub(crate) const IBV_SEND_INLINE: u32 = 1 << 3;
 pub(crate) const IBV_SEND_IP_CSUM: u32 = 1 << 4;
 
+pub(crate) const IBV_WC_GRH: u32 = 1 << 0;
 pub(crate) const IBV_WC_WITH_IMM: u32 = 1 << 1;
 pub(crate) const IBV_WC_WITH_INV: u32 = 1 << 3;
 

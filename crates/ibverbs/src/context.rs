@@ -4,7 +4,7 @@
 //!
 //! A slot softrdma cannot serve stays null, so the header's inline wrapper answers
 //! `EOPNOTSUPP` itself (`verbs_get_ctx_op` tests the slot). When the Rust API gains shared
-//! receive queues, memory windows or address handles, their slots (`post_srq_recv`,
+//! receive queues or memory windows, their slots (`post_srq_recv`,
 //! `alloc_mw`/`bind_mw`/`dealloc_mw`, `create_srq_ex`, `get_srq_num`) are filled here.
 
 use std::mem::size_of;

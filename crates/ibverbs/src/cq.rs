@@ -319,11 +319,12 @@ fn wc_opcode(o: WcOpcode) -> c_int {
 
 /// `wc_flags` and the `imm_data`/`invalidated_rkey` field of a completion.
 fn flags_and_imm(wc: &WorkCompletion) -> (u32, u32) {
+    let grh = if wc.grh { IBV_WC_GRH } else { 0 };
     match (wc.imm_data, wc.invalidated_rkey) {
         // Immediate data travels in network order: the program reads it with ntohl.
-        (Some(imm), _) => (IBV_WC_WITH_IMM, imm.to_be()),
-        (None, Some(rkey)) => (IBV_WC_WITH_INV, rkey),
-        (None, None) => (0, 0),
+        (Some(imm), _) => (grh | IBV_WC_WITH_IMM, imm.to_be()),
+        (None, Some(rkey)) => (grh | IBV_WC_WITH_INV, rkey),
+        (None, None) => (grh, 0),
     }
 }
 

@@ -310,12 +310,20 @@ pub(crate) unsafe extern "C" fn ibv_close_device(context: *mut ibv_context) -> c
     }
     // Like the kernel when a context's descriptor closes: objects the program left behind
     // are destroyed (children first), so the device's address is free for the next open.
-    for kind in [Kind::Qp, Kind::Mr, Kind::Cq, Kind::Channel, Kind::Pd] {
+    for kind in [
+        Kind::Qp,
+        Kind::Ah,
+        Kind::Mr,
+        Kind::Cq,
+        Kind::Channel,
+        Kind::Pd,
+    ] {
         for p in owned_by(context, kind) {
             // SAFETY: live handles of this context, destroyed by their own verb.
             let _ = unsafe {
                 match kind {
                     Kind::Qp => crate::qp::ibv_destroy_qp(p as *mut ibv_qp),
+                    Kind::Ah => crate::ah::ibv_destroy_ah(p as *mut ibv_ah),
                     Kind::Mr => crate::pd::ibv_dereg_mr(p as *mut ibv_mr),
                     Kind::Cq => crate::cq::destroy(p as *mut ibv_cq, false),
                     Kind::Channel => {
@@ -373,9 +381,9 @@ fn device_attr(ctx: &Context) -> ibv_device_attr {
         max_mw: 0,
         max_raw_ipv6_qp: 0,
         max_raw_ethy_qp: 0,
-        max_mcast_grp: 0,
-        max_mcast_qp_attach: 0,
-        max_total_mcast_qp_attach: 0,
+        max_mcast_grp: clamp(a.max_mcast_grp),
+        max_mcast_qp_attach: clamp(a.max_mcast_qp_attach),
+        max_total_mcast_qp_attach: clamp(a.max_total_mcast_qp_attach),
         max_ah: clamp(a.max_ah),
         max_fmr: 0,
         max_map_per_fmr: 0,

@@ -32,12 +32,13 @@
 //! loads and takes its generic path.
 //!
 //! # What is not there yet
-//! Address handles, UD/UC queue pairs, shared receive queues, memory windows and multicast
-//! are not in softrdma's Rust API yet: their verbs fail with `EOPNOTSUPP` (creation) or
-//! `EINVAL` (objects that cannot exist), and their function-table slots are NULL, which the
-//! header's inline wrappers turn into `EOPNOTSUPP`.
+//! Shared receive queues and memory windows are not in softrdma's Rust API yet: their verbs
+//! fail with `EOPNOTSUPP` (creation) or `EINVAL` (objects that cannot exist), and their
+//! function-table slots are NULL, which the header's inline wrappers turn into
+//! `EOPNOTSUPP`. RC, UC and UD queue pairs, address handles and multicast are there.
 
 mod abi;
+mod ah;
 mod context;
 mod cq;
 mod device;

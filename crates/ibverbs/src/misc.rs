@@ -1,11 +1,11 @@
 //! The rest of the exported surface: string helpers, rate conversions, fork support, sysfs
 //! helpers, conversions from the kernel's structs (used by librdmacm), and the verbs whose
-//! objects softrdma's Rust API does not have yet (address handles, shared receive queues,
-//! multicast, imported objects, dma-buf regions, ECE), which answer `EOPNOTSUPP` truthfully.
+//! objects softrdma's Rust API does not have yet (shared receive queues, imported objects,
+//! dma-buf regions, ECE), which answer `EOPNOTSUPP` truthfully.
 //!
-//! When the Rust API gains address handles, SRQs and multicast, their verbs move out of the
-//! "not yet" section into modules of their own, and their table slots are filled in
-//! `context.rs`.
+//! When the Rust API gains SRQs, their verbs move out of the "not yet" section into a module
+//! of their own, and their table slots (`post_srq_recv`, `create_srq_ex`, `get_srq_num`) are
+//! filled in `context.rs`.
 
 use std::ffi::{c_char, c_int, c_void, CStr};
 
@@ -468,44 +468,6 @@ pub(crate) unsafe extern "C" fn ibv_query_ece(qp: *mut ibv_qp, ece: *mut ibv_ece
     fail_errno(libc::EOPNOTSUPP)
 }
 
-/// `ibv_create_ah`: address handles (UD) are not in softrdma's API yet.
-pub(crate) unsafe extern "C" fn ibv_create_ah(
-    pd: *mut ibv_pd,
-    attr: *mut ibv_ah_attr,
-) -> *mut ibv_ah {
-    let _ = (pd, attr);
-    fail_null(libc::EOPNOTSUPP)
-}
-
-/// `ibv_create_ah_from_wc`: see [`ibv_create_ah`].
-pub(crate) unsafe extern "C" fn ibv_create_ah_from_wc(
-    pd: *mut ibv_pd,
-    wc: *mut ibv_wc,
-    grh: *mut ibv_grh,
-    port_num: u8,
-) -> *mut ibv_ah {
-    let _ = (pd, wc, grh, port_num);
-    fail_null(libc::EOPNOTSUPP)
-}
-
-/// `ibv_init_ah_from_wc`: see [`ibv_create_ah`].
-pub(crate) unsafe extern "C" fn ibv_init_ah_from_wc(
-    context: *mut ibv_context,
-    port_num: u8,
-    wc: *mut ibv_wc,
-    grh: *mut ibv_grh,
-    attr: *mut ibv_ah_attr,
-) -> c_int {
-    let _ = (context, port_num, wc, grh, attr);
-    fail_minus_one(libc::EOPNOTSUPP)
-}
-
-/// `ibv_destroy_ah`: no address handle can exist.
-pub(crate) unsafe extern "C" fn ibv_destroy_ah(ah: *mut ibv_ah) -> c_int {
-    let _ = ah;
-    fail_errno(libc::EINVAL)
-}
-
 /// `ibv_create_srq`: shared receive queues are not in softrdma's API yet.
 pub(crate) unsafe extern "C" fn ibv_create_srq(
     pd: *mut ibv_pd,
@@ -535,24 +497,4 @@ pub(crate) unsafe extern "C" fn ibv_query_srq(srq: *mut ibv_srq, attr: *mut ibv_
 pub(crate) unsafe extern "C" fn ibv_destroy_srq(srq: *mut ibv_srq) -> c_int {
     let _ = srq;
     fail_errno(libc::EINVAL)
-}
-
-/// `ibv_attach_mcast`: multicast needs UD QPs, not in softrdma's API yet.
-pub(crate) unsafe extern "C" fn ibv_attach_mcast(
-    qp: *mut ibv_qp,
-    gid: *const ibv_gid,
-    lid: u16,
-) -> c_int {
-    let _ = (qp, gid, lid);
-    fail_errno(libc::EOPNOTSUPP)
-}
-
-/// `ibv_detach_mcast`.
-pub(crate) unsafe extern "C" fn ibv_detach_mcast(
-    qp: *mut ibv_qp,
-    gid: *const ibv_gid,
-    lid: u16,
-) -> c_int {
-    let _ = (qp, gid, lid);
-    fail_errno(libc::EOPNOTSUPP)
 }

@@ -7,7 +7,9 @@
 
 use std::ffi::c_int;
 
-use softrdma::{PostErrorKind, RecvWr, SendFlags, SendOp, SendWr, Sge};
+use softrdma::{PostErrorKind, QpType, RecvWr, SendFlags, SendOp, SendWr, Sge};
+
+use crate::ah::Ah;
 
 use crate::abi::*;
 use crate::qp::Qp;
@@ -157,12 +159,21 @@ unsafe fn send_wr(qp: &Qp, wr: &ibv_send_wr) -> Result<SendWr, c_int> {
     } else {
         (sgl, None)
     };
+    let ud = if qp.qp.qp_type() == QpType::Ud {
+        // SAFETY: on a UD QP the `ud` member of the union is the one the program filled.
+        let ud = unsafe { wr.wr.ud };
+        let ah = Ah::from_wr(ud.ah)?;
+        Some(ah.ah.dest(ud.remote_qpn, ud.remote_qkey))
+    } else {
+        None
+    };
     Ok(SendWr {
         wr_id: wr.wr_id,
         op,
         sg_list,
         flags,
         inline_data,
+        ud,
     })
 }
 

@@ -121,8 +121,7 @@ fn create(args: &CreateArgs) -> Result<*mut Qp, c_int> {
         sq_sig_all: args.sq_sig_all != 0,
     };
     let qp = pd.pd.create_qp(&init).map_err(|e| match e {
-        CreateQpError::Unsupported(_) => libc::EOPNOTSUPP,
-        _ => libc::EINVAL,
+        CreateQpError::InvalidCaps(_) | CreateQpError::WrongDevice => libc::EINVAL,
     })?;
     let c = qp.cap();
     // The program learns the capabilities it got, as from the kernel.

@@ -40,6 +40,7 @@ pub(crate) enum Kind {
     Cq,
     Channel,
     Qp,
+    Ah,
 }
 
 /// Every handle this library has given out and not yet destroyed, by address. Non-hot-path

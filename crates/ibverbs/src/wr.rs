@@ -52,7 +52,7 @@ pub(crate) fn builder_table() -> ibv_qp_ex {
         wr_send_imm: Some(wr_send_imm),
         wr_send_inv: Some(wr_send_inv),
         wr_send_tso: None,
-        wr_set_ud_addr: None,
+        wr_set_ud_addr: Some(wr_set_ud_addr),
         wr_set_xrc_srqn: None,
         wr_set_inline_data: Some(wr_set_inline_data),
         wr_set_inline_data_list: Some(wr_set_inline_data_list),
@@ -100,6 +100,7 @@ fn push(qp: *mut ibv_qp_ex, ops_bit: u64, op: SendOp) {
             sg_list: Vec::new(),
             flags,
             inline_data: None,
+            ud: None,
         });
     });
 }
@@ -297,4 +298,19 @@ unsafe extern "C" fn wr_set_inline_data_list(
         });
     }
     set_inline(qp, &sges);
+}
+
+unsafe extern "C" fn wr_set_ud_addr(
+    qp: *mut ibv_qp_ex,
+    ah: *mut ibv_ah,
+    remote_qpn: u32,
+    remote_qkey: u32,
+) {
+    last(qp, |q, w| {
+        if q.qp.qp_type() != softrdma::QpType::Ud {
+            return Err(libc::EINVAL);
+        }
+        w.ud = Some(crate::ah::Ah::from_wr(ah)?.ah.dest(remote_qpn, remote_qkey));
+        Ok(())
+    });
 }

@@ -1,5 +1,6 @@
 //! Debian's unmodified binaries (ibverbs-utils 44, perftest 4.5) on softrdma's libibverbs:
-//! `ibv_devices`, `ibv_devinfo -v`, `ibv_rc_pingpong -g 1 -c`, and every perftest program with
+//! `ibv_devices`, `ibv_devinfo -v`, `ibv_rc_pingpong -g 1 -c` (also with completion events),
+//! `ibv_uc_pingpong`, `ibv_ud_pingpong`, and every perftest program with
 //! `-x 1` and without `-x`, `-s 65536`, `-a` and `-q 4`, server and client in two processes on
 //! this host (127.0.13.x). Every run must exit 0 on both sides; the tests also check the
 //! output shows softrdma's device, and that the system's libibverbs was not the one used (the
@@ -162,6 +163,32 @@ fn ibv_rc_pingpong_with_completion_events() {
     let args = ["-g", "1", "-c", "-e", "-n", "200"];
     let (_, c) = run_pair("ibv_rc_pingpong", &args, 18602, "127.0.13.5", "127.0.13.6");
     assert!(String::from_utf8_lossy(&c.stdout).contains("200 iters in"));
+}
+
+#[test]
+fn ibv_uc_pingpong_checks_data() {
+    let args = ["-g", "1", "-c", "-n", "200", "-s", "4096"];
+    let (_, c) = run_pair("ibv_uc_pingpong", &args, 18603, "127.0.13.7", "127.0.13.8");
+    assert!(String::from_utf8_lossy(&c.stdout).contains("200 iters in"));
+}
+
+#[test]
+fn ibv_ud_pingpong_checks_data() {
+    // UD: address handles from the peer's GID, datagrams with the GRH area in front.
+    let args = ["-g", "1", "-c", "-n", "200"];
+    let (_, c) = run_pair("ibv_ud_pingpong", &args, 18604, "127.0.13.9", "127.0.13.10");
+    assert!(String::from_utf8_lossy(&c.stdout).contains("200 iters in"));
+}
+
+#[test]
+fn ibv_srq_pingpong_is_refused_cleanly() {
+    // Shared receive queues are not in softrdma yet: ibv_create_srq fails (EOPNOTSUPP) and
+    // the program says so and exits 1, no crash.
+    let mut cmd = Command::new(binary("ibv_srq_pingpong"));
+    cmd.args(["-g", "1", "-p", "18605"]);
+    let out = run_with_softrdma(cmd, "127.0.13.29");
+    assert_eq!(out.status.code(), Some(1), "{}", show(&out));
+    assert!(String::from_utf8_lossy(&out.stderr).contains("Couldn't create SRQ"));
 }
 
 /// The perftest configurations of the issue for one program.

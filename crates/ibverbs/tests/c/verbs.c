@@ -474,6 +474,64 @@ int main(void)
 	ibv_ack_async_event(&ae);
 	CHECK(tiny->async_events_completed == 1, "acknowledged");
 
+	/* UD: two UD QPs, an address handle, a datagram with its GRH area, an AH from the
+	   received completion, and refusals. */
+	struct ibv_qp_init_attr ua = ia;
+	ua.qp_type = IBV_QPT_UD;
+	ua.send_cq = ua.recv_cq = cq_a;
+	ua.cap.max_inline_data = 0;
+	struct ibv_qp *ud_a = ibv_create_qp(pd, &ua), *ud_b = ibv_create_qp(pd, &ua);
+	CHECK(ud_a && ud_b, "UD QPs");
+	for (int i = 0; i < 2; i++) {
+		struct ibv_qp *q = i ? ud_b : ud_a;
+		struct ibv_qp_attr u = { .qp_state = IBV_QPS_INIT, .port_num = 1,
+					 .qkey = 0x11111111 };
+		CHECK(ibv_modify_qp(q, &u, IBV_QP_STATE | IBV_QP_PKEY_INDEX | IBV_QP_PORT |
+						    IBV_QP_QKEY) == 0, "UD INIT");
+		u.qp_state = IBV_QPS_RTR;
+		CHECK(ibv_modify_qp(q, &u, IBV_QP_STATE) == 0, "UD RTR");
+		u.qp_state = IBV_QPS_RTS;
+		u.sq_psn = 1;
+		CHECK(ibv_modify_qp(q, &u, IBV_QP_STATE | IBV_QP_SQ_PSN) == 0, "UD RTS");
+	}
+	struct ibv_ah_attr aa = { .is_global = 0, .port_num = 1 };
+	CHECK(!ibv_create_ah(pd, &aa) && errno == EINVAL, "RoCE needs the GRH");
+	aa.is_global = 1;
+	aa.grh.dgid = gid;
+	aa.grh.sgid_index = 0;
+	CHECK(!ibv_create_ah(pd, &aa) && errno == EINVAL, "GID 0 is not the device's address");
+	aa.grh.sgid_index = 1;
+	aa.grh.hop_limit = 64;
+	struct ibv_ah *ah = ibv_create_ah(pd, &aa);
+	CHECK(ah && ah->pd == pd, "create_ah");
+	post_recv(ud_b, 50, buf_b + 20000, 40 + 256, mr_b->lkey);
+	struct ibv_sge usge = { (uintptr_t)buf_a, 200, mr_a->lkey };
+	struct ibv_send_wr uw = { .wr_id = 51, .sg_list = &usge, .num_sge = 1,
+				  .opcode = IBV_WR_SEND, .send_flags = IBV_SEND_SIGNALED,
+				  .wr.ud = { ah, ud_b->qp_num, 0x11111111 } };
+	post_one(ud_a, &uw);
+	struct ibv_wc uwc[2];
+	int ugot = 0;
+	start = time(NULL);
+	while (ugot < 2) {
+		int n = ibv_poll_cq(cq_a, 2 - ugot, uwc + ugot);
+		CHECK(n >= 0 && time(NULL) - start < 10, "UD completions");
+		ugot += n;
+	}
+	struct ibv_wc *urecv = uwc[0].wr_id == 50 ? &uwc[0] : &uwc[1];
+	CHECK(urecv->wr_id == 50 && urecv->status == IBV_WC_SUCCESS &&
+		      urecv->opcode == IBV_WC_RECV && (urecv->wc_flags & IBV_WC_GRH) &&
+		      urecv->byte_len == 40 + 200 && urecv->src_qp == ud_a->qp_num,
+	      "UD receive: flags %u len %u", urecv->wc_flags, urecv->byte_len);
+	CHECK(!memcmp(buf_b + 20000 + 40, buf_a, 200), "UD payload after the GRH area");
+	struct ibv_ah *reply = ibv_create_ah_from_wc(pd, urecv, (struct ibv_grh *)(buf_b + 20000), 1);
+	CHECK(reply, "create_ah_from_wc");
+	CHECK(ibv_destroy_ah(reply) == 0 && ibv_destroy_ah(ah) == 0, "destroy_ah");
+	CHECK(ibv_destroy_ah(ah) == EINVAL, "a destroyed AH");
+	union ibv_gid group = { .raw = { [10] = 0xff, [11] = 0xff, 239, 1, 2, 3 } };
+	CHECK(ibv_attach_mcast(qp_a, &group, 0) == EINVAL, "only UD QPs join groups");
+	CHECK(ibv_destroy_qp(ud_a) == 0 && ibv_destroy_qp(ud_b) == 0, "destroy UD QPs");
+
 	/* Teardown, with a destroyed handle used again. */
 	CHECK(ibv_destroy_qp(qp_c) == 0 && ibv_destroy_qp(qp_d) == 0, "destroy third pair");
 	CHECK(ibv_destroy_qp(qp_c) == EINVAL, "a destroyed QP");
