@@ -469,7 +469,7 @@ fn pingpong_loop(
                 return fail(format!(
                     "Failed status {} ({}) for wr_id {}\nparse WC failed {}",
                     wc.status.as_str(),
-                    ibv_status_code(wc.status),
+                    WcStatus::ibv_code(wc.status),
                     wc.wr_id,
                     wcs.len()
                 ));
@@ -527,25 +527,6 @@ fn pingpong_loop(
         crate::devinfo::print_counters(&mut std::io::stdout().lock(), &ctx.device.stats())?;
     }
     Ok(code)
-}
-
-/// `enum ibv_wc_status` values, for the `Failed status %s (%d)` line.
-fn ibv_status_code(s: WcStatus) -> u32 {
-    match s {
-        WcStatus::Success => 0,
-        WcStatus::LocLenErr => 1,
-        WcStatus::LocQpOpErr => 2,
-        WcStatus::LocProtErr => 4,
-        WcStatus::WrFlushErr => 5,
-        WcStatus::BadRespErr => 7,
-        WcStatus::LocAccessErr => 8,
-        WcStatus::RemInvReqErr => 9,
-        WcStatus::RemAccessErr => 10,
-        WcStatus::RemOpErr => 11,
-        WcStatus::RetryExcErr => 12,
-        WcStatus::RnrRetryExcErr => 13,
-        WcStatus::GeneralErr => 21,
-    }
 }
 
 #[cfg(test)]

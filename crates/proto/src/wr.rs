@@ -296,6 +296,25 @@ pub enum WcStatus {
 }
 
 impl WcStatus {
+    /// The status's value in ibverbs' `enum ibv_wc_status` (what `ibv_wc.status` holds).
+    pub fn ibv_code(self) -> u32 {
+        match self {
+            WcStatus::Success => 0,
+            WcStatus::LocLenErr => 1,
+            WcStatus::LocQpOpErr => 2,
+            WcStatus::LocProtErr => 4,
+            WcStatus::WrFlushErr => 5,
+            WcStatus::BadRespErr => 7,
+            WcStatus::LocAccessErr => 8,
+            WcStatus::RemInvReqErr => 9,
+            WcStatus::RemAccessErr => 10,
+            WcStatus::RemOpErr => 11,
+            WcStatus::RetryExcErr => 12,
+            WcStatus::RnrRetryExcErr => 13,
+            WcStatus::GeneralErr => 21,
+        }
+    }
+
     /// The status name as ibverbs' `ibv_wc_status_str` spells it.
     pub fn as_str(self) -> &'static str {
         match self {

@@ -47,6 +47,15 @@ pub fn node_guid(ip: IpAddr) -> u64 {
     u64::from_be_bytes(eui64(mac_of(ip, interface_of(ip).as_ref())))
 }
 
+/// The kernel's index of the interface holding `ip` (`ibv_gid_entry.ndev_ifindex`): `lo` for
+/// every loopback address, 0 when no interface holds it.
+pub fn interface_index(ip: IpAddr) -> u32 {
+    interface_of(ip)
+        .and_then(|(name, _, _)| std::ffi::CString::new(name).ok())
+        // SAFETY: a NUL-terminated interface name.
+        .map_or(0, |c| unsafe { libc::if_nametoindex(c.as_ptr()) })
+}
+
 /// Type of a GID table entry (ibverbs `ibv_gid_type`); softrdma, like rxe, has only RoCE v2.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub enum GidType {
