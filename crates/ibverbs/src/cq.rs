@@ -287,21 +287,7 @@ pub(crate) unsafe extern "C" fn ibv_resize_cq(cq: *mut ibv_cq, cqe: c_int) -> c_
 
 /// `ibv_wc_status` of a softrdma status.
 pub(crate) fn wc_status(s: WcStatus) -> c_int {
-    match s {
-        WcStatus::Success => 0,
-        WcStatus::LocLenErr => 1,
-        WcStatus::LocQpOpErr => 2,
-        WcStatus::LocProtErr => 4,
-        WcStatus::WrFlushErr => 5,
-        WcStatus::BadRespErr => 7,
-        WcStatus::LocAccessErr => 8,
-        WcStatus::RemInvReqErr => 9,
-        WcStatus::RemAccessErr => 10,
-        WcStatus::RemOpErr => 11,
-        WcStatus::RetryExcErr => 12,
-        WcStatus::RnrRetryExcErr => 13,
-        WcStatus::GeneralErr => 21,
-    }
+    s.ibv_code() as c_int
 }
 
 /// `ibv_wc_opcode` of a softrdma completion opcode.

@@ -5,7 +5,7 @@
 //! docs). The softrdma [`Device`] — its socket on `<ip>:4791` and its progress thread — exists
 //! while at least one context is open; every `ibv_open_device` gives a new context on it.
 
-use std::ffi::{c_char, c_int, c_void, CStr};
+use std::ffi::{c_char, c_int, c_void};
 use std::mem::{offset_of, size_of};
 use std::net::IpAddr;
 use std::sync::{Mutex, OnceLock};
@@ -543,7 +543,7 @@ fn gid_entry(ctx: &Context, port: u32, index: u32) -> Result<ibv_gid_entry, c_in
         .device
         .query_gid(port8, index)
         .map_err(|_| libc::EINVAL)?;
-    let ifindex = interface_index(ctx.device.ip());
+    let ifindex = softrdma::gid::interface_index(ctx.device.ip());
     Ok(ibv_gid_entry {
         gid: ibv_gid { raw: gid.0 },
         gid_index: index,
@@ -551,63 +551,6 @@ fn gid_entry(ctx: &Context, port: u32, index: u32) -> Result<ibv_gid_entry, c_in
         gid_type: IBV_GID_TYPE_ROCE_V2,
         ndev_ifindex: ifindex,
     })
-}
-
-/// The index of the interface holding `ip` (loopback addresses: `lo`), 0 if none.
-fn interface_index(ip: IpAddr) -> u32 {
-    let name = if ip.is_loopback() {
-        Some("lo".to_string())
-    } else {
-        None
-    };
-    let name = name.or_else(|| interface_name(ip));
-    name.and_then(|n| std::ffi::CString::new(n).ok())
-        // SAFETY: a NUL-terminated name.
-        .map_or(0, |c| unsafe { libc::if_nametoindex(c.as_ptr()) })
-}
-
-fn interface_name(ip: IpAddr) -> Option<String> {
-    let mut list: *mut libc::ifaddrs = std::ptr::null_mut();
-    // SAFETY: getifaddrs writes a list head freed below with freeifaddrs.
-    if unsafe { libc::getifaddrs(&mut list) } != 0 {
-        return None;
-    }
-    let mut found = None;
-    let mut cur = list;
-    while !cur.is_null() && found.is_none() {
-        // SAFETY: a node of the list getifaddrs returned, valid until freeifaddrs.
-        let ifa = unsafe { &*cur };
-        cur = ifa.ifa_next;
-        if ifa.ifa_addr.is_null() {
-            continue;
-        }
-        // SAFETY: ifa_addr is non-null and starts with the family field.
-        let family = i32::from(unsafe { (*ifa.ifa_addr).sa_family });
-        let addr = match family {
-            libc::AF_INET => {
-                // SAFETY: the family says this is a sockaddr_in.
-                let sin = unsafe { &*(ifa.ifa_addr as *const libc::sockaddr_in) };
-                IpAddr::from(u32::from_be(sin.sin_addr.s_addr).to_be_bytes())
-            }
-            libc::AF_INET6 => {
-                // SAFETY: the family says this is a sockaddr_in6.
-                let sin6 = unsafe { &*(ifa.ifa_addr as *const libc::sockaddr_in6) };
-                IpAddr::from(sin6.sin6_addr.s6_addr)
-            }
-            _ => continue,
-        };
-        if addr == ip {
-            // SAFETY: ifa_name is a NUL-terminated string owned by the list.
-            found = Some(
-                unsafe { CStr::from_ptr(ifa.ifa_name) }
-                    .to_string_lossy()
-                    .into_owned(),
-            );
-        }
-    }
-    // SAFETY: freed once.
-    unsafe { libc::freeifaddrs(list) };
-    found
 }
 
 /// `ibv_query_gid`: 0, or -1 for a port or index that does not exist.

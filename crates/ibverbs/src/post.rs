@@ -177,8 +177,27 @@ unsafe fn send_wr(qp: &Qp, wr: &ibv_send_wr) -> Result<SendWr, c_int> {
     })
 }
 
-/// Posts the requests of a C list; on error, the index of the first one not posted.
+/// Posts the requests of a C list: 0, or the errno of the first request not posted, which
+/// `*bad` then names.
 fn post_list<W, T>(
+    first: *mut W,
+    bad: *mut *mut W,
+    next: impl Fn(&W) -> *mut W + Copy,
+    convert: impl Fn(&W) -> Result<T, c_int>,
+    post: impl FnOnce(&mut dyn Iterator<Item = T>) -> Result<(), (usize, c_int)>,
+) -> c_int {
+    match convert_and_post(first, next, convert, post) {
+        Ok(()) => 0,
+        Err((index, errno)) => {
+            set_bad(first, index, next, bad);
+            set_errno(errno);
+            errno
+        }
+    }
+}
+
+/// The work of [`post_list`]; on error, the index of the first request not posted.
+fn convert_and_post<W, T>(
     first: *mut W,
     next: impl Fn(&W) -> *mut W,
     convert: impl Fn(&W) -> Result<T, c_int>,
@@ -245,18 +264,10 @@ pub(crate) unsafe extern "C" fn post_send(
     let next = |w: &ibv_send_wr| w.next;
     // SAFETY: each request is the program's readable work request.
     let convert = |w: &ibv_send_wr| unsafe { send_wr(q, w) };
-    let r = post_list(wr, next, convert, |it| {
+    post_list(wr, bad_wr, next, convert, |it| {
         q.qp.post_send(it)
             .map_err(|e| (e.bad_wr, post_errno(&e.kind)))
-    });
-    match r {
-        Ok(()) => 0,
-        Err((index, errno)) => {
-            set_bad(wr, index, next, bad_wr);
-            set_errno(errno);
-            errno
-        }
-    }
+    })
 }
 
 /// `ibv_context_ops.post_recv`.
@@ -279,16 +290,8 @@ pub(crate) unsafe extern "C" fn post_recv(
             sg_list,
         })
     };
-    let r = post_list(wr, next, convert, |it| {
+    post_list(wr, bad_wr, next, convert, |it| {
         q.qp.post_recv(it)
             .map_err(|e| (e.bad_wr, post_errno(&e.kind)))
-    });
-    match r {
-        Ok(()) => 0,
-        Err((index, errno)) => {
-            set_bad(wr, index, next, bad_wr);
-            set_errno(errno);
-            errno
-        }
-    }
+    })
 }
