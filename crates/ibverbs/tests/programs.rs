@@ -211,8 +211,8 @@ fn perftest_matrix(program: &str, port: u16, server: &str, client: &str) {
     for mut args in configs {
         if program == "ib_read_bw" {
             // 16 outstanding READs instead of perftest's 128: with 128 READs of 64 KiB in
-            // flight, about one run in eight ends in IBV_WC_RETRY_EXC_ERR at the client (the
-            // engine's retries make no progress; reported, see ABI.md).
+            // flight, about one debug-build run in ten ends in IBV_WC_RETRY_EXC_ERR at the
+            // client (the engine's retries make no progress; reported, see ABI.md).
             args.extend(["-o", "16"]);
         }
         let (s, c) = run_pair(program, &args, port, server, client);
