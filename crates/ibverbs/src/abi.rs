@@ -697,7 +697,7 @@ pub(crate) struct ibv_qp_ex {
     pub wr_start: Option<unsafe extern "C" fn(*mut ibv_qp_ex)>,
     pub wr_complete: Option<unsafe extern "C" fn(*mut ibv_qp_ex) -> c_int>,
     pub wr_abort: Option<unsafe extern "C" fn(*mut ibv_qp_ex)>,
-    pub wr_atomic_write: Slot,
+    pub wr_atomic_write: Option<unsafe extern "C" fn(*mut ibv_qp_ex, u32, u64, *const c_void)>,
 }
 
 /// `struct ibv_srq` (opaque to softrdma until shared receive queues exist; layout only).
@@ -892,6 +892,7 @@ pub(crate) const IBV_QP_EX_WITH_RDMA_READ: u64 = 1 << 4;
 pub(crate) const IBV_QP_EX_WITH_ATOMIC_CMP_AND_SWP: u64 = 1 << 5;
 pub(crate) const IBV_QP_EX_WITH_ATOMIC_FETCH_AND_ADD: u64 = 1 << 6;
 pub(crate) const IBV_QP_EX_WITH_SEND_WITH_INV: u64 = 1 << 9;
+pub(crate) const IBV_QP_EX_WITH_ATOMIC_WRITE: u64 = 1 << 12;
 
 pub(crate) const IBV_QP_STATE: c_int = 1 << 0;
 pub(crate) const IBV_QP_CUR_STATE: c_int = 1 << 1;
@@ -923,6 +924,7 @@ pub(crate) const IBV_WR_RDMA_READ: c_int = 4;
 pub(crate) const IBV_WR_ATOMIC_CMP_AND_SWP: c_int = 5;
 pub(crate) const IBV_WR_ATOMIC_FETCH_AND_ADD: c_int = 6;
 pub(crate) const IBV_WR_SEND_WITH_INV: c_int = 9;
+pub(crate) const IBV_WR_ATOMIC_WRITE: c_int = 15;
 
 pub(crate) const IBV_SEND_FENCE: u32 = 1 << 0;
 pub(crate) const IBV_SEND_SIGNALED: u32 = 1 << 1;

@@ -145,11 +145,16 @@ unsafe fn send_wr(qp: &Qp, wr: &ibv_send_wr) -> Result<SendWr, c_int> {
             rkey: atomic.rkey,
             add: atomic.compare_add,
         },
-        // LOCAL_INV, BIND_MW, TSO, ATOMIC_WRITE, driver opcodes: not softrdma operations.
+        // 8 bytes from the SGL (or inline), stored at once at the aligned target.
+        IBV_WR_ATOMIC_WRITE => SendOp::AtomicWrite {
+            remote_addr: rdma.remote_addr,
+            rkey: rdma.rkey,
+        },
+        // LOCAL_INV, BIND_MW, TSO, driver opcodes: not softrdma operations.
         _ => return Err(libc::EINVAL),
     };
     let flags = send_flags(wr.send_flags)?;
-    let inline = flags.contains(SendFlags::INLINE) && !op.is_read_or_atomic();
+    let inline = flags.contains(SendFlags::INLINE) && !op.writes_locally();
     let (sg_list, inline_data) = if inline {
         // SAFETY: IBV_SEND_INLINE's contract: the SGEs name readable memory.
         (

@@ -23,7 +23,8 @@ pub(crate) const DEFAULT_SEND_OPS: u64 = IBV_QP_EX_WITH_RDMA_WRITE
     | IBV_QP_EX_WITH_RDMA_READ
     | IBV_QP_EX_WITH_ATOMIC_CMP_AND_SWP
     | IBV_QP_EX_WITH_ATOMIC_FETCH_AND_ADD
-    | IBV_QP_EX_WITH_SEND_WITH_INV;
+    | IBV_QP_EX_WITH_SEND_WITH_INV
+    | IBV_QP_EX_WITH_ATOMIC_WRITE;
 
 /// The requests of one `ibv_wr_start` … `ibv_wr_complete` sequence.
 #[derive(Debug, Default)]
@@ -61,7 +62,7 @@ pub(crate) fn builder_table() -> ibv_qp_ex {
         wr_start: Some(wr_start),
         wr_complete: Some(wr_complete),
         wr_abort: Some(wr_abort),
-        wr_atomic_write: None,
+        wr_atomic_write: Some(wr_atomic_write),
     }
 }
 
@@ -246,7 +247,7 @@ unsafe extern "C" fn wr_set_sge_list(qp: *mut ibv_qp_ex, num_sge: usize, sg_list
 /// Makes the request being built inline with `data`.
 fn set_inline(qp: *mut ibv_qp_ex, sges: &[Sge]) {
     last(qp, |q, w| {
-        if w.op.is_read_or_atomic() {
+        if w.op.writes_locally() {
             return Err(libc::EINVAL);
         }
         // SAFETY: the program's inline buffers are readable (IBV_SEND_INLINE's contract).
@@ -311,6 +312,32 @@ unsafe extern "C" fn wr_set_ud_addr(
             return Err(libc::EINVAL);
         }
         w.ud = Some(crate::ah::Ah::from_wr(ah)?.ah.dest(remote_qpn, remote_qkey));
+        Ok(())
+    });
+}
+
+unsafe extern "C" fn wr_atomic_write(
+    qp: *mut ibv_qp_ex,
+    rkey: u32,
+    remote_addr: u64,
+    atomic_wr: *const c_void,
+) {
+    push(
+        qp,
+        IBV_QP_EX_WITH_ATOMIC_WRITE,
+        SendOp::AtomicWrite { remote_addr, rkey },
+    );
+    // The 8 bytes travel as the request's payload, copied now (the caller's buffer is only
+    // borrowed for the call).
+    last(qp, |_, w| {
+        if atomic_wr.is_null() {
+            return Err(libc::EINVAL);
+        }
+        let mut data = [0u8; 8];
+        // SAFETY: ibv_wr_atomic_write's contract: `atomic_wr` points to 8 readable bytes.
+        unsafe { std::ptr::copy_nonoverlapping(atomic_wr.cast::<u8>(), data.as_mut_ptr(), 8) };
+        w.inline_data = Some(Box::new(data));
+        w.flags = w.flags | SendFlags::INLINE;
         Ok(())
     });
 }

@@ -348,6 +348,20 @@ int main(void)
 	CHECK(wc.status == IBV_WC_SUCCESS && wc.opcode == IBV_WC_COMP_SWAP &&
 		      *(uint64_t *)(buf_b + 16384) == 99, "cmp_swap");
 
+	/* ATOMIC_WRITE: 8 bytes stored at once. */
+	*(uint64_t *)(buf_a + 24000) = 0x1122334455667788ull;
+	struct ibv_sge awsge = { (uintptr_t)buf_a + 24000, 8, mr_a->lkey };
+	struct ibv_send_wr aw = {
+		.wr_id = 15, .sg_list = &awsge, .num_sge = 1, .opcode = IBV_WR_ATOMIC_WRITE,
+		.send_flags = IBV_SEND_SIGNALED,
+		.wr.rdma = { (uintptr_t)buf_b + 24576, mr_b->rkey },
+	};
+	post_one(qp_a, &aw);
+	wc = poll_one(cq_a);
+	CHECK(wc.status == IBV_WC_SUCCESS && wc.opcode == IBV_WC_ATOMIC_WRITE &&
+		      *(uint64_t *)(buf_b + 24576) == 0x1122334455667788ull,
+	      "atomic write: status %d opcode %d", wc.status, wc.opcode);
+
 	/* Inline send. */
 	post_recv(qp_b, 13, buf_b + 32768, 64, mr_b->lkey);
 	char msg[] = "inline payload";
@@ -404,6 +418,19 @@ int main(void)
 	ibv_wr_start(qpx);
 	ibv_wr_atomic_fetch_add(qpx, mr_a->rkey, (uintptr_t)buf_a, 1);
 	CHECK(ibv_wr_complete(qpx) == EINVAL, "an operation outside send_ops_flags");
+	uint64_t word = 7;
+	ibv_wr_start(qpx);
+	ibv_wr_atomic_write(qpx, mr_a->rkey, (uintptr_t)buf_a + 24576, &word);
+	CHECK(ibv_wr_complete(qpx) == EINVAL, "atomic write is outside this QP's send_ops_flags");
+	struct ibv_qp_ex *qpxa = ibv_qp_to_qp_ex(qp_a);
+	ibv_wr_start(qpxa);
+	qpxa->wr_id = 23;
+	qpxa->wr_flags = IBV_SEND_SIGNALED;
+	ibv_wr_atomic_write(qpxa, mr_b->rkey, (uintptr_t)buf_b + 24584, &word);
+	CHECK(ibv_wr_complete(qpxa) == 0, "wr_atomic_write");
+	wc = poll_one(cq_a);
+	CHECK(wc.wr_id == 23 && wc.status == IBV_WC_SUCCESS && wc.opcode == IBV_WC_ATOMIC_WRITE &&
+		      *(uint64_t *)(buf_b + 24584) == 7, "wr_atomic_write result");
 	ibv_wr_start(qpx);
 	ibv_wr_rdma_write(qpx, mr_a->rkey, (uintptr_t)buf_a);
 	ibv_wr_abort(qpx);
