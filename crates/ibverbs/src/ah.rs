@@ -9,9 +9,9 @@ use std::sync::atomic::Ordering;
 use softrdma::{AddressHandle, AhAttr, CreateAhError, Gid, McastError, WcOpcode, WcStatus};
 
 use crate::abi::*;
-use crate::device::Context;
+use crate::context::Context;
 use crate::pd::Pd;
-use crate::qp::Qp;
+use crate::qp_object::Qp;
 use crate::util::{fail_errno, fail_minus_one, fail_null, register, unregister, Kind};
 
 /// An address handle: the C struct first.

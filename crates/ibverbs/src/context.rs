@@ -1,101 +1,46 @@
-//! The function tables of a context: `ibv_context_ops` (reached by the inline `ibv_poll_cq`,
-//! `ibv_req_notify_cq`, `ibv_post_send`, `ibv_post_recv`) and `verbs_context` (reached by the
-//! inline `_ex` verbs and the `ibv_query_port` macro).
-//!
-//! A slot softrdma cannot serve stays null, so the header's inline wrapper answers
-//! `EOPNOTSUPP` itself (`verbs_get_ctx_op` tests the slot). When the Rust API gains shared
-//! receive queues or memory windows, their slots (`post_srq_recv`,
-//! `alloc_mw`/`bind_mw`/`dealloc_mw`, `create_srq_ex`, `get_srq_num`) are filled here.
+//! An open context: the `verbs_context` (with the `ibv_context` at its end) the program
+//! holds, and softrdma's device behind it. Every verb that takes a handle reaches its context
+//! through here.
 
-use std::mem::size_of;
+use std::ffi::c_int;
+use std::mem::offset_of;
+use std::sync::Mutex;
+
+use softrdma::{AsyncEvents, Device};
 
 use crate::abi::*;
+use crate::util::{is_live, Kind};
 
-/// The tables of a new context on `device`, with `async_fd` as its event descriptor.
-pub(crate) fn verbs_context_for(device: *mut ibv_device, async_fd: i32) -> verbs_context {
-    verbs_context {
-        query_port: Some(crate::device::query_port_ex),
-        advise_mr: None,
-        alloc_null_mr: None,
-        read_counters: None,
-        attach_counters_point_flow: None,
-        create_counters: None,
-        destroy_counters: None,
-        reg_dm_mr: None,
-        alloc_dm: None,
-        free_dm: None,
-        modify_flow_action_esp: None,
-        destroy_flow_action: None,
-        create_flow_action_esp: None,
-        modify_qp_rate_limit: None,
-        alloc_parent_domain: None,
-        dealloc_td: None,
-        alloc_td: None,
-        modify_cq: None,
-        post_srq_ops: None,
-        destroy_rwq_ind_table: None,
-        create_rwq_ind_table: None,
-        destroy_wq: None,
-        modify_wq: None,
-        create_wq: None,
-        query_rt_values: None,
-        create_cq_ex: Some(crate::cq::create_cq_ex),
-        priv_: std::ptr::null_mut(),
-        query_device_ex: Some(crate::device::query_device_ex),
-        ibv_destroy_flow: None,
-        abi_placeholder2: None,
-        ibv_create_flow: None,
-        abi_placeholder1: None,
-        open_qp: None,
-        create_qp_ex: Some(crate::qp::create_qp_ex),
-        get_srq_num: None,
-        create_srq_ex: None,
-        open_xrcd: None,
-        close_xrcd: None,
-        _abi_placeholder3: 0,
-        // The whole table exists: every slot's offset passes verbs_get_ctx_op's size test.
-        sz: size_of::<verbs_context>(),
-        context: ibv_context {
-            device,
-            ops: ibv_context_ops {
-                _compat_query_device: Some(crate::device::ibv_query_device),
-                _compat_query_port: Some(crate::device::ibv_query_port),
-                _compat_alloc_pd: None,
-                _compat_dealloc_pd: None,
-                _compat_reg_mr: None,
-                _compat_rereg_mr: None,
-                _compat_dereg_mr: None,
-                alloc_mw: None,
-                bind_mw: None,
-                dealloc_mw: None,
-                _compat_create_cq: None,
-                poll_cq: Some(crate::cq::poll_cq),
-                req_notify_cq: Some(crate::cq::req_notify_cq),
-                _compat_cq_event: None,
-                _compat_resize_cq: None,
-                _compat_destroy_cq: None,
-                _compat_create_srq: None,
-                _compat_modify_srq: None,
-                _compat_query_srq: None,
-                _compat_destroy_srq: None,
-                post_srq_recv: None,
-                _compat_create_qp: None,
-                _compat_query_qp: None,
-                _compat_modify_qp: None,
-                _compat_destroy_qp: None,
-                post_send: Some(crate::post::post_send),
-                post_recv: Some(crate::post::post_recv),
-                _compat_create_ah: None,
-                _compat_destroy_ah: None,
-                _compat_attach_mcast: None,
-                _compat_detach_mcast: None,
-                _compat_async_event: None,
-            },
-            cmd_fd: -1,
-            async_fd,
-            num_comp_vectors: 1,
-            mutex: libc::PTHREAD_MUTEX_INITIALIZER,
-            abi_compat: VERBS_ABI_IS_EXTENDED,
-        },
+/// An open context: the `verbs_context` (with the `ibv_context` at its end) first, so the
+/// `ibv_context` pointer the program holds converts back by a fixed offset.
+#[repr(C)]
+pub(crate) struct Context {
+    pub vctx: verbs_context,
+    pub device: Device,
+    pub async_events: AsyncEvents,
+    /// CQ id → `ibv_cq` address, to name the CQ of an asynchronous event.
+    pub cqs: Mutex<std::collections::HashMap<u32, usize>>,
+}
+
+impl Context {
+    /// The context behind a live `ibv_context` handle, or `EINVAL`.
+    pub(crate) fn from_handle<'a>(ctx: *mut ibv_context) -> Result<&'a Context, c_int> {
+        if !is_live(ctx, Kind::Context) {
+            return Err(libc::EINVAL);
+        }
+        // SAFETY: live contexts are `Context`s allocated by ibv_open_device, whose
+        // ibv_context sits at this fixed offset; it stays allocated until ibv_close_device.
+        Ok(unsafe { &*Context::from_ptr(ctx) })
+    }
+
+    /// The context that contains `ctx`, without checking (for the hot path).
+    pub(crate) fn from_ptr(ctx: *mut ibv_context) -> *mut Context {
+        ctx.cast::<u8>()
+            .wrapping_sub(offset_of!(Context, vctx) + offset_of!(verbs_context, context))
+            .cast()
+    }
+
+    pub(crate) fn handle(&mut self) -> *mut ibv_context {
+        &mut self.vctx.context
     }
 }

@@ -15,7 +15,7 @@ use std::time::{Duration, Instant};
 use softrdma::{CompletionChannel, CompletionQueue, WcOpcode, WcStatus, WorkCompletion};
 
 use crate::abi::*;
-use crate::device::Context;
+use crate::context::Context;
 use crate::util::{
     fail_errno, fail_minus_one, fail_null, is_live, register, set_errno, unregister, Kind,
 };

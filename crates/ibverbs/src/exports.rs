@@ -70,10 +70,10 @@ exports! {
     "IBVERBS_1.1" fn ibv_node_type_str(node_type: c_int) -> *const c_char = crate::misc::ibv_node_type_str;
     "IBVERBS_1.1" fn ibv_open_device(device: *mut ibv_device) -> *mut ibv_context = crate::device::ibv_open_device;
     "IBVERBS_1.1" fn ibv_port_state_str(state: c_int) -> *const c_char = crate::misc::ibv_port_state_str;
-    "IBVERBS_1.1" fn ibv_query_device(context: *mut ibv_context, attr: *mut ibv_device_attr) -> c_int = crate::device::ibv_query_device;
-    "IBVERBS_1.1" fn ibv_query_gid(context: *mut ibv_context, port: u8, index: c_int, gid: *mut ibv_gid) -> c_int = crate::device::ibv_query_gid;
-    "IBVERBS_1.1" fn ibv_query_pkey(context: *mut ibv_context, port: u8, index: c_int, pkey: *mut u16) -> c_int = crate::device::ibv_query_pkey;
-    "IBVERBS_1.1" fn ibv_query_port(context: *mut ibv_context, port: u8, attr: *mut ibv_port_attr) -> c_int = crate::device::ibv_query_port;
+    "IBVERBS_1.1" fn ibv_query_device(context: *mut ibv_context, attr: *mut ibv_device_attr) -> c_int = crate::query::ibv_query_device;
+    "IBVERBS_1.1" fn ibv_query_gid(context: *mut ibv_context, port: u8, index: c_int, gid: *mut ibv_gid) -> c_int = crate::query::ibv_query_gid;
+    "IBVERBS_1.1" fn ibv_query_pkey(context: *mut ibv_context, port: u8, index: c_int, pkey: *mut u16) -> c_int = crate::query::ibv_query_pkey;
+    "IBVERBS_1.1" fn ibv_query_port(context: *mut ibv_context, port: u8, attr: *mut ibv_port_attr) -> c_int = crate::query::ibv_query_port;
     "IBVERBS_1.1" fn ibv_query_qp(qp: *mut ibv_qp, attr: *mut ibv_qp_attr, mask: c_int, init_attr: *mut ibv_qp_init_attr) -> c_int = crate::qp::ibv_query_qp;
     "IBVERBS_1.1" fn ibv_query_srq(srq: *mut ibv_srq, attr: *mut ibv_srq_attr) -> c_int = crate::misc::ibv_query_srq;
     "IBVERBS_1.1" fn ibv_rate_to_mbps(rate: c_int) -> c_int = crate::misc::ibv_rate_to_mbps;
@@ -90,18 +90,18 @@ exports! {
     "IBVERBS_1.10" fn ibv_set_ece(qp: *mut ibv_qp, ece: *mut ibv_ece) -> c_int = crate::misc::ibv_set_ece;
     "IBVERBS_1.10" fn ibv_unimport_mr(mr: *mut ibv_mr) = crate::misc::ibv_unimport_mr;
     "IBVERBS_1.10" fn ibv_unimport_pd(pd: *mut ibv_pd) = crate::misc::ibv_unimport_pd;
-    "IBVERBS_1.11" fn _ibv_query_gid_ex(context: *mut ibv_context, port: u32, index: u32, entry: *mut ibv_gid_entry, flags: u32, entry_size: usize) -> c_int = crate::device::_ibv_query_gid_ex;
-    "IBVERBS_1.11" fn _ibv_query_gid_table(context: *mut ibv_context, entries: *mut ibv_gid_entry, max_entries: usize, flags: u32, entry_size: usize) -> isize = crate::device::_ibv_query_gid_table;
+    "IBVERBS_1.11" fn _ibv_query_gid_ex(context: *mut ibv_context, port: u32, index: u32, entry: *mut ibv_gid_entry, flags: u32, entry_size: usize) -> c_int = crate::query::_ibv_query_gid_ex;
+    "IBVERBS_1.11" fn _ibv_query_gid_table(context: *mut ibv_context, entries: *mut ibv_gid_entry, max_entries: usize, flags: u32, entry_size: usize) -> isize = crate::query::_ibv_query_gid_table;
     "IBVERBS_1.12" fn ibv_reg_dmabuf_mr(pd: *mut ibv_pd, offset: u64, length: usize, iova: u64, fd: c_int, access: c_int) -> *mut ibv_mr = crate::misc::ibv_reg_dmabuf_mr;
     "IBVERBS_1.13" fn ibv_import_dm(context: *mut ibv_context, handle: u32) -> *mut c_void = crate::misc::ibv_import_dm;
     "IBVERBS_1.13" fn ibv_is_fork_initialized() -> c_int = crate::misc::ibv_is_fork_initialized;
     "IBVERBS_1.13" fn ibv_unimport_dm(dm: *mut c_void) = crate::misc::ibv_unimport_dm;
     "IBVERBS_1.14" fn ibv_query_qp_data_in_order(qp: *mut ibv_qp, op: c_int, flags: u32) -> c_int = crate::misc::ibv_query_qp_data_in_order;
-    "IBVERBS_1.5" fn ibv_get_pkey_index(context: *mut ibv_context, port: u8, pkey: u16) -> c_int = crate::device::ibv_get_pkey_index;
+    "IBVERBS_1.5" fn ibv_get_pkey_index(context: *mut ibv_context, port: u8, pkey: u16) -> c_int = crate::query::ibv_get_pkey_index;
     "IBVERBS_1.6" fn ibv_qp_to_qp_ex(qp: *mut ibv_qp) -> *mut ibv_qp_ex = crate::qp::ibv_qp_to_qp_ex;
     "IBVERBS_1.7" fn ibv_reg_mr_iova(pd: *mut ibv_pd, addr: *mut c_void, length: usize, iova: u64, access: c_int) -> *mut ibv_mr = crate::pd::ibv_reg_mr_iova;
     "IBVERBS_1.8" fn ibv_reg_mr_iova2(pd: *mut ibv_pd, addr: *mut c_void, length: usize, iova: u64, access: u32) -> *mut ibv_mr = crate::pd::ibv_reg_mr_iova2;
     "IBVERBS_1.9" fn ibv_get_device_index(device: *mut ibv_device) -> c_int = crate::device::ibv_get_device_index;
-    "IBVERBS_PRIVATE_34" fn ibv_query_gid_type(context: *mut ibv_context, port: u8, index: u32, gid_type: *mut c_int) -> c_int = crate::device::ibv_query_gid_type;
+    "IBVERBS_PRIVATE_34" fn ibv_query_gid_type(context: *mut ibv_context, port: u8, index: u32, gid_type: *mut c_int) -> c_int = crate::query::ibv_query_gid_type;
     "SOFTRDMA_1.0" fn softrdma_abi_layout() -> *const LayoutEntry = crate::layout::softrdma_abi_layout;
 }

@@ -48,5 +48,8 @@ mod misc;
 mod pd;
 mod post;
 mod qp;
+mod qp_object;
+mod query;
+mod tables;
 mod util;
 mod wr;

@@ -12,7 +12,7 @@ use std::sync::Mutex;
 use softrdma::{AccessFlags, MemoryRegion, ProtectionDomain, RegMrError};
 
 use crate::abi::*;
-use crate::device::Context;
+use crate::context::Context;
 use crate::util::{fail_errno, fail_null, is_live, register, set_errno, unregister, Kind};
 
 /// A protection domain: the C struct first, then softrdma's handle and a count of the

@@ -12,7 +12,7 @@ use softrdma::{PostErrorKind, QpType, RecvWr, SendFlags, SendOp, SendWr, Sge};
 use crate::ah::Ah;
 
 use crate::abi::*;
-use crate::qp::Qp;
+use crate::qp_object::Qp;
 use crate::util::set_errno;
 
 /// The errno of a refused post.

@@ -8,44 +8,15 @@ use std::sync::Mutex;
 
 use softrdma::{
     AccessFlags, AddressVector, CreateQpError, Gid, ModifyQpError, Mtu, Psn, QpAttr, QpCaps,
-    QpInitAttr, QpState, QpType, QueuePair,
+    QpInitAttr, QpState, QpType,
 };
 
 use crate::abi::*;
+use crate::context::Context;
 use crate::cq::Cq;
-use crate::device::Context;
 use crate::pd::Pd;
+use crate::qp_object::{Qp, WrBatch, DEFAULT_SEND_OPS};
 use crate::util::{fail_errno, fail_null, is_live, register, unregister, Kind};
-use crate::wr::WrBatch;
-
-/// A queue pair: the `ibv_qp_ex` (whose first part is the `ibv_qp`), then softrdma's QP and
-/// what the C side needs to check work requests and release its PD and CQs.
-#[repr(C)]
-pub(crate) struct Qp {
-    pub ibv: ibv_qp_ex,
-    pub qp: QueuePair,
-    pub pd: *mut Pd,
-    pub send_cq: *mut Cq,
-    pub recv_cq: *mut Cq,
-    pub sq_sig_all: bool,
-    pub max_inline: u32,
-    /// `send_ops_flags` of `ibv_create_qp_ex`: the `ibv_wr_*` operations allowed.
-    pub send_ops: u64,
-    /// The work requests an `ibv_wr_start` … `ibv_wr_complete` sequence builds.
-    pub batch: Mutex<WrBatch>,
-}
-
-impl Qp {
-    /// The QP behind a live handle, or `EINVAL`.
-    pub(crate) fn from_handle<'a>(qp: *mut ibv_qp) -> Result<&'a Qp, c_int> {
-        if !is_live(qp, Kind::Qp) {
-            return Err(libc::EINVAL);
-        }
-        // SAFETY: live QP handles are boxed `Qp`s (ibv_qp_ex, then ibv_qp, first) until
-        // ibv_destroy_qp.
-        Ok(unsafe { &*qp.cast::<Qp>() })
-    }
-}
 
 /// The `ibv_qp_state` of a softrdma state, and back.
 fn qp_state_code(s: QpState) -> c_int {
@@ -193,7 +164,7 @@ pub(crate) unsafe extern "C" fn ibv_create_qp(
         cap: &mut a.cap,
         qp_type: a.qp_type,
         sq_sig_all: a.sq_sig_all,
-        send_ops: crate::wr::DEFAULT_SEND_OPS,
+        send_ops: DEFAULT_SEND_OPS,
     };
     match create(&args) {
         Ok(p) => p.cast(),
@@ -226,12 +197,12 @@ pub(crate) unsafe extern "C" fn create_qp_ex(
         return fail_null(libc::EOPNOTSUPP);
     }
     let send_ops = if a.comp_mask & IBV_QP_INIT_ATTR_SEND_OPS_FLAGS != 0 {
-        if a.send_ops_flags & !crate::wr::DEFAULT_SEND_OPS != 0 {
+        if a.send_ops_flags & !DEFAULT_SEND_OPS != 0 {
             return fail_null(libc::EOPNOTSUPP);
         }
         a.send_ops_flags
     } else {
-        crate::wr::DEFAULT_SEND_OPS
+        DEFAULT_SEND_OPS
     };
     // SAFETY: the PD handle is checked in `create`; its context must be this one.
     if is_live(a.pd, Kind::Pd) && unsafe { (*a.pd).context } != context {

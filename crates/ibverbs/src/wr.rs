@@ -13,25 +13,7 @@ use softrdma::{SendFlags, SendOp, SendWr, Sge};
 
 use crate::abi::*;
 use crate::post::{inline_bytes, post_errno, send_flags};
-use crate::qp::Qp;
-
-/// The operations a softrdma QP can post (`IBV_QP_EX_WITH_*`).
-pub(crate) const DEFAULT_SEND_OPS: u64 = IBV_QP_EX_WITH_RDMA_WRITE
-    | IBV_QP_EX_WITH_RDMA_WRITE_WITH_IMM
-    | IBV_QP_EX_WITH_SEND
-    | IBV_QP_EX_WITH_SEND_WITH_IMM
-    | IBV_QP_EX_WITH_RDMA_READ
-    | IBV_QP_EX_WITH_ATOMIC_CMP_AND_SWP
-    | IBV_QP_EX_WITH_ATOMIC_FETCH_AND_ADD
-    | IBV_QP_EX_WITH_SEND_WITH_INV
-    | IBV_QP_EX_WITH_ATOMIC_WRITE;
-
-/// The requests of one `ibv_wr_start` … `ibv_wr_complete` sequence.
-#[derive(Debug, Default)]
-pub(crate) struct WrBatch {
-    wrs: Vec<SendWr>,
-    error: Option<c_int>,
-}
+use crate::qp_object::{Qp, WrBatch};
 
 /// The builder entries of an `ibv_qp_ex` (the rest of the struct is filled by the caller).
 pub(crate) fn builder_table() -> ibv_qp_ex {
