@@ -82,6 +82,10 @@ fn run_pair(
     server_ip: &str,
     client_ip: &str,
 ) -> (Output, Output) {
+    // One pair at a time: two spinning programs already fill this machine's two cores; four
+    // starve each other's devices into transport retries.
+    static SERIAL: std::sync::Mutex<()> = std::sync::Mutex::new(());
+    let _one_at_a_time = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
     // perftest calibrates its cycle counter against the clock before reporting and gives up
     // ("Correlation coefficient r^2 ... < 0.9") when the host is too busy to measure: that
     // run says nothing about softrdma, so it is run once more.
