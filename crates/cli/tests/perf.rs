@@ -3,6 +3,7 @@
 //! status, the perftest-style table, the plausibility of the figures and the data checks
 //! (which `--loopback` turns on) are verified. Usage errors must be one clean line, exit 2.
 
+use std::path::Path;
 use std::process::{Command, Output};
 use std::sync::Mutex;
 
@@ -245,6 +246,72 @@ fn write_lat() {
         &["-s", "64", "-n", "200"],
         64.0,
     );
+}
+
+/// Who sent each packet with `opcode` in a capture, in order: 'S' for `server`'s address,
+/// 'C' for the other side; read with `softrdma decode` (ACKs and other opcodes skipped).
+fn senders(pcap: &Path, opcode: &str, server: &str) -> String {
+    let out = Command::new(env!("CARGO_BIN_EXE_softrdma"))
+        .arg("decode")
+        .arg(pcap)
+        .output()
+        .expect("run softrdma decode");
+    assert!(out.status.success(), "decode {}", pcap.display());
+    String::from_utf8(out.stdout)
+        .expect("utf-8")
+        .lines()
+        .filter(|l| l.split_whitespace().nth(5) == Some(opcode))
+        .map(|l| {
+            let src = l.split_whitespace().nth(2).expect("source field");
+            if src.starts_with(&format!("{server}:")) {
+                'S'
+            } else {
+                'C'
+            }
+        })
+        .collect()
+}
+
+/// perftest's `ib_write_lat` lets the *server* write first and the client wait for it
+/// (`run_iter_lat_write`, unchanged since 2010); when softrdma's client wrote first instead,
+/// both sides wrote first against perftest on rxe, the second WRITE overwrote the polled
+/// byte before the peer saw the first, and both waited forever. The order of the WRITEs on
+/// the wire between two softrdma sides must be the one between two perftests on rxe.
+#[test]
+fn write_lat_server_writes_first_as_perftest_on_rxe() {
+    let rxe =
+        Path::new(env!("CARGO_MANIFEST_DIR")).join("../../testdata/conformance/write_lat.pcap");
+    // ib_write_lat -x 1 -n 10 -s 32 between two rxe guests; the server is g1.
+    let want: String = "SC".repeat(10);
+    assert_eq!(
+        senders(&rxe, "RC_RDMA_WRITE_ONLY", "10.88.0.11"),
+        want,
+        "the rxe capture"
+    );
+
+    let pcap = Path::new(env!("CARGO_TARGET_TMPDIR")).join("perf-write-lat-order.pcap");
+    let _ = std::fs::remove_file(&pcap);
+    let pcap_arg = pcap.to_str().expect("utf-8 path");
+    let (out, _) = loopback(&["write-lat", "-n", "10", "-s", "32", "--pcap", pcap_arg]);
+    checks_ok(&out);
+    // --loopback: the server is 127.0.0.1, the capture is the client's device.
+    assert_eq!(
+        senders(&pcap, "RC_RDMA_WRITE_ONLY", "127.0.0.1"),
+        want,
+        "softrdma <-> softrdma"
+    );
+}
+
+/// `ib_send_lat` is the other way round: the client sends first, the server waits for it
+/// (`run_iter_lat_send`), and softrdma must keep that while write-lat changed.
+#[test]
+fn send_lat_client_sends_first_as_perftest() {
+    let pcap = Path::new(env!("CARGO_TARGET_TMPDIR")).join("perf-send-lat-order.pcap");
+    let _ = std::fs::remove_file(&pcap);
+    let pcap_arg = pcap.to_str().expect("utf-8 path");
+    let (out, _) = loopback(&["send-lat", "-n", "10", "-s", "32", "--pcap", pcap_arg]);
+    checks_ok(&out);
+    assert_eq!(senders(&pcap, "RC_SEND_ONLY", "127.0.0.1"), "CS".repeat(10));
 }
 
 #[test]

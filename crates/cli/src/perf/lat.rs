@@ -1,19 +1,36 @@
-//! Latency tests: `ib_send_lat` and `ib_write_lat` ping-pong (the client sends first, each
-//! side answers what it receives; SEND is noticed by a receive completion, WRITE by polling
-//! the last byte of the buffer, where the peer's counter lands), `ib_read_lat` and
-//! `ib_atomic_lat` round trips from the client alone. The samples are the intervals between
-//! consecutive posts, as in perftest.
+//! Latency tests: `ib_send_lat` and `ib_write_lat` ping-pong (each side answers what it
+//! receives; SEND is noticed by a receive completion, WRITE by polling the last byte of the
+//! buffer, where the peer's counter lands), `ib_read_lat` and `ib_atomic_lat` round trips
+//! from the client alone. The samples are the intervals between consecutive posts, as in
+//! perftest.
+//!
+//! Who starts a ping-pong is perftest's, and differs between the two: in `send-lat` the
+//! client sends first, in `write-lat` the *server* writes first (`run_iter_lat_send` and
+//! `run_iter_lat_write`). Both orders are the same in every perftest that exchanges versions
+//! (5.0 in 2013 up to 6.29; `ib_write_lat` last changed its order in 2010), so the peer's
+//! version string decides nothing here. Getting it wrong does not fail cleanly: if both
+//! sides write first, one side's second WRITE can overwrite the polled byte (1 → 2) before
+//! the peer has seen the 1, and both wait forever; if both wait first, nothing moves.
 
 use std::time::Instant;
 
 use softrdma::{wr, SendFlags, WorkCompletion};
 use softrdma_cm::perftest::Role;
 
-use super::args::{AtomicKind, Verb};
+use super::args::{AtomicKind, TestName, Verb};
 use super::bw::{check_recv, check_wc, poll_wait, post_recvs, split_id, wr_id, STALL};
 use super::oob::{pattern, Ctx};
 use super::report::{one_way_factor, LatDurRow, LatRow, Row};
 use super::{PerfError, Progress};
+
+/// Whether this side of a ping-pong waits for the peer's first message before sending its
+/// own: the server in `send-lat`, the client in `write-lat` (see the module docs).
+fn waits_first(test: TestName, role: Role) -> bool {
+    match test {
+        TestName::WriteLat => role == Role::Client,
+        _ => role == Role::Server,
+    }
+}
 
 /// Send completions not yet reaped, and the cap before posting must wait for them.
 struct SendSide {
@@ -87,7 +104,7 @@ pub(crate) fn send_lat(
     progress: &mut Progress,
 ) -> Result<Row, PerfError> {
     let iters = ctx.cfg.iters;
-    let client = ctx.role == Role::Client;
+    let waits_first = waits_first(TestName::SendLat, ctx.role);
     let inline = size <= u64::from(ctx.cfg.inline);
     let payload = pattern(0, size as usize);
     let mut posted_at = Vec::with_capacity(iters as usize);
@@ -96,7 +113,7 @@ pub(crate) fn send_lat(
     let mut rwc = Vec::with_capacity(1);
     progress.start(&format!("send-lat {size} B"));
     while scnt < iters || rcnt < iters {
-        if rcnt < iters && !(scnt < 1 && client) {
+        if rcnt < iters && (scnt > 0 || waits_first) {
             rwc.clear();
             wait_one(ctx, &mut rwc)?;
             let wc = &rwc[0];
@@ -145,15 +162,15 @@ fn wait_one(ctx: &Ctx, out: &mut Vec<WorkCompletion>) -> Result<(), PerfError> {
 }
 
 /// `run_iter_lat_write`, one size: each side WRITEs `size` bytes whose last byte is its
-/// message counter, and waits for the peer's counter to appear in the last byte of its own
-/// target slot.
+/// message counter (1, 2, ... as a byte), and waits for the peer's counter to appear in the
+/// last byte of its own target slot; the server writes first (see the module docs).
 pub(crate) fn write_lat(
     ctx: &mut Ctx,
     size: u64,
     progress: &mut Progress,
 ) -> Result<Row, PerfError> {
     let iters = ctx.cfg.iters;
-    let client = ctx.role == Role::Client;
+    let waits_first = waits_first(TestName::WriteLat, ctx.role);
     let last = size as usize - 1;
     let poll_at = ctx.target_off(0) as usize + last;
     let post_at = ctx.local_off(0) as usize + last;
@@ -167,7 +184,7 @@ pub(crate) fn write_lat(
     let mut sends = SendSide::new(ctx);
     progress.start(&format!("write-lat {size} B"));
     while scnt < iters || rcnt < iters {
-        if rcnt < iters && !(scnt < 1 && client) {
+        if rcnt < iters && (scnt > 0 || waits_first) {
             rcnt += 1;
             let want = rcnt as u8;
             let mr = &ctx.mr;
