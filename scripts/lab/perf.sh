@@ -1,6 +1,6 @@
 #!/bin/bash
-# scripts/lab/perf.sh: `softrdma perf` against perftest (ib_*_bw, ib_send_lat) on Linux
-# Soft-RoCE (rxe), in the rxe lab (see the lab's README). Opt-in and root only.
+# scripts/lab/perf.sh: `softrdma perf` against perftest (every ib_*_bw and ib_*_lat test) on
+# Linux Soft-RoCE (rxe), in the rxe lab (see the lab's README). Opt-in and root only.
 #
 #   SOFTRDMA_LAB=/work/shared/rxe-lab scripts/lab/perf.sh
 #
@@ -9,16 +9,20 @@
 #   1. softrdma client (in the namespace, bound to 10.88.0.1) -> perftest server in guest p1;
 #   2. softrdma server (bound to 10.88.0.1) <- perftest client in guest p1 (rxe-retry).
 # Both sides must exit 0 and print a result row with plausible figures (bandwidth > 0, or
-# 0 < t_min <= t_typical <= t_max). Every run is captured twice: tcpdump on br0 (what
+# 0 < t_min <= t_typical <= t_max), except the server of read-lat and atomic-lat, which takes
+# no part in the traffic and must print no row (as ib_read_lat's and ib_atomic_lat's server
+# do). Every run is captured twice: tcpdump on br0 (what
 # crossed the wire) and softrdma's own --pcap tap; both must decode with `softrdma decode`
 # to 0 malformed and 0 icrc_bad packets.
 #
 # Environment:
 #   SOFTRDMA_LAB    the lab folder (required; without it the script prints why and exits 0)
-#   PERF_TESTS      tests (default "write-bw read-bw send-bw atomic-bw:FETCH_AND_ADD
-#                   atomic-bw:CMP_AND_SWAP send-lat"; atomic kinds after a colon)
+#   PERF_TESTS      tests, each TEST[:ATOMIC_KIND][,FLAG...] (extra flags for both sides
+#                   after commas, e.g. write-bw,-q,4); default: every softrdma perf test, both
+#                   atomic kinds, and write-bw with 4 QPs (see TESTS below)
 #   PERF_ITERS      iterations (default 200: the guests run under TCG, ~10 MB/s)
-#   PERF_SIZE       message size of the non-atomic tests (default 4096; send-lat uses 8)
+#   PERF_SIZE       message size of the non-atomic tests without -s of their own (default
+#                   4096; send-lat uses 8)
 #   PERF_OUT        where captures and logs go (default target/lab/perf)
 #   GUEST_TIMEOUT   hard limit per guest (default 120 s: a broken peer makes rxe retry forever)
 #   LAB_NS          lab namespace (default rxe-perf); LAB_TAPS (default "p1 p2")
@@ -32,7 +36,9 @@ export LAB_TAPS=${LAB_TAPS:-p1 p2}
 . "$(dirname "$0")/common.sh"
 lab_setup perf.sh
 GUEST=${LAB_TAPS%% *}
-TESTS=${PERF_TESTS:-"write-bw read-bw send-bw atomic-bw:FETCH_AND_ADD atomic-bw:CMP_AND_SWAP send-lat"}
+TESTS=${PERF_TESTS:-"write-bw read-bw send-bw atomic-bw:FETCH_AND_ADD atomic-bw:CMP_AND_SWAP
+  write-bw,-q,4 send-lat write-lat write-lat,-s,32 read-lat atomic-lat:FETCH_AND_ADD
+  atomic-lat:CMP_AND_SWAP"}
 ITERS=${PERF_ITERS:-200}
 SIZE=${PERF_SIZE:-4096}
 OUT=${PERF_OUT:-$ROOT/target/lab/perf}
@@ -62,13 +68,20 @@ plausible() {
 }
 
 
-# check NAME KIND SOFTRDMA_RC GUEST_RC SOFTRDMA_LOG GUEST_LOG WIRE_PCAP TAP_PCAP
+# shows ROW KIND -> 0 if a side that shows KIND (bw, lat, or none: a passive latency server)
+# printed a plausible ROW
+shows() {
+  if [ "$2" = none ]; then [ -z "$1" ]; else plausible "$1" "$2"; fi
+}
+
+# check NAME SOFTRDMA_KIND GUEST_KIND SOFTRDMA_RC GUEST_RC SOFTRDMA_LOG GUEST_LOG WIRE_PCAP TAP_PCAP
 check() {
-  local name=$1 kind=$2 src=$3 grc=$4 slog=$5 glog=$6 wire=$7 tap=$8 status=ok detail wd td sr gr
+  local name=$1 skind=$2 gkind=$3 src=$4 grc=$5 slog=$6 glog=$7 wire=$8 tap=$9 status=ok
+  local detail wd td sr gr
   [ "$src" = 0 ] && [ "$grc" = 0 ] || status=FAIL
   sr=$(row "$slog"); gr=$(row "$glog")
-  plausible "$sr" "$kind" || status=FAIL
-  plausible "$gr" "$kind" || status=FAIL
+  shows "$sr" "$skind" || status=FAIL
+  shows "$gr" "$gkind" || status=FAIL
   wd=$(decode "$wire") || status=FAIL
   wd="$wd ($(grep -o '[0-9]* packets dropped by kernel' "$wire.tcpdump.log" || echo 'drops unknown'))"
   td=$(decode "$tap") || status=FAIL
@@ -78,15 +91,28 @@ check() {
 }
 
 for spec in $TESTS; do
+  # TEST[:ATOMIC_KIND][,FLAG...]
+  extra=
+  case $spec in *,*) extra=${spec#*,}; extra=${extra//,/ }; spec=${spec%%,*} ;; esac
   test=${spec%%:*}
   kind=bw; [ "${test#*-}" = lat ] && kind=lat
+  # The server of read-lat and atomic-lat only serves the client's requests: no table.
+  server_kind=$kind
+  case $test in read-lat|atomic-lat) server_kind=none ;; esac
   prog="ib_${test%%-*}_${test#*-}"
   flags="-n $ITERS"
+  tag=$test
   case $test in
     atomic-*) flags="$flags -A ${spec#*:}"; tag=$test-${spec#*:} ;;
-    send-lat) flags="$flags -s 8"; tag=$test ;;
-    *) flags="$flags -s $SIZE"; tag=$test ;;
+    *) case " $extra " in
+         *" -s "*) ;;
+         *) if [ "$test" = send-lat ]; then flags="$flags -s 8"; else flags="$flags -s $SIZE"; fi ;;
+       esac ;;
   esac
+  if [ -n "$extra" ]; then
+    flags="$flags $extra"
+    tag="$tag$(echo "$extra" | tr -d ' ')"
+  fi
   pflags="-d rxe0 -x 1 -F $flags"
 
   # 1. softrdma client -> perftest server.
@@ -110,7 +136,7 @@ for spec in $TESTS; do
   wait $gpid; grc=$?
   stop_capture
   sed 's/^/   softrdma: /' "$OUT/$t.softrdma.log"; sed 's/^/   /' "$OUT/$t.guest.log"
-  check "$name" $kind $src $grc "$OUT/$t.softrdma.log" "$OUT/$t.guest.log" \
+  check "$name" $kind $server_kind $src $grc "$OUT/$t.softrdma.log" "$OUT/$t.guest.log" \
     "$OUT/$t.wire.pcap" "$OUT/$t.tap.pcap"
 
   # 2. perftest client -> softrdma server.
@@ -131,7 +157,7 @@ for spec in $TESTS; do
   wait $spid; src=$?
   stop_capture
   sed 's/^/   softrdma: /' "$OUT/$t.softrdma.log"; sed 's/^/   /' "$OUT/$t.guest.log"
-  check "$name" $kind $src $grc "$OUT/$t.softrdma.log" "$OUT/$t.guest.log" \
+  check "$name" $server_kind $kind $src $grc "$OUT/$t.softrdma.log" "$OUT/$t.guest.log" \
     "$OUT/$t.wire.pcap" "$OUT/$t.tap.pcap"
 done
 
