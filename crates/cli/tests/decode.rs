@@ -6,7 +6,7 @@ use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
 
 /// (file, records in the file, RoCEv2 packets) — RoCEv2 counts from testdata/conformance/INDEX.md.
-const CAPTURES: [(&str, u64, u64); 10] = [
+const CAPTURES: [(&str, u64, u64); 11] = [
     ("rc_send.pcap", 111, 100),
     ("rc_send_retransmit.pcap", 119, 108),
     ("ud_send.pcap", 31, 20),
@@ -17,6 +17,7 @@ const CAPTURES: [(&str, u64, u64); 10] = [
     ("ucmatose.pcap", 50, 50),
     ("write_bw_cm.pcap", 124, 124),
     ("send_bw_cm.pcap", 104, 104),
+    ("write_lat.pcap", 65, 40),
 ];
 
 fn conformance(name: &str) -> PathBuf {
