@@ -15,7 +15,9 @@ pub struct EngineConfig {
     pub local_udp_port: u16,
     /// The UDP port peers listen on (4791).
     pub remote_udp_port: u16,
-    /// Maximum request packets in flight per QP before the requester waits for ACKs.
+    /// Most unacknowledged request PSNs per RC QP: a packet further ahead waits for ACKs.
+    /// 128 by default, rxe's `RXE_MAX_UNACKED_PSNS`: a peer as slow as rxe under emulation
+    /// drops what overflows its receive queue, and every loss costs a retransmit timeout.
     pub max_inflight_packets: u32,
     /// The requester sets AckReq at least every this many packets of a long message.
     pub ack_req_every: u32,
@@ -42,7 +44,7 @@ impl EngineConfig {
             local_ip,
             local_udp_port: ROCEV2_UDP_PORT,
             remote_udp_port: ROCEV2_UDP_PORT,
-            max_inflight_packets: 1024,
+            max_inflight_packets: 128,
             ack_req_every: 64,
             verify_icrc: true,
             first_qpn: 0x11,

@@ -37,6 +37,8 @@ struct Pair {
     filter: Filter,
     /// Packets delivered, by (sender, opcode).
     log: Vec<(usize, Opcode, Psn)>,
+    /// The most packets each node had on the wire at once.
+    most_on_wire: [usize; 2],
 }
 
 const MEM: usize = 64 * 1024;
@@ -53,8 +55,18 @@ impl Pair {
 
     /// Two connected engines; `rnr_retry` for both requesters (retry_cnt is 3, timeout 8).
     fn with(mtu: Mtu, psns: [u32; 2], rnr_retry: u8) -> Pair {
+        Self::configured(mtu, psns, rnr_retry, EngineConfig::new)
+    }
+
+    /// Like [`Pair::with`], each engine configured by `config` (given its address).
+    fn configured(
+        mtu: Mtu,
+        psns: [u32; 2],
+        rnr_retry: u8,
+        config: impl Fn(IpAddr) -> EngineConfig,
+    ) -> Pair {
         let mk = |i: usize| {
-            let mut engine = Engine::new(EngineConfig::new(ip(i)));
+            let mut engine = Engine::new(config(ip(i)));
             let pd = engine.alloc_pd();
             let cq = engine.create_cq(1024);
             let mem = Arc::new(VecMemory::new(MEM));
@@ -96,6 +108,7 @@ impl Pair {
             wire: VecDeque::new(),
             filter: Box::new(|_, _| true),
             log: Vec::new(),
+            most_on_wire: [0; 2],
         }
     }
 
@@ -113,6 +126,10 @@ impl Pair {
                     data,
                 });
             }
+        }
+        for i in 0..2 {
+            let n = self.wire.iter().filter(|p| p.from == i).count();
+            self.most_on_wire[i] = self.most_on_wire[i].max(n);
         }
         if let Some(pos) = self.wire.iter().position(|p| p.arrive <= self.now) {
             let p = self.wire.remove(pos).unwrap();
@@ -336,6 +353,60 @@ fn write_drop_each_packet() {
     write_case(
         3000,
         Some(drop_nth(1, 0, |p| kind(p) == OpKind::Acknowledge)),
+    );
+}
+
+/// A message longer than the requester's in-flight window goes out a window at a time, and
+/// so does its go-back-N retransmission: at most `max_inflight_packets` PSNs unacknowledged,
+/// counted per packet as rxe's requester counts them (a per-message check let an 8 MiB WRITE
+/// out in one 8192-packet burst, which a slow rxe peer's queue mostly dropped, again and
+/// again, until the retries ran out).
+#[test]
+fn long_message_stays_within_the_inflight_window() {
+    const WINDOW: u32 = 16;
+    let len = 48 * 256; // 48 packets at MTU 256
+    let run = |drop_first_window: bool| {
+        let window = |ip| EngineConfig {
+            max_inflight_packets: WINDOW,
+            ..EngineConfig::new(ip)
+        };
+        let mut p = Pair::configured(Mtu::Mtu256, [0xfffff8, 5], 3, window);
+        if drop_first_window {
+            // The whole first window is lost: the retransmission is a window too.
+            let mut seen = 0u32;
+            p.filter = Box::new(move |from, _| {
+                seen += u32::from(from == 0);
+                from != 0 || seen > WINDOW
+            });
+        }
+        let data = pattern(len, 9);
+        p.write_mem(0, BASE, &data);
+        let s = p.sge(0, BASE, len as u32);
+        let rkey = p.nodes[1].key;
+        let op = SendOp::RdmaWrite {
+            remote_addr: BASE + 0x8000,
+            rkey,
+        };
+        p.post_send(0, wr(7, op, vec![s]));
+        p.step();
+        assert_eq!(
+            p.wire.iter().filter(|x| x.from == 0).count(),
+            WINDOW as usize,
+            "the first burst is one window"
+        );
+        p.drive();
+        one_ok(&p.completions(0), 7, WcOpcode::RdmaWrite, len as u32);
+        assert_eq!(p.read_mem(1, BASE + 0x8000, len), data);
+        assert_eq!(p.most_on_wire[0], WINDOW as usize);
+        p
+    };
+    let p = run(false);
+    assert_eq!(p.stats(0).retransmitted_packets, 0);
+    let p = run(true);
+    assert_eq!(
+        p.stats(0).retransmitted_packets,
+        u64::from(WINDOW),
+        "one timeout resends the lost window and nothing beyond it"
     );
 }
 

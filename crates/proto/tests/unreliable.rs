@@ -401,6 +401,46 @@ fn uc_send_and_write_with_imm_complete_on_send_and_arrive_whole() {
         .all(|p| PacketRepr::parse(p).unwrap().bth.dest_qpn == b));
 }
 
+/// The RC in-flight window (`max_inflight_packets`) counts unacknowledged PSNs; UC has no
+/// acknowledgements, so a UC message longer than the window still leaves whole (a per-packet
+/// window applied to UC would wait forever for ACKs that never come).
+#[test]
+fn uc_message_longer_than_the_inflight_window_goes_out_whole() {
+    let mut net = Net::new(2);
+    let [a, b] = net.uc_pair(Mtu::Mtu256);
+    let window = net.nodes[0].engine.config().max_inflight_packets as usize;
+    let len = (window + 64) * 256;
+    assert!(len <= MEM);
+    let msg = pattern(6, len);
+    net.write_mem(0, 0, &msg);
+    let s = net.sge(0, 0, len as u32);
+    let rkey = net.nodes[1].key;
+    let write = wr(
+        3,
+        SendOp::RdmaWrite {
+            remote_addr: BASE,
+            rkey,
+        },
+        s,
+    );
+    net.nodes[0]
+        .engine
+        .post_send(Instant::ZERO, a, write)
+        .unwrap();
+    net.run();
+    assert_eq!(net.log.len(), window + 64);
+    let sent = net.completions(0);
+    assert_eq!(
+        sent.iter().map(|w| (w.wr_id, w.status)).collect::<Vec<_>>(),
+        vec![(3, WcStatus::Success)]
+    );
+    assert_eq!(net.read_mem(1, 0, len), msg);
+    assert!(net
+        .log
+        .iter()
+        .all(|p| PacketRepr::parse(p).unwrap().bth.dest_qpn == b));
+}
+
 /// Sends three 3-packet SENDs over UC with `fate` on the wire; checks every delivered message
 /// is intact; returns the messages delivered, as (message, receive WQE) in order.
 fn uc_three_sends(

@@ -10,6 +10,7 @@ use super::attr::{QpState, QpType};
 use super::send_queue::SendWqe;
 use super::timers::Timer;
 use super::{Ctx, QueuePair};
+use crate::config::EngineConfig;
 use crate::io::Transmit;
 use crate::wr::{FlushLevel, SendFlags, SendOp, WcStatus};
 
@@ -26,7 +27,18 @@ impl QueuePair {
             }
             let cursor = self.req.cursor;
             let wqe = self.req.sq.get(cursor)?;
-            if !wqe.started && !self.may_start(ctx.config.max_inflight_packets, wqe) {
+            if !wqe.started && !self.may_start(wqe) {
+                return None;
+            }
+            // UC has no acknowledgements to open a window with.
+            let psn = if wqe.started {
+                wqe.first_psn.add(self.req.cursor_pkt)
+            } else {
+                self.req.next_psn
+            };
+            if self.qp_type == QpType::Rc
+                && !self.req.in_window(psn, ctx.config.max_inflight_packets)
+            {
                 return None;
             }
             if !wqe.started {
@@ -57,9 +69,10 @@ impl QueuePair {
         }
     }
 
-    /// Whether a not-yet-started WQE may start now: fences, the READ/atomic credit limit,
-    /// the in-flight window and SQ drain.
-    fn may_start(&self, window: u32, wqe: &SendWqe) -> bool {
+    /// Whether a not-yet-started WQE may start now: fences, the READ/atomic credit limit and
+    /// SQ drain (the in-flight window is checked for every packet, see
+    /// `Requester::in_window`).
+    fn may_start(&self, wqe: &SendWqe) -> bool {
         if self.state == QpState::Sqd {
             return false;
         }
@@ -67,11 +80,7 @@ impl QueuePair {
         if wqe.wr.flags.contains(SendFlags::FENCE) && rd > 0 {
             return false;
         }
-        if wqe.wr.op.is_read_or_atomic() && rd >= u32::from(self.cfg.max_rd_atomic.max(1)) {
-            return false;
-        }
-        let inflight = self.req.inflight();
-        inflight == 0 || inflight.saturating_add(wqe.npkts) <= window
+        !(wqe.wr.op.is_read_or_atomic() && rd >= u32::from(self.cfg.max_rd_atomic.max(1)))
     }
 
     /// Builds the packet at the cursor and advances it.
@@ -205,7 +214,7 @@ impl QueuePair {
         bth.ack_req = reliable
             && (ends_message
                 || wqe.wr.op.is_read_or_atomic()
-                || self.req.pkts_since_ackreq >= ctx.config.ack_req_every);
+                || self.req.pkts_since_ackreq >= ack_req_interval(ctx.config));
         if bth.ack_req {
             self.req.pkts_since_ackreq = 0;
         }
@@ -283,6 +292,18 @@ enum RequestBuild {
     Skip,
     /// The payload could not be read from memory.
     Failed,
+}
+
+/// Packets between AckReqs in a long message: `ack_req_every`, but at least two per
+/// in-flight window, since a responder ACKs only what asks for it (rxe does the same) and a
+/// window without an AckReq would wait for the retransmit timer. Of any `window` packets in
+/// flight, the one asking for an ACK is then at most `window / 2` from the newest, so its
+/// ACK reopens the window before it drains.
+fn ack_req_interval(config: &EngineConfig) -> u32 {
+    config
+        .ack_req_every
+        .min(config.max_inflight_packets / 2)
+        .max(1)
 }
 
 /// Payload bytes of packet `k` of a `len`-byte message at `mtu` bytes per packet.

@@ -137,9 +137,15 @@ impl Requester {
         !self.rnr_wait && self.cursor < self.sq.len()
     }
 
-    /// Packets sent and not yet acknowledged.
-    pub(crate) fn inflight(&self) -> u32 {
-        self.next_psn.distance(self.unacked_psn).max(0) as u32
+    /// Whether the RC packet with `psn` may go out (for the first time or again): fewer than
+    /// `window` PSNs may be unacknowledged, counting from the oldest one. Checked per packet,
+    /// not per message, as rxe's requester does (`RXE_MAX_UNACKED_PSNS`): a long message or
+    /// a go-back-N retransmission otherwise leaves in one burst of up to 2^31 / MTU packets,
+    /// which a slow receiver's queue drops faster than the retries can recover (an 8 MiB
+    /// WRITE against rxe under TCG exhausted the retry budget). The PSNs of a started READ
+    /// count too, so requests behind a long READ wait for most of its response.
+    pub(crate) fn in_window(&self, psn: Psn, window: u32) -> bool {
+        psn.distance(self.unacked_psn) < i32::try_from(window.max(1)).unwrap_or(i32::MAX)
     }
 
     /// Moves the cursor back so that transmission resumes at `psn`.
