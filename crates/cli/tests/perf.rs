@@ -439,3 +439,75 @@ fn unreachable_server_is_a_clean_failure() {
     assert_eq!(out.status.code(), Some(1), "{stderr}");
     assert!(stderr.contains("cannot connect to 127.0.0.1:9"), "{stderr}");
 }
+
+/// A write-lat whose WRITEs get no answer fails with the completion error as soon as the
+/// retries run out, not 30 s later with "is the peer still running?": waiting for the peer's
+/// WRITE, it also watches its own send queue (the QP is in the error state, nothing more can
+/// come). The peer here is a perftest client that completes the out-of-band exchange but
+/// whose GID (127.0.0.3) has no RoCE device behind it.
+#[test]
+fn write_lat_reports_a_failed_write_while_waiting() {
+    use softrdma_cm::perftest::{PerftestDest, PerftestSession, SysData};
+    use softrdma_cm::Gid;
+    use std::net::{Ipv4Addr, TcpListener};
+    use std::time::{Duration, Instant};
+
+    let _guard = LOOPBACK.lock().unwrap_or_else(|e| e.into_inner());
+    let port = TcpListener::bind("127.0.0.1:0")
+        .and_then(|l| l.local_addr())
+        .expect("a free port")
+        .port()
+        .to_string();
+    // The server writes first in write-lat.
+    let mut server = Command::new(env!("CARGO_BIN_EXE_softrdma"))
+        .args(["perf", "write-lat", "--bind", "127.0.0.1", "-p", &port])
+        .args(["-n", "5", "-s", "32"])
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .expect("run softrdma");
+    let start = Instant::now();
+    let mut sess = loop {
+        match PerftestSession::connect(("127.0.0.1", port.parse::<u16>().unwrap())) {
+            Ok(s) => break s,
+            Err(_) if start.elapsed() < Duration::from_secs(10) => {
+                std::thread::sleep(Duration::from_millis(20));
+            }
+            Err(e) => panic!("the softrdma server did not listen: {e}"),
+        }
+    };
+    sess.exchange_versions().unwrap();
+    sess.exchange_sys_data(SysData::default()).unwrap();
+    sess.exchange_mtu(3).unwrap();
+    let nobody = PerftestDest {
+        out_reads: 1,
+        qpn: 0x11,
+        psn: 0x123,
+        rkey: 0x202,
+        vaddr: 0x10_0000,
+        gid: Gid::from_ipv4_mapped(Ipv4Addr::new(127, 0, 0, 3)),
+        ..PerftestDest::default()
+    };
+    for _ in 0..4 {
+        sess.exchange_keys(&nobody).unwrap();
+    }
+    let deadline = Instant::now() + Duration::from_secs(15);
+    let status = loop {
+        if let Some(s) = server.try_wait().unwrap() {
+            break s;
+        }
+        if Instant::now() > deadline {
+            let _ = server.kill();
+            panic!("softrdma still waits for the peer's WRITE after its own WRITE failed");
+        }
+        std::thread::sleep(Duration::from_millis(50));
+    };
+    let out = server.wait_with_output().unwrap();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(status.code(), Some(1), "{stderr}");
+    assert!(
+        stderr.contains("send completed with error RetryExcErr"),
+        "{stderr}"
+    );
+    drop(sess);
+}
