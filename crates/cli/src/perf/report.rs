@@ -5,7 +5,6 @@
 use std::fmt::Write as _;
 use std::time::{Duration, Instant};
 
-use hdrhistogram::Histogram;
 use softrdma_cm::perftest::{PerftestDest, Role};
 
 use super::args::{Config, TestName, Verb};
@@ -283,18 +282,19 @@ const LAT_MEASURE_TAIL: usize = 2;
 
 impl LatRow {
     /// `print_report_lat`: samples are the intervals between consecutive posts, divided by
-    /// `rtt_factor` (2 for ping-pong tests, which report one-way latency). The two largest
-    /// samples are dropped, as perftest does; median and percentiles come from an
-    /// HdrHistogram (3 significant digits), min, max, average and deviation from the samples.
+    /// `rtt_factor` (2 for ping-pong tests, which report one-way latency), sorted. As in
+    /// perftest, the two largest are left out of the median, average and deviation; t_max
+    /// is the smaller of those two, the percentiles are samples at `ceil(kept * p)`, and the
+    /// median of an even count is the mean of the middle two (in whole nanoseconds, as
+    /// perftest's is in whole cycles). Every figure is a sample, so
+    /// min <= typical <= 99% <= 99.9% <= max always holds (a histogram's bucket bounds once
+    /// put the median above the maximum).
     pub(crate) fn from_posts(size: u64, posted: &[Instant], rtt_factor: u32) -> LatRow {
         let mut ns: Vec<u64> = posted
             .windows(2)
             .map(|w| u64::try_from(w[1].duration_since(w[0]).as_nanos()).unwrap_or(u64::MAX))
             .collect();
         ns.sort_unstable();
-        if ns.len() > LAT_MEASURE_TAIL + 1 {
-            ns.truncate(ns.len() - LAT_MEASURE_TAIL);
-        }
         let f = 1000.0 * f64::from(rtt_factor.max(1));
         let us = |v: u64| v as f64 / f;
         let iters = posted.len() as u64;
@@ -311,23 +311,36 @@ impl LatRow {
                 p999: 0.0,
             };
         }
-        let mut h = Histogram::<u64>::new_with_bounds(1, 3_600_000_000_000, 3)
-            .expect("valid histogram bounds");
-        for &v in &ns {
-            h.saturating_record(v.max(1));
-        }
-        let avg = ns.iter().map(|&v| us(v)).sum::<f64>() / ns.len() as f64;
-        let var = ns.iter().map(|&v| (us(v) - avg).powi(2)).sum::<f64>() / ns.len() as f64;
+        // perftest needs at least 5 iterations (4 samples); fewer keep every sample.
+        let kept = if ns.len() > LAT_MEASURE_TAIL + 1 {
+            ns.len() - LAT_MEASURE_TAIL
+        } else {
+            ns.len()
+        };
+        let at = |i: usize| ns[i.min(ns.len() - 1)];
+        let median = if kept % 2 == 0 {
+            let sum = u128::from(at(kept / 2)) + u128::from(at(kept / 2 - 1));
+            u64::try_from(sum / 2).unwrap_or(u64::MAX)
+        } else {
+            at(kept / 2)
+        };
+        let rank = |p: f64| (kept as f64 * p).ceil() as usize;
+        let avg = ns[..kept].iter().map(|&v| us(v)).sum::<f64>() / kept as f64;
+        let var = ns[..kept]
+            .iter()
+            .map(|&v| (us(v) - avg).powi(2))
+            .sum::<f64>()
+            / kept as f64;
         LatRow {
             size,
             iters,
             min: us(ns[0]),
-            max: us(ns[ns.len() - 1]),
-            typical: us(h.value_at_quantile(0.5)),
+            max: us(at(kept)),
+            typical: us(median),
             avg,
             stdev: var.sqrt(),
-            p99: us(h.value_at_quantile(0.99)),
-            p999: us(h.value_at_quantile(0.999)),
+            p99: us(at(rank(0.99))),
+            p999: us(at(rank(0.999))),
         }
     }
 
@@ -491,6 +504,35 @@ mod tests {
             r.render(false),
             " 65536      5000             11030.78            11030.45\t\t   0.176487"
         );
+    }
+
+    /// perftest's figures for 5 iterations (4 samples, 2 kept), where a histogram's median
+    /// (3 significant digits) came out above the maximum: rxe lab, write-lat -a at 8 MiB.
+    #[test]
+    fn latency_stats_are_perftests_and_ordered() {
+        let t0 = Instant::now();
+        let mut posted = vec![t0];
+        for d in [3_975_600u64, 9_000_000, 3_975_481, 3_975_500] {
+            let last = *posted.last().unwrap();
+            posted.push(last + Duration::from_nanos(d));
+        }
+        let r = LatRow::from_posts(8, &posted, 1);
+        assert_eq!(r.iters, 5);
+        assert_eq!(r.min, 3975.481);
+        assert_eq!(r.typical, 3975.49, "the mean of the two kept, in whole ns");
+        assert_eq!(r.max, 3975.6, "the smaller of the two left out");
+        assert_eq!((r.p99, r.p999), (3975.6, 3975.6));
+        assert!((r.avg - 3975.4905).abs() < 1e-9, "{r:?}");
+        assert!(r.min <= r.typical && r.typical <= r.p99 && r.p99 <= r.p999);
+        assert!(r.p999 <= r.max);
+        // 1000 iterations: 999 samples 1..=999 us, 997 kept: median the 499th, 99% the
+        // 988th (ceil(997 * 0.99) = 988, 0-based), 99.9% and max the 998th.
+        let posted: Vec<Instant> = (0..1000u64)
+            .map(|i| t0 + Duration::from_micros(i * (i + 1) / 2))
+            .collect();
+        let r = LatRow::from_posts(8, &posted, 1);
+        assert_eq!((r.min, r.typical, r.max), (1.0, 499.0, 998.0));
+        assert_eq!((r.p99, r.p999), (989.0, 998.0));
     }
 
     #[test]
