@@ -8,19 +8,22 @@
 # can run beside other users of the lab. For each test of PERF_TESTS it runs:
 #   1. softrdma client (in the namespace, bound to 10.88.0.1) -> perftest server in guest p1;
 #   2. softrdma server (bound to 10.88.0.1) <- perftest client in guest p1 (rxe-retry).
-# Both sides must exit 0 and print a result row with plausible figures (bandwidth > 0, or
-# 0 < t_min <= t_typical <= t_max), except the server of read-lat and atomic-lat, which takes
-# no part in the traffic and must print no row (as ib_read_lat's and ib_atomic_lat's server
-# do). Every run is captured twice: tcpdump on br0 (what
-# crossed the wire) and softrdma's own --pcap tap; both must decode with `softrdma decode`
-# to 0 malformed and 0 icrc_bad packets.
+# Both sides must exit 0 and print result rows (one per size) with plausible figures
+# (message rate > 0; 0 < t_min <= t_typical <= t_max; with -D, t_avg > 0), except the server of
+# read-lat and atomic-lat, which takes no part in the traffic and must print no row (as
+# ib_read_lat's and ib_atomic_lat's server do). Every run is captured twice: tcpdump on br0
+# (what crossed the wire) and softrdma's own --pcap tap; both must decode with `softrdma
+# decode` to 0 malformed and 0 icrc_bad packets.
 #
 # Environment:
 #   SOFTRDMA_LAB    the lab folder (required; without it the script prints why and exits 0)
 #   PERF_TESTS      tests, each TEST[:ATOMIC_KIND][,FLAG...] (extra flags for both sides
-#                   after commas, e.g. write-bw,-q,4); default: every softrdma perf test, both
-#                   atomic kinds, and write-bw with 4 QPs (see TESTS below)
-#   PERF_ITERS      iterations (default 200: the guests run under TCG, ~10 MB/s)
+#                   after commas, e.g. write-bw,-q,4; a -n, -s or -D there replaces the
+#                   default); default (TESTS below): every softrdma perf test, both atomic
+#                   kinds, and every perftest flag softrdma perf takes (10 to 15 minutes with
+#                   PERF_ITERS=50)
+#   PERF_ITERS      iterations (default 200: the guests run under TCG, ~10 MB/s; the -a
+#                   runs use -n 5)
 #   PERF_SIZE       message size of the non-atomic tests without -s of their own (default
 #                   4096; send-lat uses 8)
 #   PERF_OUT        where captures and logs go (default target/lab/perf)
@@ -38,7 +41,10 @@ lab_setup perf.sh
 GUEST=${LAB_TAPS%% *}
 TESTS=${PERF_TESTS:-"write-bw read-bw send-bw atomic-bw:FETCH_AND_ADD atomic-bw:CMP_AND_SWAP
   write-bw,-q,4 send-lat write-lat write-lat,-s,32 read-lat atomic-lat:FETCH_AND_ADD
-  atomic-lat:CMP_AND_SWAP"}
+  atomic-lat:CMP_AND_SWAP
+  read-bw,-o,4 write-bw,-m,512,-t,16,-Q,10,--report_gbits send-bw,-r,64,-p,18600 send-lat,-I,64
+  write-bw,-D,2 read-lat,-D,2
+  write-bw,-a,-n,5 send-bw,-a,-n,5 write-lat,-a,-n,5 read-lat,-a,-n,5 send-lat,-a,-n,5"}
 ITERS=${PERF_ITERS:-200}
 SIZE=${PERF_SIZE:-4096}
 OUT=${PERF_OUT:-$ROOT/target/lab/perf}
@@ -46,10 +52,10 @@ HOST_IP=10.88.0.1
 GUEST_IP=10.88.0.11
 mkdir -p "$OUT"
 
-# row LOG -> the first result row of a perftest-style table (the guest's lines may carry a
-# prefix), or nothing.
-row() {
-  sed -E 's/^.*\] ?//' "$1" | grep -E '^ [0-9]+ +[0-9]+ +[0-9.]+' | head -1 | tr -s ' \t' ' '
+# rows LOG -> the result rows of a perftest-style table, one a line (the guest's lines may
+# carry a prefix), or nothing.
+rows() {
+  sed -E 's/^.*\] ?//' "$1" | grep -E '^ [0-9]+ +[0-9]+ +[0-9.]+' | tr -s ' \t' ' '
 }
 
 # plausible ROW KIND -> 0 if the figures make sense
@@ -61,17 +67,31 @@ plausible() {
   if [ "$kind" = lat ]; then
     # bytes iters t_min t_max t_typical t_avg ...
     awk -v a="$3" -v b="$4" -v c="$5" 'BEGIN { exit !(a > 0 && a <= c && c <= b) }'
+  elif [ "$kind" = latdur ]; then
+    # bytes iters t_avg tps (a timed latency run, -D)
+    awk -v n="$2" -v avg="$3" -v tps="$4" 'BEGIN { exit !(n > 0 && avg > 0 && tps > 0) }'
   else
-    # bytes iters peak avg msgrate
-    awk -v avg="$4" -v n="$2" 'BEGIN { exit !(avg > 0 && n > 0) }'
+    # bytes iters peak avg msgrate (MB/s shows 0.00 for 2-byte messages under TCG; the
+    # message rate has six decimals)
+    awk -v avg="$4" -v n="$2" -v rate="$5" 'BEGIN { exit !(n > 0 && avg >= 0 && rate > 0) }'
   fi
 }
 
 
-# shows ROW KIND -> 0 if a side that shows KIND (bw, lat, or none: a passive latency server)
-# printed a plausible ROW
+# shows ROWS KIND -> 0 if a side that shows KIND (bw, lat, latdur, or none: a passive
+# latency server) printed ROWS, all plausible
 shows() {
-  if [ "$2" = none ]; then [ -z "$1" ]; else plausible "$1" "$2"; fi
+  local r
+  if [ "$2" = none ]; then [ -z "$1" ]; return; fi
+  [ -n "$1" ] || return 1
+  while IFS= read -r r; do plausible "$r" "$2" || return 1; done <<< "$1"
+}
+
+# brief ROWS -> the first row, and how many more there are
+brief() {
+  local n
+  n=$(grep -c . <<< "$1")
+  if [ "$n" -gt 1 ]; then echo "$(head -1 <<< "$1") +$((n - 1)) rows"; else echo "$1"; fi
 }
 
 # check NAME SOFTRDMA_KIND GUEST_KIND SOFTRDMA_RC GUEST_RC SOFTRDMA_LOG GUEST_LOG WIRE_PCAP TAP_PCAP
@@ -79,9 +99,10 @@ check() {
   local name=$1 skind=$2 gkind=$3 src=$4 grc=$5 slog=$6 glog=$7 wire=$8 tap=$9 status=ok
   local detail wd td sr gr
   [ "$src" = 0 ] && [ "$grc" = 0 ] || status=FAIL
-  sr=$(row "$slog"); gr=$(row "$glog")
+  sr=$(rows "$slog"); gr=$(rows "$glog")
   shows "$sr" "$skind" || status=FAIL
   shows "$gr" "$gkind" || status=FAIL
+  sr=$(brief "$sr"); gr=$(brief "$gr")
   wd=$(decode "$wire") || status=FAIL
   wd="$wd ($(grep -o '[0-9]* packets dropped by kernel' "$wire.tcpdump.log" || echo 'drops unknown'))"
   td=$(decode "$tap") || status=FAIL
@@ -96,16 +117,19 @@ for spec in $TESTS; do
   case $spec in *,*) extra=${spec#*,}; extra=${extra//,/ }; spec=${spec%%,*} ;; esac
   test=${spec%%:*}
   kind=bw; [ "${test#*-}" = lat ] && kind=lat
+  # A timed run (-D) counts no iterations; its latency table has other columns.
+  flags="-n $ITERS"
+  case " $extra " in *" -n "*) flags= ;; esac
+  case " $extra " in *" -D "*) flags=; [ $kind = lat ] && kind=latdur ;; esac
   # The server of read-lat and atomic-lat only serves the client's requests: no table.
   server_kind=$kind
   case $test in read-lat|atomic-lat) server_kind=none ;; esac
   prog="ib_${test%%-*}_${test#*-}"
-  flags="-n $ITERS"
   tag=$test
   case $test in
     atomic-*) flags="$flags -A ${spec#*:}"; tag=$test-${spec#*:} ;;
     *) case " $extra " in
-         *" -s "*) ;;
+         *" -s "*|*" -a "*) ;;
          *) if [ "$test" = send-lat ]; then flags="$flags -s 8"; else flags="$flags -s $SIZE"; fi ;;
        esac ;;
   esac
