@@ -452,6 +452,39 @@ fn read_drop_request_and_each_response() {
     }
 }
 
+/// After a timeout has asked for the rest of a READ again, responses beyond the first missing
+/// one are the old response still arriving, not a new loss: no second request until the
+/// replay shows up or the timer runs out again (rxe's `started_retry`). Answering each such
+/// gap with another request made rxe under TCG run several 2 MiB replays at once, lose
+/// packets of all of them and exhaust the retries (read-lat -a against ib_read_lat).
+#[test]
+fn read_timeout_retry_is_not_repeated_for_the_gap_it_left() {
+    // 4 response packets; the responder's first answer loses packets 1 to 3 (nothing out
+    // of order arrives, the timer fires), its replay from 1 loses packet 1 again.
+    let mut seen = [0u32; 4];
+    let mut first = None;
+    let filter: Filter = Box::new(move |from, pkt| {
+        if from != 1 || kind(pkt) != OpKind::ReadResponse {
+            return true;
+        }
+        let base = *first.get_or_insert(pkt.bth.psn);
+        let k = pkt.bth.psn.distance(base) as usize;
+        seen[k] += 1;
+        !matches!((k, seen[k]), (1..=3, 1) | (1, 2))
+    });
+    let p = read_case(3500, Some(filter));
+    let reqs: Vec<Psn> = p
+        .log
+        .iter()
+        .filter(|(f, op, _)| *f == 0 && *op == Opcode::RC_RDMA_READ_REQUEST)
+        .map(|(_, _, psn)| *psn)
+        .collect();
+    assert_eq!(reqs.len(), 3, "the first request and one per timeout");
+    assert_eq!(reqs[1], reqs[0].add(1));
+    assert_eq!(reqs[2], reqs[0].add(1));
+    assert_eq!(p.stats(0).retransmit_timeouts, 2);
+}
+
 #[test]
 fn read_restart_asks_only_for_the_rest() {
     // Drop the third response packet: the restarted request must start at its PSN.

@@ -403,7 +403,11 @@ impl QueuePair {
                 }
                 _ => self.req.unacked_psn,
             };
-            self.req.gap_retry_at = None;
+            // The request just resent asks for everything from `resume`: a gap at `resume`
+            // seen before its replay arrives is the old response still draining, not a new
+            // loss (rxe's `started_retry`). Asking again for it made a slow responder run
+            // several replays of a long READ at once, and lose packets of all of them.
+            self.req.gap_retry_at = Some(resume);
             self.req.go_back(resume);
         }
     }
