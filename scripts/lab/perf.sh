@@ -39,6 +39,9 @@ export LAB_TAPS=${LAB_TAPS:-p1 p2}
 . "$(dirname "$0")/common.sh"
 lab_setup perf.sh
 GUEST=${LAB_TAPS%% *}
+# Not in the list: read-bw -a with softrdma as the client fails now and then (a lost
+# response of a multi-MiB READ under TCG: rxe answers the re-request only after the other
+# READs' responses, longer than seven 67 ms timeouts).
 TESTS=${PERF_TESTS:-"write-bw read-bw send-bw atomic-bw:FETCH_AND_ADD atomic-bw:CMP_AND_SWAP
   write-bw,-q,4 send-lat write-lat write-lat,-s,32 read-lat atomic-lat:FETCH_AND_ADD
   atomic-lat:CMP_AND_SWAP
