@@ -77,6 +77,10 @@ pub(crate) struct Args {
     /// Most work requests each QP keeps outstanding.
     #[arg(long, default_value_t = 16, value_parser = clap::value_parser!(u16).range(1..=256))]
     window: u16,
+    /// Responders drop requests that arrive after a lost one, as Linux rxe does (IBTA
+    /// C9-92), instead of keeping them for when it comes: requesters fall back to go-back-N.
+    #[arg(long)]
+    rxe_responders: bool,
     /// Write every datagram that crossed the fabric to this pcap file.
     #[arg(long)]
     pcap: Option<PathBuf>,
@@ -128,6 +132,7 @@ impl Args {
         });
         RunConfig {
             datagrams,
+            rxe_like_responders: self.rxe_responders,
             ..RunConfig::uniform(workload, link, SAFETY_BOUND)
         }
     }

@@ -19,6 +19,12 @@ pub struct EngineConfig {
     /// 128 by default, rxe's `RXE_MAX_UNACKED_PSNS`: a peer as slow as rxe under emulation
     /// drops what overflows its receive queue, and every loss costs a retransmit timeout.
     pub max_inflight_packets: u32,
+    /// Request packets all QPs of the engine may have in flight together, at most. The
+    /// receiver's socket buffer and a slow link's queue absorb only so much; beyond it packets
+    /// are lost or delayed past the retransmit timeout, whatever each QP's window says. The
+    /// budget in force adapts below this to the measured round trip (a round trip above half
+    /// the local ACK timeout halves it).
+    pub device_inflight_packets: u32,
     /// The requester sets AckReq at least every this many packets of a long message.
     pub ack_req_every: u32,
     /// Check the ICRC of received packets (off only for fuzzing).
@@ -35,6 +41,14 @@ pub struct EngineConfig {
     /// packet, which leaves that one packet checked with 16 rather than ~26 effective bits
     /// (see `QueuePair` docs and `softrdma_wire::icrc`).
     pub peers_use_small_ipv4_ids: bool,
+    /// Request packets an RC responder keeps per QP when they arrive ahead of a lost one, to
+    /// run once it comes (see `qp::reorder`); 0 drops them as Linux rxe does.
+    pub reorder_packets: usize,
+    /// Bytes all QPs of the engine may keep that way together.
+    pub reorder_bytes: usize,
+    /// The requester resends only what was lost after a PSN sequence NAK when the peer keeps
+    /// early packets (learned per QP; rxe does not, and gets go-back-N).
+    pub selective_repeat: bool,
 }
 
 impl EngineConfig {
@@ -45,11 +59,15 @@ impl EngineConfig {
             local_udp_port: ROCEV2_UDP_PORT,
             remote_udp_port: ROCEV2_UDP_PORT,
             max_inflight_packets: 128,
+            device_inflight_packets: 1024,
             ack_req_every: 64,
             verify_icrc: true,
             first_qpn: 0x11,
             port_mtu: Mtu::Mtu4096,
             peers_use_small_ipv4_ids: false,
+            reorder_packets: 512,
+            reorder_bytes: 64 << 20,
+            selective_repeat: true,
         }
     }
 }

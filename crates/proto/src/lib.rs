@@ -11,9 +11,11 @@
 //!   `responder/{send,write,read,atomic}` (one file per operation), `timers`;
 //! - [`mr`]: protection domains, memory regions, every access check;
 //! - [`wr`]: work requests and completions; [`cq`]: completion queues;
-//! - [`stats`]: counters for every drop, NAK and retry; [`time`]: the engine's clock type.
+//! - [`stats`]: counters for every drop, NAK and retry; [`time`]: the engine's clock type;
+//! - `budget`: the device's adaptive limit on packets in flight over all QPs.
 
 pub mod access;
+mod budget;
 pub mod config;
 pub mod cq;
 pub mod engine;

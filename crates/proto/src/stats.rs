@@ -166,6 +166,14 @@ pub struct Stats {
     pub completions: u64,
     /// Completions dropped because a CQ was full.
     pub cq_overruns: u64,
+    /// Requests an RC responder kept because they arrived ahead of a missing one.
+    pub requests_held: u64,
+    /// Kept requests run once the missing one arrived.
+    pub reordered_requests: u64,
+    /// Sequence NAKs answered by resending the missing packet alone (selective repeat).
+    pub selective_repeats: u64,
+    /// Times a QP held a new packet back for the device's in-flight budget.
+    pub budget_waits: u64,
 }
 
 impl Stats {

@@ -98,6 +98,10 @@ pub struct FabricConfig {
     pub link: LinkConfig,
     /// Where a capture, if any, taps the fabric.
     pub capture_point: CapturePoint,
+    /// Nodes added by [`Fabric::add_node`] keep requests that arrive after a gap and run them
+    /// once it fills, as softrdma does; `false` makes their responders drop them, as IBTA
+    /// says and Linux rxe does, so requesters must fall back to go-back-N.
+    pub keep_early_packets: bool,
 }
 
 impl FabricConfig {
@@ -107,6 +111,7 @@ impl FabricConfig {
             seed,
             link: LinkConfig::IDEAL,
             capture_point: CapturePoint::Send,
+            keep_early_packets: true,
         }
     }
 }
@@ -273,10 +278,13 @@ impl Fabric {
     /// is then judged by the ICRC at full strength from a connection's first packet on.
     pub fn add_node(&mut self) -> Result<NodeId, SimError> {
         let ip = Fabric::default_ip(self.nodes.len());
-        let config = EngineConfig {
+        let mut config = EngineConfig {
             peers_use_small_ipv4_ids: true,
             ..EngineConfig::new(IpAddr::V4(ip))
         };
+        if !self.config.keep_early_packets {
+            config.reorder_packets = 0;
+        }
         self.add_node_with(config)
     }
 

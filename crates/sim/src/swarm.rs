@@ -55,6 +55,9 @@ pub struct RunConfig {
     pub safety: Duration,
     /// How long the healed network gets to finish everything (virtual time).
     pub liveness: Duration,
+    /// Responders drop requests that follow a gap, as Linux rxe does, instead of keeping
+    /// them (see [`FabricConfig::keep_early_packets`]).
+    pub rxe_like_responders: bool,
 }
 
 /// Sums of engine counters over all nodes.
@@ -86,6 +89,10 @@ pub struct EngineTotals {
     pub naks_received_by_kind: [u64; 5],
     /// Drops by reason (index: [`softrdma_proto::DropReason::ALL`] order).
     pub drops_by_reason: [u64; softrdma_proto::DropReason::ALL.len()],
+    /// Sequence NAKs answered by resending the lost packet alone.
+    pub selective_repeats: u64,
+    /// Requests responders kept because they came after a lost one.
+    pub requests_held: u64,
 }
 
 impl fmt::Display for EngineTotals {
@@ -101,6 +108,13 @@ impl fmt::Display for EngineTotals {
             self.atomics_executed,
             self.atomics_replayed
         )?;
+        if self.selective_repeats > 0 || self.requests_held > 0 {
+            write!(
+                f,
+                " selective_repeats={} held={}",
+                self.selective_repeats, self.requests_held
+            )?;
+        }
         for (k, n) in NakKind::ALL.iter().zip(self.naks_sent_by_kind) {
             if n > 0 {
                 write!(f, " nak_sent.{}={n}", k.name())?;
@@ -136,6 +150,8 @@ impl EngineTotals {
         self.atomics_executed += s.atomics_executed;
         self.atomics_replayed += s.atomics_replayed;
         self.tx_packets += s.tx_packets;
+        self.selective_repeats += s.selective_repeats;
+        self.requests_held += s.requests_held;
         for (k, kind) in NakKind::ALL.iter().enumerate() {
             self.naks_sent_by_kind[k] += s.naks_sent_of(*kind);
             self.naks_received_by_kind[k] += s.naks_received_of(*kind);
@@ -288,6 +304,7 @@ impl RunConfig {
             faults: Vec::new(),
             safety,
             liveness: Duration::from_secs(5),
+            rxe_like_responders: false,
         }
     }
 
@@ -405,13 +422,16 @@ impl RunConfig {
                 });
             }
         }
+        let safety = Duration::from_nanos(rng.range_inclusive(200_000, 40_000_000));
         RunConfig {
             workload,
             datagrams,
             links,
             faults,
-            safety: Duration::from_nanos(rng.range_inclusive(200_000, 40_000_000)),
+            safety,
             liveness: Duration::from_secs(5),
+            // A quarter of the seeds: requesters must notice and fall back to go-back-N.
+            rxe_like_responders: rng.chance(0.25),
         }
     }
 
@@ -427,7 +447,7 @@ impl RunConfig {
         format!(
             "nodes={} qps={} ops={} mtu={} window={} recv_depth={} timeout={} mix={:?} \
              link0->1={{delay={}ns bw={} loss={:.3} dup={:.3} reorder={:.3} corrupt={:.3}}} \
-             targeted={} safety={}us{}",
+             targeted={} safety={}us rxe_like_responders={}{}",
             w.nodes,
             w.qps_per_pair,
             w.ops,
@@ -444,6 +464,7 @@ impl RunConfig {
             l.corrupt,
             self.faults.len(),
             self.safety.as_micros(),
+            self.rxe_like_responders,
             self.datagrams.map_or(String::new(), |d| format!(
                 " datagrams={{ud={} uc={} max_len={} window={} recv_depth={} multicast={}}}",
                 d.ud_ops, d.uc_ops, d.max_len, d.window, d.recv_depth, d.multicast
@@ -456,7 +477,10 @@ impl RunConfig {
 /// a pcap of every datagram, if given.
 pub fn run(config: &RunConfig, capture: Option<Box<dyn Write>>) -> Result<RunReport, RunError> {
     let seed = config.workload.seed;
-    let mut fabric = Fabric::new(FabricConfig::new(seed));
+    let mut fabric = Fabric::new(FabricConfig {
+        keep_early_packets: !config.rxe_like_responders,
+        ..FabricConfig::new(seed)
+    });
     if let Some(out) = capture {
         fabric.capture_to(out)?;
     }

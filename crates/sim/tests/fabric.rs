@@ -71,6 +71,7 @@ fn two_nodes(seed: u64, link: LinkConfig, capture: CapturePoint) -> (Fabric, Sha
         seed,
         link,
         capture_point: capture,
+        ..FabricConfig::new(seed)
     });
     f.add_node().unwrap();
     f.add_node().unwrap();

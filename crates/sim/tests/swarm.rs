@@ -4,7 +4,10 @@
 
 use std::time::Instant as WallClock;
 
-use softrdma_sim::swarm::{run_seed, run_seed_with_capture, seed_from_env, RunConfig};
+use softrdma_proto::{Duration, Mtu};
+use softrdma_sim::swarm::{run, run_seed, run_seed_with_capture, seed_from_env, RunConfig};
+use softrdma_sim::workload::WorkloadConfig;
+use softrdma_sim::LinkConfig;
 
 /// Seeds per CI run; every one must pass. `SOFTRDMA_SWARM_SEEDS=<n>` and
 /// `SOFTRDMA_SWARM_FIRST=<seed>` run a longer or different batch (bug hunting).
@@ -60,5 +63,46 @@ fn swarm_seeds_pass() {
     assert!(
         failures.is_empty(),
         "failing seeds (replay with SOFTRDMA_SEED=<n>): {failures:?}"
+    );
+}
+
+/// Many QPs on a slow link (issue 13): 16 and 64 connections, 64 WRs outstanding each, 4 KiB
+/// MTU, 1 Gb/s and 20 µs, loss-free and with 1 % loss, 100 seeds each. Megabytes of requests
+/// compete for a link that drains 125 KB per millisecond: without a device budget and a
+/// timeout that follows the round trip, queueing delay outgrows the local ACK timeout and
+/// spurious retransmissions exhaust the retry budget (`RetryExcErr`) even with no loss at all.
+#[test]
+fn many_qps_on_a_slow_link() {
+    let seeds = env_u64("SOFTRDMA_SLOW_LINK_SEEDS").unwrap_or(100);
+    let started = WallClock::now();
+    let mut failures = Vec::new();
+    for qps in [16, 64] {
+        for loss in [0.0, 0.01] {
+            for seed in 1..=seeds {
+                let wl = WorkloadConfig {
+                    qps_per_pair: qps,
+                    window: 64,
+                    recv_depth: 64,
+                    ..WorkloadConfig::new(seed, 1500).with_mtu(Mtu::Mtu4096)
+                };
+                let link = LinkConfig {
+                    delay: Duration::from_micros(20),
+                    bandwidth_bps: 1_000_000_000,
+                    loss,
+                    ..LinkConfig::IDEAL
+                };
+                let cfg = RunConfig::uniform(wl, link, Duration::from_secs(10));
+                let r = run(&cfg, None).expect("setup");
+                if !r.passed() {
+                    eprintln!("qps {qps} loss {loss} seed {seed}: {:?}", r.first_failure());
+                    failures.push((qps, loss, seed));
+                }
+            }
+        }
+    }
+    eprintln!("{} slow-link runs in {:.1?}", 4 * seeds, started.elapsed());
+    assert!(
+        failures.is_empty(),
+        "failing (qps, loss, seed): {failures:?}"
     );
 }

@@ -28,6 +28,7 @@ use std::net::IpAddr;
 use std::sync::Arc;
 
 use crate::access::AccessFlags;
+use crate::budget::InflightBudget;
 use crate::config::EngineConfig;
 use crate::cq::{CompletionQueue, CqHandle};
 use crate::error::EngineError;
@@ -49,6 +50,8 @@ struct Shared {
     srqs: BTreeMap<SrqHandle, SharedReceiveQueue>,
     events: VecDeque<AsyncEvent>,
     overflowed: Vec<u32>,
+    reorder_bytes: usize,
+    budget: InflightBudget,
     stats: Stats,
 }
 
@@ -64,8 +67,11 @@ impl Shared {
             srqs: &mut self.srqs,
             events: &mut self.events,
             overflowed: &mut self.overflowed,
+            reorder_bytes: &mut self.reorder_bytes,
             stats: &mut self.stats,
             ipv4_id,
+            others_inflight: 0,
+            budget: &mut self.budget,
         }
     }
 }
@@ -88,6 +94,10 @@ pub struct Engine {
     mcast: BTreeMap<IpAddr, Vec<u32>>,
     /// What the senders of UD datagrams use as IPv4 identification.
     ud_peers: peers::UdPeers,
+    /// Request packets in flight over all QPs (the sum of their `counted_inflight`).
+    inflight: u32,
+    /// QPs that held a packet back for the device budget, to wake when it frees up.
+    starved: Vec<u32>,
 }
 
 impl Engine {
@@ -101,6 +111,8 @@ impl Engine {
                 srqs: BTreeMap::new(),
                 events: VecDeque::new(),
                 overflowed: Vec::new(),
+                reorder_bytes: 0,
+                budget: InflightBudget::new(config.device_inflight_packets),
                 stats: Stats::default(),
             },
             pds: BTreeSet::new(),
@@ -113,6 +125,8 @@ impl Engine {
             timers: BTreeSet::new(),
             mcast: BTreeMap::new(),
             ud_peers: peers::UdPeers::default(),
+            inflight: 0,
+            starved: Vec::new(),
         }
     }
 
@@ -124,6 +138,12 @@ impl Engine {
     /// Counters.
     pub fn stats(&self) -> &Stats {
         &self.shared.stats
+    }
+
+    /// Request packets all QPs have in flight, and how many the device budget allows now
+    /// (it adapts to the round trip: see [`EngineConfig::device_inflight_packets`]).
+    pub fn packets_in_flight(&self) -> (u32, u32) {
+        (self.inflight, self.shared.budget.limit())
     }
 
     /// The memory region table.
@@ -336,7 +356,10 @@ impl Engine {
         if self.mcast.values().any(|qps| qps.contains(&qpn)) {
             return Err(EngineError::Busy);
         }
-        let qp = self.qps.remove(&qpn).ok_or(EngineError::NoSuchQp)?;
+        let mut qp = self.qps.remove(&qpn).ok_or(EngineError::NoSuchQp)?;
+        self.shared.reorder_bytes -= qp.resp.early.clear();
+        self.inflight -= qp.counted_inflight;
+        self.wake_starved();
         if let Some(at) = qp.scheduled {
             self.timers.remove(&(at, qpn));
         }
@@ -600,11 +623,15 @@ impl Engine {
                 continue;
             };
             let mut ctx = self.shared.ctx(now, ipv4_id);
+            ctx.others_inflight = self.inflight - qp.counted_inflight;
             let sent = qp.poll_transmit(&mut ctx, out);
             self.ready.pop_front();
             // Round robin: a QP with more to send goes to the back of the line.
             if sent.is_some() && qp.wants_transmit() {
                 self.ready.push_back(qpn);
+            }
+            if std::mem::take(&mut qp.req.starved) {
+                self.starved.push(qpn);
             }
             // Sending arms the retransmit timer; a failed send may have stopped them all.
             self.sync_timer(qpn);
@@ -643,8 +670,26 @@ impl Engine {
         self.settle_overflows();
     }
 
-    /// Files `qpn` under its current earliest timer, after anything that may have changed it.
+    /// Brings the engine's view of `qpn` up to date after anything that may have changed it:
+    /// its packets in flight in the device total (waking QPs that waited for the budget when
+    /// it went down) and its earliest timer in the timer index.
     fn sync_timer(&mut self, qpn: u32) {
+        let Some(qp) = self.qps.get_mut(&qpn) else {
+            return;
+        };
+        let now_inflight = match qp.state {
+            QpState::Rts | QpState::Sqd => qp.req.outstanding(),
+            _ => 0,
+        };
+        if now_inflight != qp.counted_inflight {
+            let freed = qp.counted_inflight.saturating_sub(now_inflight);
+            self.inflight = self.inflight - qp.counted_inflight + now_inflight;
+            qp.counted_inflight = now_inflight;
+            if freed > 0 {
+                self.shared.budget.on_acked(freed);
+                self.wake_starved();
+            }
+        }
         let Some(qp) = self.qps.get_mut(&qpn) else {
             return;
         };
@@ -659,5 +704,12 @@ impl Engine {
             self.timers.insert((new, qpn));
         }
         qp.scheduled = next;
+    }
+
+    /// QPs that waited for the device budget try again once it has room.
+    fn wake_starved(&mut self) {
+        if self.inflight < self.shared.budget.limit() {
+            self.ready.extend(self.starved.drain(..));
+        }
     }
 }

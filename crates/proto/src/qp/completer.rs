@@ -8,6 +8,7 @@
 
 use softrdma_wire::{rnr_timer_us, NakCode, OpKind, PacketRepr, Position, Psn, Syndrome};
 
+use super::send_queue::Repair;
 use super::timers::Timer;
 use super::{Ctx, QueuePair};
 use crate::stats::{DropReason, NakKind};
@@ -60,6 +61,7 @@ impl QueuePair {
         match syndrome {
             Syndrome::Ack { .. } => {
                 self.ack_through(ctx, psn);
+                self.repair_answered(psn);
             }
             Syndrome::RnrNak { timer } => {
                 ctx.stats.nak_received(NakKind::Rnr);
@@ -105,13 +107,24 @@ impl QueuePair {
                 match status {
                     None => {
                         // PSN sequence error: resend from the PSN the responder expects.
+                        if self.req.repair.is_some_and(|r| r.psn == psn) {
+                            return; // the repair is on its way
+                        }
                         if self.req.retry_left == 0 {
                             let idx = self.wqe_index(psn).unwrap_or(0);
                             self.fail_wqe(ctx, idx, WcStatus::RetryExcErr);
                             return;
                         }
                         self.req.retry_left -= 1;
-                        self.resume_after_nak();
+                        if let Some(r) = self.req.repair {
+                            if psn.is_after(r.psn) {
+                                // It ran what it kept past the repaired packet: it reorders.
+                                self.req.peer_reorders = Some(true);
+                            }
+                        }
+                        if !self.start_repair(ctx, psn) {
+                            self.resume_after_nak();
+                        }
                     }
                     Some(status) => {
                         // Class B/C/D errors complete the WQE in error and stop the QP.
@@ -121,6 +134,76 @@ impl QueuePair {
                 }
             }
             Syndrome::Reserved(_) => ctx.stats.drop(DropReason::Malformed),
+        }
+    }
+
+    /// Starts a selective repeat of `psn` if it can work: the engine allows it, the peer is not
+    /// known to drop what follows a gap, `psn` is where the acknowledgements stopped (no READ
+    /// or atomic before it still waits for its response) and no go-back-N is under way.
+    /// Otherwise `false`.
+    ///
+    /// Selective repeat resends `psn` alone, asking for an ACK, while new packets keep going.
+    /// A responder that kept the packets after the gap runs them once `psn` arrives and
+    /// answers with one ACK (everything received) or a NAK of the next gap, which is repaired
+    /// the same way. One that dropped them (IBTA's rule, Linux rxe) acknowledges `psn` alone:
+    /// the requester learns that, goes back N from there, and uses go-back-N with it from
+    /// then on (`repair_answered`).
+    fn start_repair(&mut self, ctx: &mut Ctx<'_>, psn: Psn) -> bool {
+        let req = &self.req;
+        if !ctx.config.selective_repeat
+            || req.peer_reorders == Some(false)
+            || req.unacked_psn != psn
+        {
+            return false;
+        }
+        let cursor_psn = match req.sq.get(req.cursor) {
+            Some(w) if w.started => w.first_psn.add(req.cursor_pkt),
+            _ => req.next_psn,
+        };
+        if cursor_psn.is_before(req.sent_high) {
+            return false;
+        }
+        if self.wqe_index(psn).is_none() {
+            return false;
+        }
+        self.repair(psn, false);
+        ctx.stats.selective_repeats += 1;
+        true
+    }
+
+    fn repair(&mut self, psn: Psn, probe: bool) {
+        self.req.repair = Some(Repair {
+            psn,
+            horizon: self.req.sent_high,
+            probe,
+        });
+        self.req.resend = Some(psn);
+        self.req.rtt.on_retransmit();
+    }
+
+    /// An ACK through `psn` came while a selective repeat is under way. The first answer to
+    /// the repair tells the responder's kind: everything up to the horizon acknowledged, or at
+    /// least more than the repaired packet, means it kept what followed the gap; the repaired
+    /// packet alone means it dropped it (IBTA C9-92), and the rest goes again, go-back-N.
+    fn repair_answered(&mut self, psn: Psn) {
+        let Some(r) = self.req.repair else {
+            return;
+        };
+        if psn.is_before(r.psn) {
+            return; // an older ACK, overtaken by the NAK
+        }
+        if r.probe {
+            // Nothing to learn: what follows the probe may all have been lost.
+        } else if psn.is_after(r.psn) {
+            self.req.peer_reorders = Some(true);
+        } else if self.req.peer_reorders.is_none() {
+            self.req.peer_reorders = Some(false);
+        }
+        if psn.next().is_before(r.horizon) {
+            // Packets between the answer and the horizon never arrived (or were dropped).
+            self.req.go_back(psn.next());
+        } else {
+            self.req.repair = None;
         }
     }
 
@@ -320,7 +403,10 @@ impl QueuePair {
 
     /// Forward progress: the retry counters start over and the cursor skips acknowledged
     /// packets it might have been about to resend.
-    fn progress(&mut self, _ctx: &mut Ctx<'_>) {
+    fn progress(&mut self, ctx: &mut Ctx<'_>) {
+        if let Some(rtt) = self.req.rtt.on_ack(self.req.unacked_psn, ctx.now) {
+            ctx.budget.on_rtt(ctx.now, rtt, self.cfg.ack_timeout());
+        }
         let cfg = self.cfg;
         self.req.reset_retry_counters(&cfg);
         let acked = self.req.unacked_psn.sub(1);
@@ -368,10 +454,15 @@ impl QueuePair {
         if !outstanding || self.req.rnr_wait {
             self.timers.stop(Timer::Retransmit);
         } else if !self.timers.is_armed(Timer::Retransmit) {
-            if let Some(timeout) = self.cfg.ack_timeout() {
+            if let Some(timeout) = self.retransmit_timeout() {
                 self.timers.set(Timer::Retransmit, ctx.now + timeout);
             }
         }
+    }
+
+    /// The local ACK timeout, adapted to the measured round trip (see `rtt.rs`).
+    pub(crate) fn retransmit_timeout(&self) -> Option<Duration> {
+        self.req.rtt.rto(self.cfg.ack_timeout())
     }
 
     /// Index in the send queue of the started WQE that owns `psn`.
@@ -392,11 +483,33 @@ impl QueuePair {
                 return;
             }
             ctx.stats.retransmit_timeouts += 1;
+            if let Some(rto) = self.retransmit_timeout() {
+                ctx.budget.on_timeout(ctx.now, rto);
+            }
             if self.req.retry_left == 0 {
                 self.fail_wqe(ctx, 0, WcStatus::RetryExcErr);
                 return;
             }
             self.req.retry_left -= 1;
+            let front_is_read = self
+                .req
+                .sq
+                .front()
+                .is_some_and(|w| w.wr.op.is_read_or_atomic());
+            if ctx.config.selective_repeat && !front_is_read {
+                // Probe with the oldest unacknowledged packet alone: if only ACKs were lost,
+                // its answer acknowledges everything; otherwise it says where to go back to.
+                let probe = self.req.repair.map_or(true, |r| r.probe);
+                let unacked = self.req.unacked_psn;
+                if probe {
+                    self.repair(unacked, true);
+                } else {
+                    // A repair (or its answer) was lost: send it again, still learning.
+                    self.req.resend = Some(unacked);
+                    self.req.rtt.on_retransmit();
+                }
+                return;
+            }
             let resume = match self.req.sq.front() {
                 Some(w) if w.wr.op.is_read_or_atomic() => {
                     w.first_psn.add(w.read_done / w.mtu.max(1))

@@ -10,9 +10,11 @@ pub mod attr;
 pub(crate) mod completer;
 pub(crate) mod datagram;
 pub(crate) mod receive;
+pub(crate) mod reorder;
 pub(crate) mod requester;
 pub(crate) mod responder;
 pub(crate) mod responder_state;
+pub(crate) mod rtt;
 pub(crate) mod send_queue;
 pub mod source_port;
 pub mod timers;
@@ -23,6 +25,7 @@ use std::net::{IpAddr, SocketAddr};
 
 use softrdma_wire::{emit_headers, packet_len, Bth, ExtHeaders, IcrcContext};
 
+use crate::budget::InflightBudget;
 use crate::config::EngineConfig;
 use crate::cq::{CompletionQueue, CqHandle};
 use crate::event::AsyncEvent;
@@ -51,10 +54,16 @@ pub(crate) struct Ctx<'a> {
     /// QPs whose completion did not fit their CQ: the engine moves them to the error state
     /// once the stage that completed returns (a stage cannot tear down its own QP midway).
     pub overflowed: &'a mut Vec<u32>,
+    /// Bytes every QP's reorder buffer holds together (bounded by `config.reorder_bytes`).
+    pub reorder_bytes: &'a mut usize,
     pub stats: &'a mut Stats,
     /// The IPv4 identification the caller's kernel will write into the next datagram (the
     /// ICRC covers it): 0 for a plain don't-fragment send, k for segment k of a GSO send.
     pub ipv4_id: u16,
+    /// Request packets the engine's other QPs have in flight (for the device budget).
+    pub others_inflight: u32,
+    /// How many request packets all QPs may have in flight.
+    pub budget: &'a mut InflightBudget,
 }
 
 impl Ctx<'_> {
@@ -103,6 +112,8 @@ pub struct QueuePair {
     pub(crate) peer_ids: PeerIpv4Ids,
     /// The deadline the engine's timer index has this QP under.
     pub(crate) scheduled: Option<Instant>,
+    /// The packets in flight the engine's device total counts for this QP.
+    pub(crate) counted_inflight: u32,
 }
 
 /// How the peer numbers the IPv4 identification of its datagrams, learned from its packets.
@@ -199,6 +210,7 @@ impl QueuePair {
             timers: TimerTable::default(),
             peer_ids: PeerIpv4Ids::default(),
             scheduled: None,
+            counted_inflight: 0,
         }
     }
 
@@ -243,6 +255,27 @@ impl QueuePair {
         self.srq
     }
 
+    /// The smoothed round trip of the QP's requests, once one has been timed.
+    pub fn smoothed_rtt(&self) -> Option<core::time::Duration> {
+        self.req.rtt.srtt()
+    }
+
+    /// The retransmit timeout in force: the local ACK timeout adapted to the round trip.
+    pub fn retransmit_timeout_in_force(&self) -> Option<core::time::Duration> {
+        self.retransmit_timeout()
+    }
+
+    /// Request packets sent and not yet acknowledged.
+    pub fn packets_in_flight(&self) -> u32 {
+        self.req.outstanding()
+    }
+
+    /// Whether the responder was seen to keep packets that follow a gap, so that a loss
+    /// costs one resent packet rather than a go-back-N (`None`: no loss yet).
+    pub fn peer_keeps_early_packets(&self) -> Option<bool> {
+        self.req.peer_reorders
+    }
+
     /// Applies a validated transition.
     pub(crate) fn apply_modify(&mut self, ctx: &mut Ctx<'_>, to: QpState, attr: &QpAttr) {
         let from = self.state;
@@ -253,6 +286,7 @@ impl QueuePair {
         match to {
             QpState::Reset => {
                 // Reset discards everything without completions (ibverbs semantics).
+                *ctx.reorder_bytes -= self.resp.early.clear();
                 self.rq.clear();
                 self.req = Requester::default();
                 self.resp = Responder::default();
@@ -284,6 +318,7 @@ impl QueuePair {
         self.flush_send_queue(ctx);
         self.flush_recv_queue(ctx);
         self.resp.clear_output();
+        *ctx.reorder_bytes -= self.resp.early.clear();
     }
 
     /// Completes every remaining send WQE, in order: one already known to have succeeded as a

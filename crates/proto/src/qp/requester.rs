@@ -4,7 +4,7 @@
 //! buffer exactly as a NIC does; the application must not touch it before the completion. The
 //! send queue state it walks is in `send_queue.rs`.
 
-use softrdma_wire::{AtomicEth, Bth, ExtHeaders, Feth, Ieth, ImmDt, Opcode, Reth};
+use softrdma_wire::{AtomicEth, Bth, ExtHeaders, Feth, Ieth, ImmDt, Opcode, Psn, Reth};
 
 use super::attr::{QpState, QpType};
 use super::send_queue::SendWqe;
@@ -24,6 +24,12 @@ impl QueuePair {
         loop {
             if !matches!(self.state, QpState::Rts | QpState::Sqd) || self.req.rnr_wait {
                 return None;
+            }
+            if let Some(psn) = self.req.resend.take() {
+                match self.resend_one(ctx, out, psn) {
+                    Some(t) => return Some(t),
+                    None => continue,
+                }
             }
             let cursor = self.req.cursor;
             let wqe = self.req.sq.get(cursor)?;
@@ -58,6 +64,9 @@ impl QueuePair {
                     self.req.rd_atomic_inflight += 1;
                 }
             }
+            if !self.may_send_next(ctx) {
+                return None;
+            }
             match self.build_request(ctx, out) {
                 Ok(t) => return Some(t),
                 Err(RequestBuild::Skip) => continue,
@@ -81,6 +90,56 @@ impl QueuePair {
             return false;
         }
         !(wqe.wr.op.is_read_or_atomic() && rd >= u32::from(self.cfg.max_rd_atomic.max(1)))
+    }
+
+    /// Whether the packet at the cursor, inside the QP's window, may go now. Retransmissions
+    /// may; a new packet only while the device's packets in flight, over all QPs, are fewer
+    /// than its budget — what keeps many QPs together from overrunning the receiver's socket
+    /// buffer, or a slow link's queue. A QP with nothing in flight may always send one, so
+    /// every QP progresses however many share the budget.
+    fn may_send_next(&mut self, ctx: &mut Ctx<'_>) -> bool {
+        if self.qp_type != QpType::Rc {
+            return true;
+        }
+        let wqe = &self.req.sq[self.req.cursor];
+        let psn = wqe.first_psn.add(self.req.cursor_pkt);
+        if psn.is_before(self.req.sent_high) {
+            return true;
+        }
+        let own = self.req.outstanding();
+        if own == 0 {
+            return true;
+        }
+        if ctx.others_inflight.saturating_add(own) >= ctx.budget.limit() {
+            self.req.starved = true;
+            ctx.stats.budget_waits += 1;
+            return false;
+        }
+        true
+    }
+
+    /// Resends the single packet `psn` (a selective repeat's repair) with AckReq set, the
+    /// cursor left where it was. `None` when there is nothing to send after all (`psn` has been
+    /// acknowledged meanwhile) or the QP failed.
+    fn resend_one(&mut self, ctx: &mut Ctx<'_>, out: &mut Vec<u8>, psn: Psn) -> Option<Transmit> {
+        if psn.is_before(self.req.unacked_psn) || !psn.is_before(self.req.sent_high) {
+            return None;
+        }
+        let idx = self.req.sq.iter().position(|w| w.contains(psn))?;
+        let k = psn.distance(self.req.sq[idx].first_psn) as u32;
+        let saved = (self.req.cursor, self.req.cursor_pkt);
+        (self.req.cursor, self.req.cursor_pkt) = (idx, k);
+        self.req.force_ack_req = true;
+        let built = self.build_request(ctx, out);
+        (self.req.cursor, self.req.cursor_pkt) = saved;
+        match built {
+            Ok(t) => Some(t),
+            Err(RequestBuild::Skip) => None,
+            Err(RequestBuild::Failed) => {
+                self.fail_wqe(ctx, idx, WcStatus::LocProtErr);
+                None
+            }
+        }
     }
 
     /// Builds the packet at the cursor and advances it.
@@ -211,12 +270,26 @@ impl QueuePair {
             bth.opcode = Opcode(bth.opcode.0 | UC_OPCODE_BASE);
         }
         self.req.pkts_since_ackreq += 1;
+        let fresh = !psn.is_before(self.req.sent_high);
+        let forced = std::mem::take(&mut self.req.force_ack_req);
+        // Ask for an ACK at a message's end, every `ack_req_every` packets, and on the last
+        // packet the window or the device budget lets out: the ACK that reopens them must not
+        // wait for the retransmit timer.
+        let own = self.req.outstanding() + 1;
+        let fills = fresh
+            && (own >= ctx.config.max_inflight_packets
+                || ctx.others_inflight + own >= ctx.budget.limit());
         bth.ack_req = reliable
             && (ends_message
                 || wqe.wr.op.is_read_or_atomic()
+                || fills
+                || forced
                 || self.req.pkts_since_ackreq >= ack_req_interval(ctx.config));
         if bth.ack_req {
             self.req.pkts_since_ackreq = 0;
+            if fresh && reliable {
+                self.req.rtt.on_send(psn, ctx.now);
+            }
         }
         bth.solicited = ends_message && wqe.wr.flags.contains(SendFlags::SOLICITED);
 
@@ -261,7 +334,7 @@ impl QueuePair {
             return Ok(t);
         }
         if !self.timers.is_armed(Timer::Retransmit) {
-            if let Some(timeout) = self.cfg.ack_timeout() {
+            if let Some(timeout) = self.retransmit_timeout() {
                 self.timers.set(Timer::Retransmit, ctx.now + timeout);
             }
         }

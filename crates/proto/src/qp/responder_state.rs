@@ -6,6 +6,7 @@ use std::collections::VecDeque;
 
 use softrdma_wire::{Psn, Syndrome};
 
+use crate::qp::reorder::ReorderBuffer;
 use crate::wr::RecvWr;
 
 /// A multi-packet SEND being received into a receive WQE.
@@ -103,6 +104,8 @@ pub(crate) struct Responder {
     pub output: VecDeque<Output>,
     /// A fatal NAK is queued: accept nothing more; enter ERR once it is sent.
     pub fatal: bool,
+    /// Requests that arrived ahead of a missing one, to run once it comes.
+    pub early: ReorderBuffer,
 }
 
 impl Responder {

@@ -11,6 +11,7 @@ use std::collections::VecDeque;
 use softrdma_wire::Psn;
 
 use super::attr::{Mtu, QpConfig};
+use super::rtt::RttEstimator;
 use crate::wr::{SendWr, WcStatus, WorkCompletion};
 
 /// A send WQE and its progress.
@@ -108,8 +109,34 @@ pub(crate) struct Requester {
     pub rnr_wait: bool,
     /// Packets since the last AckReq.
     pub pkts_since_ackreq: u32,
+    /// The next packet built asks for an ACK whatever its place (a repair).
+    pub force_ack_req: bool,
     /// The READ-response gap already acted on (one retry per gap, not one per packet).
     pub gap_retry_at: Option<Psn>,
+    /// One packet to resend before anything else: the repair of a selective repeat.
+    pub resend: Option<Psn>,
+    /// The selective repeat under way, if any (see `completer.rs`).
+    pub repair: Option<Repair>,
+    /// Whether the responder keeps packets that arrive after a gap, as softrdma's does
+    /// (`None` until a repair shows it).
+    pub peer_reorders: Option<bool>,
+    /// The last send was refused for the device's in-flight budget, not the QP's window:
+    /// the engine wakes the QP when other QPs' packets are acknowledged.
+    pub starved: bool,
+    pub rtt: RttEstimator,
+}
+
+/// A selective repeat: only `psn` is resent, and new packets keep flowing from `horizon` (one
+/// past the highest sent when it started). Started by a sequence NAK for `psn`, or by a
+/// retransmit timeout, when `psn` is the oldest unacknowledged packet and the resend a probe:
+/// a lost ACK costs one packet instead of a window, and the answer says what else is missing.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct Repair {
+    pub psn: Psn,
+    pub horizon: Psn,
+    /// After a timeout: the answer says nothing about the responder's kind (everything after
+    /// `psn` may simply be lost).
+    pub probe: bool,
 }
 
 impl Requester {
@@ -121,6 +148,10 @@ impl Requester {
         self.sent_high = cfg.sq_psn;
         self.cursor = 0;
         self.cursor_pkt = 0;
+        self.resend = None;
+        self.repair = None;
+        self.peer_reorders = None;
+        self.rtt = RttEstimator::default();
         self.reset_retry_counters(cfg);
     }
 
@@ -134,7 +165,7 @@ impl Requester {
     }
 
     pub(crate) fn has_output(&self) -> bool {
-        !self.rnr_wait && self.cursor < self.sq.len()
+        !self.rnr_wait && (self.cursor < self.sq.len() || self.resend.is_some())
     }
 
     /// Whether the RC packet with `psn` may go out (for the first time or again): fewer than
@@ -148,8 +179,17 @@ impl Requester {
         psn.distance(self.unacked_psn) < i32::try_from(window.max(1)).unwrap_or(i32::MAX)
     }
 
-    /// Moves the cursor back so that transmission resumes at `psn`.
+    /// PSNs sent and not yet acknowledged: what the network and the responder hold.
+    pub(crate) fn outstanding(&self) -> u32 {
+        self.sent_high.distance(self.unacked_psn).max(0) as u32
+    }
+
+    /// Moves the cursor back so that transmission resumes at `psn` (go-back-N), abandoning
+    /// any selective repeat.
     pub(crate) fn go_back(&mut self, psn: Psn) {
+        self.resend = None;
+        self.repair = None;
+        self.rtt.on_retransmit();
         for (i, wqe) in self.sq.iter().enumerate() {
             if wqe.contains(psn) {
                 self.cursor = i;

@@ -111,9 +111,12 @@ impl QueuePair {
         let expected = self.resp.expected_psn;
         let d = psn.distance(expected);
         if d > 0 {
-            // IBTA C9-92: NAK the first out-of-sequence request, then drop silently until
-            // the expected PSN arrives.
-            ctx.stats.drop(DropReason::OutOfSequence);
+            // IBTA C9-92: NAK the first out-of-sequence request, then (IBTA) drop the rest
+            // until the expected PSN arrives; softrdma keeps them to run in order later (see
+            // `qp::reorder`), which the wire cannot tell apart except by smaller resends.
+            if !self.hold_early(ctx, pkt) {
+                ctx.stats.drop(DropReason::OutOfSequence);
+            }
             if !self.resp.nak_sent {
                 self.resp.nak_sent = true;
                 ctx.stats.nak_sent(NakKind::PsnSequence);
@@ -128,6 +131,66 @@ impl QueuePair {
             return;
         }
         self.resp.nak_sent = false;
+        self.execute_in_order(ctx, pkt);
+        if self.resp.early.is_empty() {
+            return;
+        }
+        // The missing packet came: run the packets kept behind it, as far as they go.
+        let mut ran = false;
+        while !self.resp.fatal {
+            let Some((bytes, freed)) = self.resp.early.take(self.resp.expected_psn) else {
+                break;
+            };
+            *ctx.reorder_bytes -= freed;
+            ctx.stats.reordered_requests += 1;
+            if let Ok(early) = PacketRepr::parse(&bytes) {
+                self.execute_in_order(ctx, &early);
+                ran = true;
+            }
+        }
+        if self.resp.fatal {
+            *ctx.reorder_bytes -= self.resp.early.clear();
+        } else if !self.resp.early.is_empty() {
+            // Another gap, with packets kept beyond it: NAK it at once (which acknowledges
+            // everything before it).
+            self.resp.nak_sent = true;
+            ctx.stats.nak_sent(NakKind::PsnSequence);
+            let hole = self.resp.expected_psn;
+            self.resp
+                .push_ack(hole, Syndrome::Nak(NakCode::PsnSequenceError));
+        } else if ran {
+            // Tell the requester how far the run got, whatever the AckReq bits said.
+            let last = self.resp.expected_psn.sub(1);
+            self.resp.push_ack(last, Syndrome::ACK);
+        }
+    }
+
+    /// Keeps a request that arrived ahead of the expected PSN, if there is room; `false`
+    /// when it is dropped instead.
+    fn hold_early(&mut self, ctx: &mut Ctx<'_>, pkt: &PacketRepr<'_>) -> bool {
+        let cap = ctx.config.reorder_packets;
+        if cap == 0 || *ctx.reorder_bytes + pkt.buffer_len() > ctx.config.reorder_bytes {
+            return false;
+        }
+        let mut bytes = vec![0u8; pkt.buffer_len()].into_boxed_slice();
+        pkt.emit(&mut bytes);
+        match self
+            .resp
+            .early
+            .hold(self.resp.expected_psn, pkt.bth.psn, bytes, cap)
+        {
+            Some(n) => {
+                *ctx.reorder_bytes += n;
+                ctx.stats.requests_held += 1;
+                true
+            }
+            None => false,
+        }
+    }
+
+    /// Runs a request whose PSN is the expected one: message order check, then the operation.
+    fn execute_in_order(&mut self, ctx: &mut Ctx<'_>, pkt: &PacketRepr<'_>) {
+        let psn = pkt.bth.psn;
         let Some(info) = pkt.bth.opcode.info() else {
             return;
         };
