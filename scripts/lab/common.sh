@@ -4,6 +4,9 @@
 # lab_setup NAME   checks SOFTRDMA_LAB / root / the lab, builds softrdma (release), sets BIN,
 #                  ROOT, LAB, NS (from LAB_NS) and brings the lab up; exits 0 with a message
 #                  when SOFTRDMA_LAB is unset (opt-in), 2 when the setup fails.
+#                  LAB_LOSS=P (percent) drops that share of RoCEv2 datagrams between this host
+#                  and the guests, both directions, at random (nftables in the namespace), to
+#                  check loss recovery against rxe; the rule goes when the script exits.
 # nsx CMD...       runs CMD in the lab namespace.
 # start_capture FILE / stop_capture
 #                  tcpdump on br0 of RoCEv2 and the out-of-band TCP port, in the background.
@@ -29,7 +32,28 @@ lab_setup() {
   BIN=${CARGO_TARGET_DIR:-$ROOT/target}/release/softrdma
   [ -x "$BIN" ] || { echo "$name: no binary at $BIN"; exit 2; }
   "$LAB/lab.sh" up || { echo "$name: lab.sh up failed"; exit 2; }
-  trap 'stop_capture' EXIT
+  trap 'stop_capture; clear_loss' EXIT
+  if [ -n "${LAB_LOSS:-}" ]; then
+    set_loss "$LAB_LOSS" || { echo "$name: could not set LAB_LOSS=$LAB_LOSS (needs nft)"; exit 2; }
+    echo "== dropping ${LAB_LOSS}% of RoCEv2 datagrams both ways"
+  fi
+}
+
+# Random loss of RoCEv2 datagrams to and from this host, in percent (nftables' numgen).
+set_loss() { # PERCENT
+  command -v nft >/dev/null || return 1
+  clear_loss
+  nsx nft -f - <<EOF
+table inet softrdma_lab_loss {
+  chain out { type filter hook output priority 0; udp dport 4791 numgen random mod 100 < $1 drop; }
+  chain in { type filter hook input priority 0; udp dport 4791 numgen random mod 100 < $1 drop; }
+}
+EOF
+}
+
+clear_loss() {
+  command -v nft >/dev/null || return 0
+  nsx nft delete table inet softrdma_lab_loss 2>/dev/null || true
 }
 
 nsx() { ip netns exec "$NS" "$@"; }
