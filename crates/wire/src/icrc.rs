@@ -28,6 +28,7 @@
 //! per-QP `PeerIpv4Ids`).
 
 use std::net::IpAddr;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::OnceLock;
 
 use crate::ip::{Ipv4Header, Ipv6Header, UdpHeader, IPPROTO_UDP};
@@ -279,8 +280,27 @@ fn inverse_byte_powers() -> &'static [u32; 64] {
     })
 }
 
-/// x^(-8n) mod P: the inverse of feeding `n` zero bytes.
+/// x^(-8n) mod P: the inverse of feeding `n` zero bytes. A receiver asks for the same few
+/// packet lengths over and over (full-MTU packets, ACKs), and the product costs a dozen
+/// polynomial multiplications, so recent answers are remembered: a few slots, each one atomic
+/// word holding `n` and its factor together, so a racing reader sees a whole pair or a miss.
 fn unfeed_zero_bytes(n: u64) -> u32 {
+    const SLOTS: usize = 8;
+    static RECENT: [AtomicU64; SLOTS] = [const { AtomicU64::new(u64::MAX) }; SLOTS];
+    let Ok(key) = u32::try_from(n) else {
+        return unfeed_zero_bytes_uncached(n);
+    };
+    let slot = &RECENT[key as usize % SLOTS];
+    let seen = slot.load(Ordering::Relaxed);
+    if seen >> 32 == u64::from(key) && seen != u64::MAX {
+        return seen as u32;
+    }
+    let factor = unfeed_zero_bytes_uncached(n);
+    slot.store(u64::from(key) << 32 | u64::from(factor), Ordering::Relaxed);
+    factor
+}
+
+fn unfeed_zero_bytes_uncached(n: u64) -> u32 {
     let table = inverse_byte_powers();
     let mut acc = ONE;
     for (i, &p) in table.iter().enumerate() {
