@@ -110,6 +110,10 @@ pub(crate) struct Args {
     /// routes to the server; for a server, the address the client connects to.
     #[arg(long, value_name = "IP")]
     bind: Option<IpAddr>,
+    /// Send every packet to loopback peers as a datagram of its own instead of batching
+    /// equal-sized ones into UDP GSO sends (for `tcpdump -i lo`, which records those unsplit).
+    #[arg(long = "no-gso")]
+    no_gso: bool,
     /// Write every RoCEv2 datagram the device sends and receives to this pcap file.
     #[arg(long, value_name = "FILE")]
     pcap: Option<PathBuf>,
@@ -189,7 +193,7 @@ struct Ctx {
 
 impl Ctx {
     fn open(args: &Args, ip: IpAddr) -> Result<Ctx, Fail> {
-        let mut config = DeviceConfig::new(ip);
+        let mut config = DeviceConfig::new(ip).gso(!args.no_gso);
         if let Some(p) = &args.pcap {
             config = config.pcap(p);
         }

@@ -86,7 +86,7 @@ fn loopback_capture_decodes_with_softrdma_decode_and_tshark() {
 
     let common = ["-c", "-s", "5000", "-n", "20", "-m", "1024", "-p", "18688"];
     let mut server = Command::new(BIN)
-        .args(["pingpong", "--bind", "127.0.88.1"])
+        .args(["pingpong", "--bind", "127.0.88.1", "--no-gso"])
         .args(common)
         .stdout(Stdio::null())
         .spawn()
@@ -94,7 +94,7 @@ fn loopback_capture_decodes_with_softrdma_decode_and_tshark() {
     let deadline = Instant::now() + Duration::from_secs(20);
     let client = loop {
         let out = Command::new(BIN)
-            .args(["pingpong", "--bind", "127.0.88.2"])
+            .args(["pingpong", "--bind", "127.0.88.2", "--no-gso"])
             .args(common)
             .arg("127.0.88.1")
             .output()

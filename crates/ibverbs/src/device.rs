@@ -80,7 +80,8 @@ fn setup() -> Result<Setup, String> {
     Ok(Setup {
         ip,
         busy_poll: env_flag("SOFTRDMA_BUSY_POLL"),
-        gso: env_flag("SOFTRDMA_GSO"),
+        // On unless SOFTRDMA_GSO=0 (the Rust API's default).
+        gso: std::env::var("SOFTRDMA_GSO").map_or(true, |v| v != "0"),
         pcap: std::env::var("SOFTRDMA_PCAP")
             .ok()
             .filter(|s| !s.is_empty()),

@@ -56,12 +56,13 @@ pub struct DeviceConfig {
     pub pcap: Option<PathBuf>,
     /// Batch equal-sized packets to the same loopback destination into UDP GSO sends (one
     /// system call and one trip through the stack for up to 64 packets; see
-    /// [`DeviceConfig::gso`]). Off by default.
+    /// [`DeviceConfig::gso`]). On by default.
     pub gso: bool,
 }
 
 impl DeviceConfig {
-    /// Defaults for `ip`: port 4791, sleeping progress thread, inline transmit.
+    /// Defaults for `ip`: port 4791, sleeping progress thread, inline transmit, GSO batching
+    /// to loopback peers.
     pub fn new(ip: IpAddr) -> DeviceConfig {
         DeviceConfig {
             ip,
@@ -73,11 +74,11 @@ impl DeviceConfig {
             recv_batch: 32,
             verify_icrc: true,
             pcap: None,
-            gso: false,
+            gso: true,
         }
     }
 
-    /// With UDP GSO batching on or off. On, a run of equal-sized packets to one loopback
+    /// With UDP GSO batching on (the default) or off. On, a run of equal-sized packets to one loopback
     /// destination leaves as one GSO datagram (segment `k` with IPv4 identification `k`, which
     /// its ICRC covers), and receivers with GRO take it in one system call: much higher
     /// throughput on loopback. The price is visibility: `tcpdump -i lo` then records the

@@ -590,9 +590,14 @@ impl Inner {
             .engine
             .poll_timeout()
             .is_some_and(|d| d.as_nanos() < self.next_wake_ns.load(Ordering::Acquire));
+        // Nor while a spinner holds its lease: it runs the timers on every poll, and the
+        // progress thread looks again when the lease ends (a wake-up per post would cost the
+        // spinner a context switch per message).
         let wake_thread = !self.busy_poll
             && (!self.inline_transmit
-                || (earlier_timer && self.pollers.load(Ordering::Acquire) == 0));
+                || (earlier_timer
+                    && self.pollers.load(Ordering::Acquire) == 0
+                    && self.spin_lease_left().is_none()));
         drop(core);
         if wake_thread {
             self.wake.signal();

@@ -10,7 +10,7 @@ use std::process::{Command, Stdio};
 use std::time::Duration;
 
 use common::*;
-use softrdma::{wr, ConnectOptions, Mtu, WcStatus};
+use softrdma::{wr, ConnectOptions, Device, DeviceConfig, Mtu, WcStatus};
 use softrdma_wire::{
     icrc::compute_raw, ip::parse_ethernet, packet::stored_icrc, IpPacket, PacketRepr,
 };
@@ -25,8 +25,15 @@ fn have(tool: &str) -> bool {
 
 /// Runs a small workload of every operation between 127.0.7.1 and 127.0.7.2.
 fn workload() {
-    let a = Side::new("127.0.7.1", 1 << 16);
-    let b = Side::new("127.0.7.2", 1 << 16);
+    // Without GSO: tcpdump records a GSO send as one unsplit datagram.
+    let side = |addr| {
+        Side::on(
+            Device::open(DeviceConfig::new(ip(addr)).gso(false)).unwrap(),
+            1 << 16,
+        )
+    };
+    let a = side("127.0.7.1");
+    let b = side("127.0.7.2");
     let opts = ConnectOptions {
         path_mtu: Some(Mtu::Mtu1024),
         ..Default::default()

@@ -206,9 +206,13 @@ pub(crate) struct Args {
     /// Spin on the socket in the device's progress thread (lowest latency, burns a core).
     #[arg(long = "busy-poll")]
     pub busy_poll: bool,
-    /// Batch packets to loopback peers into UDP GSO sends: much higher loopback throughput,
-    /// but `tcpdump -i lo` then shows unsplit GSO datagrams (--pcap still records every packet).
-    #[arg(long = "gso")]
+    /// Send every packet to loopback peers as a datagram of its own, instead of batching
+    /// equal-sized ones into UDP GSO sends (the default: several times the throughput) — for
+    /// `tcpdump -i lo`, which records a GSO send unsplit (--pcap records every packet anyway).
+    #[arg(long = "no-gso", overrides_with = "gso")]
+    pub no_gso: bool,
+    /// GSO batching on (the default; undoes an earlier --no-gso).
+    #[arg(long = "gso", hide = true, overrides_with = "no_gso")]
     pub gso: bool,
     /// Write every RoCEv2 packet the device sends and receives to this pcap file (with
     /// --loopback: the client's device, which sees both directions).
@@ -404,7 +408,7 @@ impl Args {
             json: self.json,
             check: self.check || self.loopback,
             busy_poll: self.busy_poll,
-            gso: self.gso,
+            gso: !self.no_gso,
             pcap: self.pcap.clone(),
         })
     }

@@ -54,6 +54,34 @@ pub(crate) fn poll_wait(
     }
 }
 
+/// Polls up to `max` completions into `out`, spinning until some arrive as perftest's
+/// `ibv_poll_cq` loop does — and, like a NIC that needs no CPU, the spinning thread itself
+/// moves the device's packets ([`CompletionQueue::poll_progress`]), so a reply is received,
+/// completed and seen on one core without waking anyone. Fails after [`STALL`] without any.
+pub(crate) fn poll_spin(
+    cq: &CompletionQueue,
+    max: usize,
+    out: &mut Vec<WorkCompletion>,
+    what: &str,
+) -> Result<usize, PerfError> {
+    let start = Instant::now();
+    let mut spins = 0u32;
+    loop {
+        let n = cq.poll_progress(max, out);
+        if n > 0 {
+            return Ok(n);
+        }
+        spins = spins.wrapping_add(1);
+        if spins % 4096 == 0 && start.elapsed() > STALL {
+            return Err(PerfError::new(format!(
+                "no completion for {} s while waiting for {what}: is the peer still running?",
+                STALL.as_secs()
+            )));
+        }
+        std::hint::spin_loop();
+    }
+}
+
 /// Fails on an error completion, naming the request.
 pub(crate) fn check_wc(wc: &WorkCompletion, what: &str) -> Result<(), PerfError> {
     if wc.status == WcStatus::Success {

@@ -18,7 +18,7 @@ use softrdma::{wr, SendFlags, WorkCompletion};
 use softrdma_cm::perftest::Role;
 
 use super::args::{AtomicKind, TestName, Verb};
-use super::bw::{check_recv, check_wc, poll_wait, post_recvs, split_id, wr_id, STALL};
+use super::bw::{check_recv, check_wc, poll_spin, post_recvs, split_id, wr_id, STALL};
 use super::oob::{pattern, Ctx};
 use super::report::{one_way_factor, LatDurRow, LatRow, Row};
 use super::{PerfError, Progress};
@@ -50,9 +50,11 @@ impl SendSide {
 
     /// Reaps the sends finished so far without waiting: an error completion fails the run
     /// at once (the QP is then in the error state and the peer's next message cannot come).
+    /// When there are none, the calling thread moves the device's packets itself (see
+    /// [`poll_spin`]): the WRITE a memory poller waits for lands without waking anyone.
     fn reap_ready(&mut self, ctx: &Ctx) -> Result<(), PerfError> {
         self.wcs.clear();
-        let n = ctx.send_cq.poll(64, &mut self.wcs);
+        let n = ctx.send_cq.poll_progress(64, &mut self.wcs);
         for wc in &self.wcs {
             check_wc(wc, "send")?;
         }
@@ -67,7 +69,7 @@ impl SendSide {
             self.wcs.clear();
             let must_wait = (drain && self.outstanding > 0) || self.outstanding >= self.cap;
             let n = if must_wait {
-                poll_wait(&ctx.send_cq, 64, &mut self.wcs, "send completions")?
+                poll_spin(&ctx.send_cq, 64, &mut self.wcs, "send completions")?
             } else {
                 ctx.send_cq.poll(64, &mut self.wcs)
             };
@@ -165,11 +167,10 @@ pub(crate) fn send_lat(
     )))
 }
 
-/// Waits for one receive completion. It does not spin: on small machines the core is worth
-/// more to the device's progress thread (measured on 2 cores: every microsecond of polling
-/// before sleeping added about one to the one-way latency).
+/// Waits for one receive completion, spinning as perftest does; the spinning thread moves
+/// the packets itself (see [`poll_spin`]).
 fn wait_one(ctx: &Ctx, out: &mut Vec<WorkCompletion>) -> Result<(), PerfError> {
-    poll_wait(&ctx.recv_cq, 1, out, "the peer's message")?;
+    poll_spin(&ctx.recv_cq, 1, out, "the peer's message")?;
     Ok(())
 }
 
@@ -200,15 +201,16 @@ pub(crate) fn write_lat(
             rcnt += 1;
             let want = rcnt as u8;
             let mut b = [0u8; 1];
-            let mut probes = 0u32;
             spin_until(
                 || {
                     // Only the polled byte says the peer's WRITE landed; a failed WRITE of
-                    // ours shows in the send queue (perftest polls it every round).
-                    probes = probes.wrapping_add(1);
-                    if probes % 256 == 0 {
-                        sends.reap_ready(ctx)?;
+                    // ours shows in the send queue (perftest polls it every round), and
+                    // reaping it moves the device's packets.
+                    ctx.mr.read(poll_at, &mut b)?;
+                    if b[0] == want {
+                        return Ok(true);
                     }
+                    sends.reap_ready(ctx)?;
                     ctx.mr.read(poll_at, &mut b)?;
                     Ok(b[0] == want)
                 },
@@ -308,7 +310,7 @@ pub(crate) fn read_lat(
         }
         ctx.qps[0].post_send([w])?;
         wcs.clear();
-        poll_wait(&ctx.send_cq, 1, &mut wcs, "the reply")?;
+        poll_spin(&ctx.send_cq, 1, &mut wcs, "the reply")?;
         let wc = &wcs[0];
         check_wc(
             wc,

@@ -38,7 +38,11 @@ pub struct Side {
 
 impl Side {
     pub fn new(addr: &str, mr_len: usize) -> Side {
-        let dev = open(addr);
+        Side::on(open(addr), mr_len)
+    }
+
+    /// A side on a device opened by the caller (with a config of its own).
+    pub fn on(dev: Device, mr_len: usize) -> Side {
         let pd = dev.alloc_pd();
         let cq = dev.create_cq(4096).unwrap();
         let mut init = QpInitAttr::rc(&cq);
