@@ -362,6 +362,24 @@ fn json_output() {
     ] {
         assert!(line.contains(want), "missing {want} in {line}");
     }
+    // Both devices' counters, summed: 100 SENDs plus their ACKs went each way at least, and
+    // every packet sent was received (loopback loses nothing but what is retransmitted).
+    let counter = |name: &str| -> u64 {
+        let at = line
+            .find(&format!("\"{name}\":"))
+            .unwrap_or_else(|| panic!("{name}: {line}"));
+        let rest = &line[at + name.len() + 3..];
+        let end = rest
+            .find(|c: char| !c.is_ascii_digit())
+            .unwrap_or(rest.len());
+        rest[..end]
+            .parse()
+            .unwrap_or_else(|e| panic!("{name}: {e}: {line}"))
+    };
+    let (sent, received) = (counter("packets_sent"), counter("packets_received"));
+    assert!(sent >= 100, "{line}");
+    assert!(received >= 100 && received <= sent, "{line}");
+    let _ = counter("packets_retransmitted");
 }
 
 /// A usage error: exit status 2, nothing on stdout, one message on stderr.

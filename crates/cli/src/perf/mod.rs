@@ -262,6 +262,7 @@ fn run_side(
     if !checks.is_empty() {
         out.check = Some(checks.join("; "));
     }
+    out.counters = report::Counters::of(&ctx.send_cq.device().stats().engine);
     Ok(out)
 }
 
@@ -395,6 +396,7 @@ fn loopback(cfg: &Config, progress_on: bool) -> ExitCode {
     match (client, server) {
         (Ok(mut out), Ok(s)) => {
             finish_text(cfg, &mut p, out.check.as_deref(), s.check.as_deref());
+            out.counters = out.counters.add(s.counters);
             if let Some(sc) = s.check {
                 out.check = Some(match out.check {
                     Some(c) => format!("client: {c}; server: {sc}"),

@@ -440,6 +440,55 @@ pub(crate) struct Outcome {
     pub check: Option<String>,
     /// The negotiated path MTU, bytes.
     pub mtu: u32,
+    /// The device's counters at the end of the run (with `--loopback`, both devices summed).
+    pub counters: Counters,
+}
+
+/// What a run cost on the wire: the device counters `--json` reports.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub(crate) struct Counters {
+    pub packets_sent: u64,
+    pub packets_received: u64,
+    pub packets_retransmitted: u64,
+    pub retransmit_timeouts: u64,
+    pub selective_repeats: u64,
+    pub packets_dropped: u64,
+}
+
+impl Counters {
+    pub(crate) fn of(s: &softrdma_proto::Stats) -> Counters {
+        Counters {
+            packets_sent: s.tx_packets,
+            packets_received: s.rx_packets,
+            packets_retransmitted: s.retransmitted_packets,
+            retransmit_timeouts: s.retransmit_timeouts,
+            selective_repeats: s.selective_repeats,
+            packets_dropped: s.total_drops(),
+        }
+    }
+
+    pub(crate) fn add(self, o: Counters) -> Counters {
+        Counters {
+            packets_sent: self.packets_sent + o.packets_sent,
+            packets_received: self.packets_received + o.packets_received,
+            packets_retransmitted: self.packets_retransmitted + o.packets_retransmitted,
+            retransmit_timeouts: self.retransmit_timeouts + o.retransmit_timeouts,
+            selective_repeats: self.selective_repeats + o.selective_repeats,
+            packets_dropped: self.packets_dropped + o.packets_dropped,
+        }
+    }
+
+    fn json(&self) -> String {
+        format!(
+            "{{\"packets_sent\":{},\"packets_received\":{},\"packets_retransmitted\":{},\"retransmit_timeouts\":{},\"selective_repeats\":{},\"packets_dropped\":{}}}",
+            self.packets_sent,
+            self.packets_received,
+            self.packets_retransmitted,
+            self.retransmit_timeouts,
+            self.selective_repeats,
+            self.packets_dropped
+        )
+    }
 }
 
 /// The `--json` document for a finished run.
@@ -459,13 +508,14 @@ pub(crate) fn json(cfg: &Config, role: Role, out: &Outcome) -> String {
         "null".into()
     };
     format!(
-        "{{\"test\":\"{}\",\"role\":\"{role}\",\"qps\":{},\"mtu\":{},\"tx_depth\":{},\"cq_mod\":{},\"atomic_type\":{atomic},\"check\":{check},\"results\":[{}]}}",
+        "{{\"test\":\"{}\",\"role\":\"{role}\",\"qps\":{},\"mtu\":{},\"tx_depth\":{},\"cq_mod\":{},\"atomic_type\":{atomic},\"check\":{check},\"results\":[{}],\"counters\":{}}}",
         cfg.test.as_str(),
         cfg.qps,
         out.mtu,
         cfg.tx_depth,
         cfg.cq_mod,
-        rows.join(",")
+        rows.join(","),
+        out.counters.json()
     )
 }
 
