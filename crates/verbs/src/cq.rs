@@ -9,9 +9,9 @@ use std::time::{Duration, Instant};
 
 use softrdma_proto::{CqHandle, WorkCompletion};
 
-use crate::device::MAX_CQE;
 use crate::error::{AttachChannelError, CreateCqError};
 use crate::event::CompletionChannel;
+use crate::limits::MAX_CQE;
 use crate::progress::CqNotify;
 use crate::Device;
 

@@ -140,6 +140,7 @@ mod device;
 mod error;
 mod event;
 pub mod gid;
+mod limits;
 mod memory;
 mod pd;
 mod progress;
@@ -151,7 +152,6 @@ pub use ah::{AddressHandle, AhAttr};
 pub use cq::{CompletionQueue, CqReady};
 pub use device::{
     AtomicCap, Device, DeviceAttr, DeviceConfig, DeviceStats, LinkLayer, PortAttr, PortState,
-    MAX_CQE, MAX_INLINE_DATA, MAX_MSG_SZ, MAX_QP_WR, MAX_SGE,
 };
 pub use error::{
     AttachChannelError, CreateAhError, CreateCqError, CreateQpError, McastError, ModifyQpError,
@@ -159,6 +159,7 @@ pub use error::{
 };
 pub use event::{AsyncEvent, AsyncEvents, CompletionChannel};
 pub use gid::{Gid, GidEntry, GidParseError, GidType};
+pub use limits::{MAX_CQE, MAX_INLINE_DATA, MAX_MSG_SZ, MAX_QP_WR, MAX_SGE};
 pub use pd::{MemoryRegion, OutOfBounds, ProtectionDomain, RemoteRegion};
 pub use progress::IoCounters;
 pub use qp::{ConnectOptions, QpEndpoint, QpInfo, QpInitAttr, QueuePair};

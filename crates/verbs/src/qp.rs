@@ -9,10 +9,10 @@ use softrdma_proto::{
 };
 use softrdma_wire::Psn;
 
-use crate::device::{MAX_INLINE_DATA, MAX_MSG_SZ, MAX_QP_WR, MAX_SGE};
 use crate::error::{
     CreateQpError, McastError, ModifyQpError, PostErrorKind, PostRecvError, PostSendError,
 };
+use crate::limits::{MAX_INLINE_DATA, MAX_MSG_SZ, MAX_QP_WR, MAX_SGE};
 use crate::{CompletionQueue, Gid, ProtectionDomain};
 
 /// How to create a queue pair (`ibv_qp_init_attr`).

@@ -1,0 +1,13 @@
+//! The device's limits (rxe's values where softrdma has none of its own), checked by the
+//! objects that enforce them and reported by `Device::query_device`.
+
+/// Largest message one work request may move (rxe's `max_msg_sz`, 8 MiB).
+pub const MAX_MSG_SZ: u32 = 0x80_0000;
+/// Most scatter/gather elements per work request (rxe's `max_sge`).
+pub const MAX_SGE: u32 = 32;
+/// Most entries of one completion queue (rxe's `max_cqe`).
+pub const MAX_CQE: u32 = 32767;
+/// Most outstanding work requests per queue (rxe's `max_qp_wr`).
+pub const MAX_QP_WR: u32 = 1 << 20;
+/// Most inline payload bytes per send WR.
+pub const MAX_INLINE_DATA: u32 = 256;
