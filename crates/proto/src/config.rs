@@ -49,6 +49,11 @@ pub struct EngineConfig {
     /// The requester resends only what was lost after a PSN sequence NAK when the peer keeps
     /// early packets (learned per QP; rxe does not, and gets go-back-N).
     pub selective_repeat: bool,
+    /// Seed of the memory keys' randomness (see [`MrTable`](crate::MrTable)): rkeys must not
+    /// be guessable by hosts that can reach the port, so a device on a real network seeds this
+    /// from the operating system's random source (the verbs layer does); the simulator derives
+    /// it from its seed, to stay reproducible. 0 by default.
+    pub key_seed: u64,
 }
 
 impl EngineConfig {
@@ -68,6 +73,7 @@ impl EngineConfig {
             reorder_packets: 512,
             reorder_bytes: 64 << 20,
             selective_repeat: true,
+            key_seed: 0,
         }
     }
 }

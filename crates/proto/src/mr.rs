@@ -104,20 +104,47 @@ pub enum AccessError {
     Misaligned,
 }
 
-/// The most memory regions one engine holds at a time: keys carry a 24-bit index.
+/// The most memory regions one engine holds at a time: keys carry a 24-bit index, and index 0
+/// is never handed out (so no valid key is below 0x100).
 pub const MAX_MEMORY_REGIONS: usize = (1 << 24) - 1;
 
 /// All memory regions of one engine, by key.
 ///
-/// A key is `index << 8 | key_byte`, as on rxe: the index picks a slot (found without hashing:
-/// this lookup sits on every data packet's path), the key byte is bumped each time the slot is
-/// reused, so a key that outlived its region does not name the next region in that slot
-/// (until 255 more reuses of the slot — the ibverbs key model).
-#[derive(Default)]
+/// A key is `index << 8 | key_byte`, the layout rxe uses. Since RoCE has no authentication, a
+/// region's rkey is all that stands between any host able to send UDP to port 4791 and the
+/// memory, so neither part is predictable:
+/// - the *key byte* is drawn at random for every registration (as rxe does), and differs from
+///   the slot's previous key byte, so the key of a deregistered region does not name the next
+///   region in its slot (an older one may, with odds 1/256: the ibverbs key model);
+/// - the *index* is the region's slot number passed through a keyed permutation of the 24-bit
+///   index space (a four-round Feistel network), so keys do not count up either: lookups stay
+///   a vector index (this sits on every data packet's path), undone by the inverse
+///   permutation.
+///
+/// Both come from a generator seeded by [`MrTable::with_key_seed`] (the engine passes
+/// `EngineConfig::key_seed`): the engine stays deterministic for the simulator, and the verbs
+/// layer seeds it from the operating system's random source.
+///
+/// **Odds of guessing a live rkey.** With `L` regions registered, a key guessed without
+/// knowledge of the seed names one of them with probability at most `L / 2^32` (a random
+/// index names a slot in use with odds `L / 2^24`, and then the key byte matches with odds
+/// 1/256); knowing valid keys of other regions helps little, since the permutation hides how
+/// slots map to indices (it is a scrambler, not a cipher: it is not meant to withstand
+/// cryptanalysis from many known keys). Each wrong guess on a connected QP costs the prober
+/// that connection — a remote access NAK moves the responder's QP to the error state — and
+/// is counted (`Stats::naks_sent`, kind `remote_access`), so probing shows.
 pub struct MrTable {
-    /// Slot 0 is never used, so no valid key is below 0x100.
+    /// By slot number; the slot whose index would be 0 is never used.
     slots: Vec<MrSlot>,
     free: Vec<u32>,
+    keys: KeyGen,
+}
+
+impl Default for MrTable {
+    /// A table keyed with seed 0 (tests; see [`MrTable::with_key_seed`]).
+    fn default() -> MrTable {
+        MrTable::with_key_seed(0)
+    }
 }
 
 #[derive(Default)]
@@ -126,7 +153,71 @@ struct MrSlot {
     region: Option<MemoryRegion>,
 }
 
+/// Bits of the index part of a key.
+const INDEX_BITS: u32 = 24;
+const HALF_BITS: u32 = INDEX_BITS / 2;
+const HALF_MASK: u32 = (1 << HALF_BITS) - 1;
+
+/// Where key bytes and the index permutation come from: splitmix64 over a seed.
+struct KeyGen {
+    state: u64,
+    round_keys: [u32; 4],
+}
+
+impl KeyGen {
+    fn new(seed: u64) -> KeyGen {
+        let mut g = KeyGen {
+            state: seed,
+            round_keys: [0; 4],
+        };
+        for k in 0..4 {
+            g.round_keys[k] = g.next() as u32;
+        }
+        g
+    }
+
+    /// splitmix64: a full-period generator whose outputs pass statistical tests.
+    fn next(&mut self) -> u64 {
+        self.state = self.state.wrapping_add(0x9e37_79b9_7f4a_7c15);
+        let mut z = self.state;
+        z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
+        z = (z ^ (z >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
+        z ^ (z >> 31)
+    }
+
+    fn round(half: u32, key: u32) -> u32 {
+        ((half ^ key).wrapping_mul(0x9e37_79b1).rotate_left(7) ^ key) & HALF_MASK
+    }
+
+    /// The index of slot `slot` (a bijection of `0..2^24`).
+    fn index_of(&self, slot: u32) -> u32 {
+        let (mut l, mut r) = (slot >> HALF_BITS & HALF_MASK, slot & HALF_MASK);
+        for &k in &self.round_keys {
+            (l, r) = (r, l ^ Self::round(r, k));
+        }
+        l << HALF_BITS | r
+    }
+
+    /// The slot whose index is `index` (the inverse of [`KeyGen::index_of`]).
+    fn slot_of(&self, index: u32) -> u32 {
+        let (mut l, mut r) = (index >> HALF_BITS & HALF_MASK, index & HALF_MASK);
+        for &k in self.round_keys.iter().rev() {
+            (l, r) = (r ^ Self::round(l, k), l);
+        }
+        l << HALF_BITS | r
+    }
+}
+
 impl MrTable {
+    /// An empty table whose keys come from `seed` (see the type's docs).
+    pub fn with_key_seed(seed: u64) -> MrTable {
+        MrTable {
+            slots: Vec::new(),
+            free: Vec::new(),
+            keys: KeyGen::new(seed),
+        }
+    }
+
     /// Registers a region and returns its key (lkey = rkey), or `None` when
     /// [`MAX_MEMORY_REGIONS`] are registered.
     pub fn register(
@@ -137,35 +228,45 @@ impl MrTable {
         access: AccessFlags,
         memory: Arc<dyn RegionMemory>,
     ) -> Option<u32> {
-        if self.slots.is_empty() {
-            self.slots.push(MrSlot::default());
-        }
-        let index = match self.free.pop() {
-            Some(i) => i,
-            None if self.slots.len() <= MAX_MEMORY_REGIONS => {
+        let slot = match self.free.pop() {
+            Some(s) => s,
+            None => loop {
+                if self.slots.len() >= 1 << INDEX_BITS {
+                    return None;
+                }
+                let s = self.slots.len() as u32;
                 self.slots.push(MrSlot::default());
-                (self.slots.len() - 1) as u32
-            }
-            None => return None,
+                // The slot that maps to index 0 stays empty forever.
+                if self.keys.index_of(s) != 0 {
+                    break s;
+                }
+            },
         };
-        let slot = &mut self.slots[index as usize];
-        // The first key byte is 0x02, like rxe's first MRs (0x2xx).
-        slot.key_byte = if slot.key_byte == 0 {
-            0x02
-        } else {
-            slot.key_byte.wrapping_add(1)
+        let previous = self.slots[slot as usize].key_byte;
+        let mut key_byte = self.keys.next() as u8;
+        if key_byte == previous {
+            key_byte = key_byte.wrapping_add(1 + (self.keys.next() % 255) as u8);
+        }
+        let key = (self.keys.index_of(slot) << 8) | u32::from(key_byte);
+        self.slots[slot as usize] = MrSlot {
+            key_byte,
+            region: Some(MemoryRegion {
+                lkey: key,
+                rkey: key,
+                pd,
+                iova,
+                length,
+                access,
+                memory,
+            }),
         };
-        let key = (index << 8) | u32::from(slot.key_byte);
-        slot.region = Some(MemoryRegion {
-            lkey: key,
-            rkey: key,
-            pd,
-            iova,
-            length,
-            access,
-            memory,
-        });
         Some(key)
+    }
+
+    /// The slot a key's index names.
+    #[inline]
+    fn slot(&self, key: u32) -> usize {
+        self.keys.slot_of(key >> 8) as usize
     }
 
     /// Removes a region; `false` if the key was unknown.
@@ -173,8 +274,9 @@ impl MrTable {
         if self.get(key).is_none() {
             return false;
         }
-        self.slots[(key >> 8) as usize].region = None;
-        self.free.push(key >> 8);
+        let slot = self.slot(key);
+        self.slots[slot].region = None;
+        self.free.push(slot as u32);
         true
     }
 
@@ -182,7 +284,7 @@ impl MrTable {
     #[inline]
     pub fn get(&self, key: u32) -> Option<&MemoryRegion> {
         self.slots
-            .get((key >> 8) as usize)?
+            .get(self.slot(key))?
             .region
             .as_ref()
             .filter(|r| r.lkey == key)
@@ -296,7 +398,13 @@ impl MrTable {
                 continue;
             }
             let n = (sge_len - offset).min((len - done) as u64);
-            let (mr, mr_off) = self.check(pd, sge.lkey, sge.addr + offset, n, need)?;
+            // The SGE comes from a work request: an address near the top of the address
+            // space is a protection error, not an overflow.
+            let addr = sge
+                .addr
+                .checked_add(offset)
+                .ok_or(AccessError::OutOfBounds)?;
+            let (mr, mr_off) = self.check(pd, sge.lkey, addr, n, need)?;
             let n = n as usize;
             f(mr, mr_off, done, n);
             done += n;
@@ -448,14 +556,13 @@ mod tests {
         let a = t
             .register(pd, 0, 8, AccessFlags::REMOTE_READ, mem())
             .unwrap();
-        assert_eq!(a, 0x102, "first key like rxe's 0x2xx... at index 1");
         assert!(t.deregister(a));
         assert!(!t.deregister(a), "twice");
-        // The slot is reused with the next key byte: the old key names nothing.
+        // The slot is reused with another key byte: the old key names nothing.
         let b = t
             .register(pd, 0, 8, AccessFlags::REMOTE_READ, mem())
             .unwrap();
-        assert_eq!(b >> 8, a >> 8);
+        assert_eq!(b >> 8, a >> 8, "same slot, same index");
         assert_ne!(b, a);
         assert!(t.get(a).is_none());
         assert_eq!(
@@ -463,8 +570,102 @@ mod tests {
             Some(AccessError::BadKey(a))
         );
         assert!(t.get(b).is_some());
-        // Keys below 0x100 and beyond the table name nothing.
-        assert!(t.get(0x02).is_none() && t.get(0xffff_ff02).is_none());
+        // Keys below 0x100 (index 0) and keys of slots never used name nothing.
+        for k in [0x00, 0x02, 0xff, b ^ 0x100, b ^ 0x8000_0000] {
+            assert!(t.get(k).is_none(), "{k:#x}");
+        }
+    }
+
+    /// Issue 15: keys were `index << 8 | byte` with the byte counting up from 0x02 and the
+    /// index from 1 — the first region was always 0x102. Now neither part is predictable:
+    /// different seeds give different keys, and one table's keys neither count up nor share
+    /// a key byte.
+    #[test]
+    fn test_keys_are_not_predictable() {
+        let pd = PdHandle(1);
+        let keys = |seed: u64| {
+            let mut t = MrTable::with_key_seed(seed);
+            (0..64)
+                .map(|_| {
+                    t.register(
+                        pd,
+                        0,
+                        8,
+                        AccessFlags::REMOTE_READ,
+                        Arc::new(VecMemory::new(8)),
+                    )
+                    .unwrap()
+                })
+                .collect::<Vec<u32>>()
+        };
+        let (a, b) = (keys(1), keys(2));
+        assert_eq!(a, keys(1), "deterministic per seed");
+        assert!(a.iter().zip(&b).all(|(x, y)| x != y), "{a:x?} {b:x?}");
+        for k in [&a, &b] {
+            assert!(!k.contains(&0x102));
+            let bytes: std::collections::BTreeSet<u8> = k.iter().map(|k| *k as u8).collect();
+            assert!(bytes.len() > 40, "key bytes repeat: {bytes:x?}");
+            let indices: std::collections::BTreeSet<u32> = k.iter().map(|k| k >> 8).collect();
+            assert_eq!(indices.len(), k.len(), "indices unique");
+            let ascending = k.windows(2).filter(|w| w[1] >> 8 > w[0] >> 8).count();
+            assert!((10..54).contains(&ascending), "indices count up: {k:x?}");
+            // Spread over the 24-bit space, not packed at the bottom.
+            assert!(k.iter().any(|k| k >> 8 > 1 << 20), "{k:x?}");
+        }
+    }
+
+    #[test]
+    fn test_index_permutation_round_trips() {
+        let g = KeyGen::new(0xdead_beef);
+        let mut x = 12345u32;
+        for i in 0..100_000u32 {
+            x = x.wrapping_mul(1_664_525).wrapping_add(1_013_904_223);
+            for s in [i, x & 0xff_ffff] {
+                let idx = g.index_of(s);
+                assert!(idx < 1 << 24);
+                assert_eq!(g.slot_of(idx), s);
+            }
+        }
+    }
+
+    /// Issue 9: an SGE near the top of the address space made `sge.addr + offset` overflow
+    /// (a panic in debug builds) when a message continued into it.
+    #[test]
+    fn test_sge_address_overflow_is_a_protection_error() {
+        let mut t = MrTable::default();
+        let pd = PdHandle(1);
+        let key = t
+            .register(
+                pd,
+                u64::MAX - 15,
+                16,
+                AccessFlags::LOCAL_WRITE,
+                Arc::new(VecMemory::new(16)),
+            )
+            .unwrap();
+        let sgl = [Sge {
+            addr: u64::MAX - 3,
+            length: u32::MAX,
+            lkey: key,
+        }];
+        assert_eq!(
+            t.scatter(pd, &sgl, 8, &[1; 8]),
+            Err(AccessError::OutOfBounds)
+        );
+        let mut buf = [0u8; 8];
+        assert_eq!(
+            t.gather(pd, &sgl, u64::from(u32::MAX) - 8, &mut buf),
+            Err(AccessError::OutOfBounds)
+        );
+        // In bounds at the very top still works.
+        let top = [Sge {
+            addr: u64::MAX - 15,
+            length: 16,
+            lkey: key,
+        }];
+        assert_eq!(t.scatter(pd, &top, 8, &[7; 8]), Ok(()));
+        t.gather(pd, &top, 8, &mut buf).unwrap();
+        assert_eq!(buf, [7; 8]);
     }
 
     #[test]

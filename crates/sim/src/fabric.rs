@@ -278,8 +278,14 @@ impl Fabric {
     /// is then judged by the ICRC at full strength from a connection's first packet on.
     pub fn add_node(&mut self) -> Result<NodeId, SimError> {
         let ip = Fabric::default_ip(self.nodes.len());
+        // Memory keys as random as on a real device, and as reproducible as everything else.
+        let key_seed = self
+            .root_rng
+            .fork(0x6b65_7900 ^ self.nodes.len() as u64)
+            .next_u64();
         let mut config = EngineConfig {
             peers_use_small_ipv4_ids: true,
+            key_seed,
             ..EngineConfig::new(IpAddr::V4(ip))
         };
         if !self.config.keep_early_packets {

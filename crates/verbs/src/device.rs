@@ -48,6 +48,12 @@ pub struct DeviceConfig {
     /// system call and one trip through the stack for up to 64 packets; see
     /// [`DeviceConfig::gso`]). On by default.
     pub gso: bool,
+    /// Accept datagrams only from these networks (empty, the default: from anywhere). Others
+    /// are dropped before the transport sees them and counted in
+    /// [`IoCounters::rx_denied`](crate::IoCounters::rx_denied). Connected QPs accept packets
+    /// only from the address they were connected to in any case; this narrows who may reach
+    /// the device at all (see [`IpNetwork`](crate::IpNetwork) for what it cannot stop).
+    pub allowed_peers: Vec<crate::IpNetwork>,
 }
 
 impl DeviceConfig {
@@ -65,7 +71,17 @@ impl DeviceConfig {
             verify_icrc: true,
             pcap: None,
             gso: true,
+            allowed_peers: Vec::new(),
         }
+    }
+
+    /// Accepting datagrams only from `networks` (see [`DeviceConfig::allowed_peers`]).
+    pub fn allowed_peers(
+        mut self,
+        networks: impl IntoIterator<Item = crate::IpNetwork>,
+    ) -> DeviceConfig {
+        self.allowed_peers = networks.into_iter().collect();
+        self
     }
 
     /// With UDP GSO batching on (the default) or off. On, a run of equal-sized packets to one loopback
@@ -346,10 +362,14 @@ impl Device {
         ecfg.remote_udp_port = config.port;
         ecfg.verify_icrc = config.verify_icrc;
         ecfg.port_mtu = active_mtu;
+        // rkeys are all that guards registered memory from anyone who can reach the port:
+        // the engine draws them from this seed (see `softrdma_proto::MrTable`).
+        ecfg.key_seed = os_random_u64();
         let engine = Engine::new(ecfg);
         // The fd stays valid as long as the core (which owns the socket) lives in `inner`.
         let sock_fd = std::os::fd::AsRawFd::as_raw_fd(&socket.readiness_fd());
         let mut core = Core::new(engine, socket, arena, config.gso, std::time::Instant::now());
+        core.allowed_peers = config.allowed_peers.clone();
         if let Some(path) = &config.pcap {
             core.tap = Some(crate::tap::Tap::create(path, local_addr).map_err(|source| {
                 OpenDeviceError::Pcap {
@@ -532,6 +552,20 @@ impl Device {
     pub(crate) fn inner(&self) -> &Inner {
         &self.shared.inner
     }
+}
+
+/// 64 bits from the operating system's random source (`getrandom(2)`); should that fail
+/// (a kernel before 3.17), std's per-process random hash keys, which come from the same
+/// source by other means.
+fn os_random_u64() -> u64 {
+    let mut v = [0u8; 8];
+    // SAFETY: writes at most 8 bytes into the live 8-byte array; the result is checked.
+    let n = unsafe { libc::getrandom(v.as_mut_ptr().cast(), v.len(), 0) };
+    if n == 8 {
+        return u64::from_ne_bytes(v);
+    }
+    use std::hash::BuildHasher;
+    std::collections::hash_map::RandomState::new().hash_one(std::time::Instant::now())
 }
 
 /// The GID table rxe would have on an interface with `ip` and `mac` (see [`crate::gid`]).

@@ -99,6 +99,19 @@
 //!   PD, bounds and rights before any access and answers violations with a NAK
 //!   (the requester sees [`WcStatus::RemAccessErr`]); local SGEs are checked the same way
 //!   ([`WcStatus::LocProtErr`]);
+//! - makes rkeys unguessable, since RoCE has no authentication and an rkey is all that stands
+//!   between registered memory and any host that can reach UDP port 4791: each registration
+//!   draws a random key byte and a scrambled 24-bit index from a seed the device takes from
+//!   the operating system, so a blind guess names one of `L` live regions with odds of at
+//!   most `L / 2^32`; every wrong key a peer tries costs it its connection (the remote access
+//!   NAK moves the QP to the error state) and is counted
+//!   ([`Stats::naks_sent`](softrdma_proto::Stats::naks_sent), kind `remote_access`);
+//! - accepts a connected QP's packets only from the address it was connected to (others
+//!   are dropped and counted as [`DropReason::WrongSource`]), and, with
+//!   [`DeviceConfig::allowed_peers`], any datagram only from the listed networks. A host that
+//!   can send with a *spoofed* source address (on the same L2 segment, or through routers
+//!   without source validation) is not stopped by either: it still needs the QPN, the PSN
+//!   the responder expects next and a live rkey;
 //! - keeps a region's memory alive while the engine may use it: the region's table entry holds
 //!   a reference, and dropping the last [`MemoryRegion`] handle deregisters it under the device
 //!   lock, after which nothing touches the memory. For [`ProtectionDomain::reg_mr_raw`] the
@@ -143,6 +156,7 @@ pub mod gid;
 mod limits;
 mod memory;
 mod pd;
+mod peers;
 mod progress;
 mod qp;
 mod tap;
@@ -161,6 +175,7 @@ pub use event::{AsyncEvent, AsyncEvents, CompletionChannel};
 pub use gid::{Gid, GidEntry, GidParseError, GidType};
 pub use limits::{MAX_CQE, MAX_INLINE_DATA, MAX_MSG_SZ, MAX_QP_WR, MAX_SGE};
 pub use pd::{MemoryRegion, OutOfBounds, ProtectionDomain, RemoteRegion};
+pub use peers::{IpNetwork, IpNetworkParseError};
 pub use progress::IoCounters;
 pub use qp::{ConnectOptions, QpEndpoint, QpInfo, QpInitAttr, QueuePair};
 

@@ -58,6 +58,9 @@ pub struct IoCounters {
     pub pcap_records: u64,
     /// Records the pcap tap failed to write.
     pub pcap_errors: u64,
+    /// Datagrams dropped because their source is outside
+    /// [`DeviceConfig::allowed_peers`](crate::DeviceConfig::allowed_peers).
+    pub rx_denied: u64,
 }
 
 /// Wake-up state of one completion queue: async wakers, and an event fd for a thread that
@@ -129,6 +132,8 @@ pub(crate) struct Core {
     pub tap: Option<Tap>,
     /// Where asynchronous events go, once the application asked for them.
     pub async_events: Option<AsyncEvents>,
+    /// Networks datagrams may come from (empty: any).
+    pub allowed_peers: Vec<crate::IpNetwork>,
 }
 
 impl Core {
@@ -155,6 +160,7 @@ impl Core {
             io: IoCounters::default(),
             tap: None,
             async_events: None,
+            allowed_peers: Vec::new(),
         }
     }
 
@@ -218,10 +224,16 @@ impl Core {
                 ttl: meta.ttl,
                 ..DatagramMeta::new(meta.src, meta.dst_ip)
             };
+            let allowed = self.allowed_peers.is_empty()
+                || self.allowed_peers.iter().any(|n| n.contains(meta.src.ip()));
             for d in data.chunks(stride) {
                 self.io.rx_datagrams += 1;
                 if let Some(tap) = self.tap.as_mut() {
                     tap.received(meta.src, meta.dst_ip, dm.tos, d);
+                }
+                if !allowed {
+                    self.io.rx_denied += 1;
+                    continue;
                 }
                 self.engine.handle_datagram(now, &dm, d);
             }

@@ -106,7 +106,7 @@ impl Engine {
         Engine {
             shared: Shared {
                 config,
-                mrs: MrTable::default(),
+                mrs: MrTable::with_key_seed(config.key_seed),
                 cqs: BTreeMap::new(),
                 srqs: BTreeMap::new(),
                 events: VecDeque::new(),
