@@ -7,8 +7,11 @@
 //! scripts and CI check:
 //!
 //! - 0: every RoCEv2 packet parsed and had a valid ICRC, and no record was truncated;
-//! - 1: at least one `icrc=BAD` or `MALFORMED` packet;
-//! - 2: the file could not be read as a capture.
+//! - 1: at least one `icrc=BAD` or `MALFORMED` packet — including a file that ends in the
+//!   middle of a record, as a capture does when tcpdump is killed: the records before it are
+//!   decoded, the cut one is shown as `MALFORMED (file cut off ...)`, and the summary follows;
+//! - 2: the file could not be read as a capture (not one at all, cut off in its file header,
+//!   or an I/O error).
 //!
 //! Counting rules: `packets` is every record in the file; `roce` every record recognisably UDP
 //! to port 4791; `malformed` every RoCEv2 packet that does not parse plus every record the
@@ -76,7 +79,7 @@ impl std::fmt::Display for Summary {
 
 /// Why decoding stopped early.
 #[derive(Debug)]
-enum Error {
+pub(crate) enum Error {
     /// The input is not a readable capture.
     Capture(CaptureError),
     /// Writing the output failed.
@@ -95,17 +98,36 @@ impl From<io::Error> for Error {
     }
 }
 
+/// What decoding a file found: the totals, and the damage that ended it early, if any.
+#[derive(Debug)]
+pub(crate) struct Decoded {
+    pub(crate) summary: Summary,
+    /// Why the last record could not be read (counted as a malformed packet).
+    pub(crate) damage: Option<CaptureError>,
+}
+
 /// Runs the subcommand and maps the outcome to the documented exit status.
 pub(crate) fn run(args: &Args) -> ExitCode {
     let stdout = io::stdout().lock();
     let mut out = BufWriter::new(stdout);
     let result = File::open(&args.file)
         .map_err(|e| Error::Capture(CaptureError::Io(e)))
-        .and_then(|f| decode(BufReader::new(f), args, &mut out));
-    let result = result.and_then(|s| out.flush().map(|()| s).map_err(Error::Output));
+        .and_then(|f| decode(BufReader::new(f), args.oob, args.quiet, &mut out));
+    let result = result.and_then(|d| out.flush().map(|()| d).map_err(Error::Output));
     match result {
-        Ok(summary) if summary.is_clean() => ExitCode::SUCCESS,
-        Ok(_) => ExitCode::from(1),
+        Ok(d) => {
+            if let Some(e) = d.damage {
+                eprintln!(
+                    "softrdma decode: {}: {e} (the records before it are decoded above)",
+                    args.file.display()
+                );
+            }
+            if d.summary.is_clean() {
+                ExitCode::SUCCESS
+            } else {
+                ExitCode::from(1)
+            }
+        }
         // `softrdma decode x.pcap | head` closes the pipe: not a failure of the decoder.
         Err(Error::Output(e)) if e.kind() == io::ErrorKind::BrokenPipe => ExitCode::SUCCESS,
         Err(Error::Output(e)) => {
@@ -121,20 +143,43 @@ pub(crate) fn run(args: &Args) -> ExitCode {
     }
 }
 
-/// Decodes every record of `input`, writing lines and the summary to `out`.
-fn decode(input: impl io::Read, args: &Args, out: &mut impl Write) -> Result<Summary, Error> {
+/// Decodes every record of `input`, writing lines (unless `quiet`) and the summary to `out`.
+/// A file that is not a capture is an error; damage after the file header (a file cut off
+/// mid-record, a corrupt length) ends the decoding with the damaged record counted as a
+/// malformed packet, and the summary is written all the same.
+pub(crate) fn decode(
+    input: impl io::Read,
+    oob: bool,
+    quiet: bool,
+    out: &mut impl Write,
+) -> Result<Decoded, Error> {
     let mut reader = CaptureReader::new(input)?;
     let mut summary = Summary::default();
-    while let Some(record) = reader.next_record()? {
+    let mut damage = None;
+    loop {
+        let record = match reader.next_record() {
+            Ok(Some(record)) => record,
+            Ok(None) => break,
+            Err(CaptureError::Io(e)) => return Err(Error::Capture(CaptureError::Io(e))),
+            Err(e) => {
+                summary.packets += 1;
+                summary.malformed += 1;
+                if !quiet {
+                    writeln!(out, "{:>6} MALFORMED ({e})", summary.packets)?;
+                }
+                damage = Some(e);
+                break;
+            }
+        };
         summary.packets += 1;
         let index = summary.packets;
-        let line = classify(&record, &mut summary, args.oob);
-        if let (Some(line), false) = (line, args.quiet) {
+        let line = classify(&record, &mut summary, oob);
+        if let (Some(line), false) = (line, quiet) {
             writeln!(out, "{index:>6} {} {line}", record.ts)?;
         }
     }
     writeln!(out, "{summary}")?;
-    Ok(summary)
+    Ok(Decoded { summary, damage })
 }
 
 /// What a glance at the headers tells, even when the packet is cut off or inconsistent.
@@ -301,14 +346,6 @@ fn tcp_payload(ip_bytes: &[u8]) -> Option<&[u8]> {
 mod tests {
     use super::*;
 
-    fn args(oob: bool) -> Args {
-        Args {
-            file: PathBuf::new(),
-            oob,
-            quiet: false,
-        }
-    }
-
     // rxe's ACK from rc_send.pcap as a raw-IP pcap record.
     const ACK_IP: [u8; 48] = [
         0x45, 0x00, 0x00, 0x30, 0x1f, 0x88, 0x40, 0x00, 0x40, 0x11, 0x06, 0x6f, 0x0a, 0x58, 0x00,
@@ -333,8 +370,8 @@ mod tests {
 
     fn run_on(file: &[u8], oob: bool) -> (Summary, String) {
         let mut out = Vec::new();
-        let s = decode(file, &args(oob), &mut out).unwrap();
-        (s, String::from_utf8(out).unwrap())
+        let d = decode(file, oob, false, &mut out).unwrap();
+        (d.summary, String::from_utf8(out).unwrap())
     }
 
     #[test]

@@ -9,6 +9,12 @@ mod capture;
 mod decode;
 mod devinfo;
 mod exec;
+#[cfg(test)]
+#[allow(unreachable_pub)] // `pub` for the fuzz binary
+#[path = "../../../fuzz/body/pcap_read.rs"]
+mod fuzz_pcap_read;
+#[cfg(test)]
+mod fuzz_stable;
 mod oob;
 mod perf;
 mod pingpong;
