@@ -38,6 +38,10 @@ pub(crate) struct Args {
     /// Also print the engine's and the socket's counters.
     #[arg(long)]
     counters: bool,
+    /// Print the counters as one JSON object (implies --counters; the attributes are not
+    /// printed).
+    #[arg(long)]
+    json: bool,
     /// Device name (accepted for compatibility with ibv_devinfo and ignored).
     #[arg(short = 'd', long = "ib-dev", value_name = "DEV")]
     ib_dev: Option<String>,
@@ -66,6 +70,22 @@ pub(crate) fn run(args: &Args) -> ExitCode {
         }
     };
     let mut out = io::stdout().lock();
+    if args.json {
+        let r = writeln!(
+            out,
+            "{{\"device\":\"{}\",\"counters\":{}}}",
+            device.name(),
+            counters_json(&device.stats())
+        );
+        return match r {
+            Ok(()) => ExitCode::SUCCESS,
+            Err(e) if e.kind() == io::ErrorKind::BrokenPipe => ExitCode::SUCCESS,
+            Err(e) => {
+                eprintln!("{e}");
+                ExitCode::FAILURE
+            }
+        };
+    }
     let r = write_devinfo(
         &mut out,
         device.name(),
@@ -312,61 +332,174 @@ pub(crate) fn write_devinfo(
     writeln!(out)
 }
 
-/// Writes a device's counters: engine packets and bytes, drops by reason, NAKs by kind,
-/// retransmissions, packets by opcode, and the socket counters around the engine.
-pub(crate) fn print_counters(out: &mut dyn Write, s: &DeviceStats) -> io::Result<()> {
+/// Every counter of a device, named, in a fixed order: engine packets and bytes, completions,
+/// retransmissions, drops by reason, NAKs sent and received by kind, packets by opcode (only
+/// opcodes seen), and the socket counters around the engine.
+pub(crate) fn counter_list(s: &DeviceStats) -> Vec<(String, u64)> {
     let e = &s.engine;
-    let line = |out: &mut dyn Write, k: &str, v: u64| writeln!(out, "\t{k:<36}{v}");
-    writeln!(out, "counters:")?;
-    line(out, "rx_packets", e.rx_packets)?;
-    line(out, "rx_bytes", e.rx_bytes)?;
-    line(out, "tx_packets", e.tx_packets)?;
-    line(out, "tx_bytes", e.tx_bytes)?;
-    line(out, "completions", e.completions)?;
-    line(out, "cq_overruns", e.cq_overruns)?;
-    line(out, "retransmitted_packets", e.retransmitted_packets)?;
-    line(out, "retransmit_timeouts", e.retransmit_timeouts)?;
-    line(out, "duplicate_requests", e.duplicate_requests)?;
-    line(out, "reads_served", e.reads_served)?;
-    line(out, "atomics_executed", e.atomics_executed)?;
-    line(out, "atomics_replayed", e.atomics_replayed)?;
+    let mut v: Vec<(String, u64)> = [
+        ("rx_packets", e.rx_packets),
+        ("rx_bytes", e.rx_bytes),
+        ("tx_packets", e.tx_packets),
+        ("tx_bytes", e.tx_bytes),
+        ("completions", e.completions),
+        ("cq_overruns", e.cq_overruns),
+        ("retransmitted_packets", e.retransmitted_packets),
+        ("retransmit_timeouts", e.retransmit_timeouts),
+        ("duplicate_requests", e.duplicate_requests),
+        ("reads_served", e.reads_served),
+        ("atomics_executed", e.atomics_executed),
+        ("atomics_replayed", e.atomics_replayed),
+    ]
+    .into_iter()
+    .map(|(k, n)| (k.to_owned(), n))
+    .collect();
     for r in DropReason::ALL {
-        line(out, &format!("drops.{}", r.name()), e.drops_for(r))?;
+        v.push((format!("drops.{}", r.name()), e.drops_for(r)));
     }
     for k in NakKind::ALL {
-        line(out, &format!("naks_sent.{}", k.name()), e.naks_sent_of(k))?;
+        v.push((format!("naks_sent.{}", k.name()), e.naks_sent_of(k)));
     }
     for k in NakKind::ALL {
-        line(
-            out,
-            &format!("naks_received.{}", k.name()),
-            e.naks_received_of(k),
-        )?;
+        v.push((format!("naks_received.{}", k.name()), e.naks_received_of(k)));
     }
-    for (dir, v) in [("rx", &e.rx_by_opcode), ("tx", &e.tx_by_opcode)] {
-        for (op, &n) in v.iter().enumerate() {
+    for (dir, counts) in [("rx", &e.rx_by_opcode), ("tx", &e.tx_by_opcode)] {
+        for (op, &n) in counts.iter().enumerate() {
             if n != 0 {
                 // `op` indexes a 256-entry table.
-                let name = Opcode(op as u8).name();
-                line(out, &format!("{dir}_opcode.{name}"), n)?;
+                v.push((format!("{dir}_opcode.{}", Opcode(op as u8).name()), n));
             }
         }
     }
     let io = &s.io;
-    line(out, "io.rx_datagrams", io.rx_datagrams)?;
-    line(out, "io.rx_truncated", io.rx_truncated)?;
-    line(out, "io.rx_errors", io.rx_errors)?;
-    line(out, "io.tx_datagrams", io.tx_datagrams)?;
-    line(out, "io.tx_errors", io.tx_errors)?;
-    line(out, "io.tx_port_fallbacks", io.tx_port_fallbacks)?;
-    line(out, "io.wakeups", io.wakeups)?;
-    line(out, "io.pcap_records", io.pcap_records)?;
-    line(out, "io.pcap_errors", io.pcap_errors)
+    for (k, n) in [
+        ("io.rx_datagrams", io.rx_datagrams),
+        ("io.rx_truncated", io.rx_truncated),
+        ("io.rx_errors", io.rx_errors),
+        ("io.rx_denied", io.rx_denied),
+        ("io.tx_datagrams", io.tx_datagrams),
+        ("io.tx_errors", io.tx_errors),
+        ("io.tx_port_fallbacks", io.tx_port_fallbacks),
+        ("io.wakeups", io.wakeups),
+        ("io.pcap_records", io.pcap_records),
+        ("io.pcap_errors", io.pcap_errors),
+    ] {
+        v.push((k.to_owned(), n));
+    }
+    v
+}
+
+/// Writes `counters` under a `counters:` heading, one per line, values in one column: names
+/// are padded to the longest name plus two spaces, so a long name never runs into its value.
+pub(crate) fn write_counter_lines(
+    out: &mut dyn Write,
+    counters: &[(String, u64)],
+) -> io::Result<()> {
+    let width = counters.iter().map(|(k, _)| k.len()).max().unwrap_or(0) + 2;
+    writeln!(out, "counters:")?;
+    for (k, n) in counters {
+        writeln!(out, "\t{k:<width$}{n}")?;
+    }
+    Ok(())
+}
+
+/// Writes a device's counters (see [`counter_list`]).
+pub(crate) fn print_counters(out: &mut dyn Write, s: &DeviceStats) -> io::Result<()> {
+    write_counter_lines(out, &counter_list(s))
+}
+
+/// The counters that are not zero, for a failure report.
+pub(crate) fn nonzero_counters(s: &DeviceStats) -> Vec<(String, u64)> {
+    counter_list(s)
+        .into_iter()
+        .filter(|(_, n)| *n != 0)
+        .collect()
+}
+
+/// The counters as one JSON object: `{"rx_packets":12,...,"drops.wrong_source":0,...}`.
+pub(crate) fn counters_json(s: &DeviceStats) -> String {
+    let body: Vec<String> = counter_list(s)
+        .iter()
+        .map(|(k, n)| format!("\"{k}\":{n}"))
+        .collect();
+    format!("{{{}}}", body.join(","))
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+    use softrdma::{IoCounters, Stats};
+
+    /// Issue 15, item 12: names of 36 characters and more ran into their values
+    /// (`rx_opcode.RC_SEND_LAST_WITH_IMMEDIATE16`). Every line now has at least two spaces
+    /// between name and value, values in one column; the JSON form carries the same counters,
+    /// including the remote access NAKs that show rkey probing.
+    #[test]
+    fn counters_are_separated_aligned_and_in_json() {
+        let mut engine = Stats {
+            rx_by_opcode: vec![0; 256],
+            tx_by_opcode: vec![0; 256],
+            ..Stats::default()
+        };
+        engine.rx_by_opcode[usize::from(Opcode::RC_SEND_LAST_WITH_IMMEDIATE.0)] = 16;
+        engine.tx_by_opcode[usize::from(Opcode::RC_RDMA_WRITE_ONLY_WITH_IMMEDIATE.0)] = 7;
+        engine.nak_sent(NakKind::RemoteAccess);
+        engine.nak_sent(NakKind::RemoteAccess);
+        let s = DeviceStats {
+            engine,
+            io: IoCounters::default(),
+        };
+        let mut out = Vec::new();
+        print_counters(&mut out, &s).unwrap();
+        let text = String::from_utf8(out).unwrap();
+        let lines: Vec<&str> = text.lines().skip(1).collect();
+        // (where the value starts, the gap before it) on each line.
+        let columns: Vec<(usize, usize)> = lines
+            .iter()
+            .map(|l| {
+                let name = l.trim_start().split(' ').next().unwrap();
+                let after = &l[l.find(name).unwrap() + name.len()..];
+                let gap = after.len() - after.trim_start().len();
+                assert!(after.trim().parse::<u64>().is_ok(), "{l:?}");
+                (l.len() - after.trim_start().len(), gap)
+            })
+            .collect();
+        assert!(
+            columns
+                .iter()
+                .all(|&(at, gap)| at == columns[0].0 && gap >= 2),
+            "{text}"
+        );
+        assert!(
+            text.contains("\trx_opcode.RC_SEND_LAST_WITH_IMMEDIATE  "),
+            "{text}"
+        );
+        assert!(lines
+            .iter()
+            .any(|l| l.starts_with("\tnaks_sent.remote_access ") && l.ends_with(" 2")));
+        let json = counters_json(&s);
+        assert!(json.starts_with('{') && json.ends_with('}'), "{json}");
+        for want in [
+            "\"naks_sent.remote_access\":2",
+            "\"rx_opcode.RC_SEND_LAST_WITH_IMMEDIATE\":16",
+            "\"tx_opcode.RC_RDMA_WRITE_ONLY_WITH_IMMEDIATE\":7",
+            "\"drops.wrong_source\":0",
+            "\"io.rx_denied\":0",
+        ] {
+            assert!(json.contains(want), "{want} in {json}");
+        }
+        assert_eq!(
+            nonzero_counters(&s)
+                .iter()
+                .map(|(k, _)| k.as_str())
+                .collect::<Vec<_>>(),
+            [
+                "naks_sent.remote_access",
+                "rx_opcode.RC_SEND_LAST_WITH_IMMEDIATE",
+                "tx_opcode.RC_RDMA_WRITE_ONLY_WITH_IMMEDIATE"
+            ]
+        );
+    }
 
     #[test]
     fn guid_like_ibv_devinfo() {

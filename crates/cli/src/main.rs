@@ -15,6 +15,7 @@ mod exec;
 mod fuzz_pcap_read;
 #[cfg(test)]
 mod fuzz_stable;
+mod limits;
 mod oob;
 mod perf;
 mod pingpong;

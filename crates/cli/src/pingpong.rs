@@ -27,7 +27,12 @@
 //! - `-c` fills and checks exactly like rc_pingpong (0x7b everywhere, 0 at the start of each
 //!   4 KiB page of the client's buffer; the server reports `invalid data in page N`), but
 //!   checks every byte of each page, on both sides, and exits 1 on a mismatch.
-//! - `--timeout SECS` bounds every wait (default: wait forever, like rc_pingpong).
+//! - `--timeout SECS` bounds every wait — for a client to connect, for each out-of-band step,
+//!   for each completion (default: wait forever, like rc_pingpong). Waiting never spins a
+//!   core: without `-e` the loop polls for a millisecond, as rc_pingpong polls, and then
+//!   sleeps on the completion queue until a completion arrives.
+//! - Out-of-range values (`-n 0`, `--timeout inf`, `-s` beyond the device's `max_msg_sz`)
+//!   are usage errors, exit status 2, before anything starts.
 //! - `-d` is accepted and ignored (a softrdma device is chosen by address), `-l` is accepted.
 
 use std::io::Write;
@@ -75,17 +80,20 @@ pub(crate) struct Args {
     /// Port of the device (only 1 exists).
     #[arg(short = 'i', long = "ib-port", default_value_t = 1)]
     ib_port: u8,
-    /// Size of each message in bytes.
-    #[arg(short = 's', long = "size", default_value_t = 4096)]
+    /// Size of each message in bytes (0..8388608, the device's max_msg_sz).
+    #[arg(short = 's', long = "size", default_value_t = 4096,
+          value_parser = clap::value_parser!(u32).range(..=i64::from(softrdma::MAX_MSG_SZ)))]
     size: u32,
     /// Path MTU: 256, 512, 1024, 2048 or 4096.
-    #[arg(short = 'm', long = "mtu", default_value_t = 1024)]
-    mtu: u32,
-    /// Number of receives to post at a time.
-    #[arg(short = 'r', long = "rx-depth", default_value_t = 500)]
+    #[arg(short = 'm', long = "mtu", default_value = "1024", value_parser = path_mtu)]
+    mtu: Mtu,
+    /// Number of receives to post at a time (1..32766: the completion queue holds one more).
+    #[arg(short = 'r', long = "rx-depth", default_value_t = 500,
+          value_parser = clap::value_parser!(u32).range(1..i64::from(softrdma::MAX_CQE)))]
     rx_depth: u32,
-    /// Number of exchanges.
-    #[arg(short = 'n', long = "iters", default_value_t = 1000)]
+    /// Number of exchanges (at least 1).
+    #[arg(short = 'n', long = "iters", default_value_t = 1000,
+          value_parser = clap::value_parser!(u32).range(1..))]
     iters: u32,
     /// Service level (accepted; RoCEv2 over UDP carries none).
     #[arg(short = 'l', long = "sl", default_value_t = 0)]
@@ -120,10 +128,25 @@ pub(crate) struct Args {
     /// Print the device's counters (drops, NAKs, retransmissions, opcodes) at the end.
     #[arg(long)]
     counters: bool,
-    /// Give up after SECS seconds without progress (TCP steps, completions); 0 = never.
-    #[arg(long, value_name = "SECS", default_value_t = 0.0)]
-    timeout: f64,
+    /// Give up after SECS seconds without progress: waiting for a client (server), each
+    /// address exchange, each completion. 0 (the default) waits forever, like rc_pingpong,
+    /// e.g. for a peer that died; either way the wait sleeps and uses no CPU.
+    #[arg(long, value_name = "SECS", default_value = "0",
+          value_parser = crate::limits::wait_seconds)]
+    timeout: Duration,
 }
+
+/// clap value parser of `-m`.
+fn path_mtu(s: &str) -> Result<Mtu, String> {
+    s.parse::<u32>()
+        .ok()
+        .and_then(Mtu::from_bytes)
+        .ok_or_else(|| format!("invalid MTU {s} (256, 512, 1024, 2048 or 4096)"))
+}
+
+/// How long the loop polls before it sleeps on the completion queue (rc_pingpong polls
+/// without end; a millisecond covers any round trip worth spinning for).
+const SPIN: Duration = Duration::from_millis(1);
 
 /// A fatal error: the message rc_pingpong would print (to stderr), exit status 1.
 struct Fail(String);
@@ -317,19 +340,11 @@ fn set_stream_timeout(s: &TcpStream, t: Option<Duration>) -> Result<(), Fail> {
 }
 
 fn run_inner(args: &Args) -> Result<ExitCode, Fail> {
-    let Some(mtu) = Mtu::from_bytes(args.mtu) else {
-        return fail(format!(
-            "invalid MTU {} (256, 512, 1024, 2048 or 4096)",
-            args.mtu
-        ));
-    };
+    let mtu = args.mtu;
     if args.ib_port != 1 {
         return fail("Couldn't get port info");
     }
-    if args.rx_depth == 0 {
-        return fail("Couldn't post receive (0)");
-    }
-    let timeout = (args.timeout > 0.0).then(|| Duration::from_secs_f64(args.timeout));
+    let timeout = crate::limits::limit(args.timeout);
     let _ = (&args.ib_dev, args.sl);
 
     let ctx;
@@ -381,9 +396,13 @@ fn run_inner(args: &Args) -> Result<ExitCode, Fail> {
         }),
     }
     .map_err(|_| Fail(format!("Couldn't listen to port {}", args.port)))?;
-    let (mut stream, peer) = listener
-        .accept()
-        .map_err(|_| Fail("accept() failed".to_string()))?;
+    let (mut stream, peer) = crate::limits::accept_within(&listener, timeout).map_err(|e| {
+        if e.kind() == std::io::ErrorKind::TimedOut {
+            Fail(format!("accept() failed: {e} (--timeout)"))
+        } else {
+            Fail("accept() failed".to_string())
+        }
+    })?;
     drop(listener);
     stream.set_nodelay(true)?;
     set_stream_timeout(&stream, timeout)?;
@@ -441,43 +460,37 @@ fn pingpong_loop(
     let mut last_progress = Instant::now();
     while rcnt < iters || scnt < iters {
         wcs.clear();
-        let mut spins = 0u32;
+        let spin_from = Instant::now();
         loop {
             if ctx.cq.poll(2, &mut wcs) > 0 {
                 break;
             }
-            if let Some(t) = timeout {
-                let idle = last_progress.elapsed();
-                if idle >= t {
-                    return fail(format!(
-                        "no completion for {:.1} seconds (sent {scnt}, received {rcnt} of {iters}); giving up",
-                        idle.as_secs_f64()
-                    ));
+            let left = match timeout {
+                Some(t) => {
+                    let idle = last_progress.elapsed();
+                    if idle >= t {
+                        return fail(format!(
+                            "no completion for {:.1} seconds (sent {scnt}, received {rcnt} of {iters}); giving up",
+                            idle.as_secs_f64()
+                        ));
+                    }
+                    Some(t - idle)
                 }
-            }
-            if args.events {
-                let left = timeout.map(|t| t.saturating_sub(last_progress.elapsed()));
+                None => None,
+            };
+            // Without -e, poll for a moment as rc_pingpong does; then (and with -e at once)
+            // sleep on the completion queue: a peer that went away costs no CPU.
+            if args.events || spin_from.elapsed() >= SPIN {
                 ctx.cq.wait(left);
             } else {
-                spins += 1;
-                if spins % 64 == 0 {
-                    std::thread::yield_now();
-                } else {
-                    std::hint::spin_loop();
-                }
+                std::hint::spin_loop();
             }
         }
         last_progress = Instant::now();
+        if wcs.iter().any(|wc| wc.status != WcStatus::Success) {
+            return Err(failed_completion(args, ctx, &wcs));
+        }
         for wc in &wcs {
-            if wc.status != WcStatus::Success {
-                return fail(format!(
-                    "Failed status {} ({}) for wr_id {}\nparse WC failed {}",
-                    wc.status.as_str(),
-                    WcStatus::ibv_code(wc.status),
-                    wc.wr_id,
-                    wcs.len()
-                ));
-            }
             match wc.wr_id {
                 SEND_WRID => scnt += 1,
                 RECV_WRID => {
@@ -531,6 +544,46 @@ fn pingpong_loop(
         crate::devinfo::print_counters(&mut std::io::stdout().lock(), &ctx.device.stats())?;
     }
     Ok(code)
+}
+
+/// The failure for a batch of completions holding an error: rc_pingpong's `Failed status`
+/// line for the *cause* — a failing request completes after the requests it flushes, so the
+/// other completions waiting are drained and the first error that is not a flush is named —
+/// and, with `--counters`, the device's counters, which name the cause when every request was
+/// merely flushed (a packet the QP received ended the connection).
+fn failed_completion(args: &Args, ctx: &Ctx, seen: &[WorkCompletion]) -> Fail {
+    let mut all = seen.to_vec();
+    while ctx.cq.poll(16, &mut all) > 0 {}
+    let errors: Vec<&WorkCompletion> = all
+        .iter()
+        .filter(|w| w.status != WcStatus::Success)
+        .collect();
+    let cause = errors
+        .iter()
+        .find(|w| w.status != WcStatus::WrFlushErr)
+        .or(errors.first())
+        .copied();
+    let mut msg = match cause {
+        Some(wc) => format!(
+            "Failed status {} ({}) for wr_id {}\nparse WC failed {}",
+            wc.status.as_str(),
+            WcStatus::ibv_code(wc.status),
+            wc.wr_id,
+            seen.len()
+        ),
+        None => "parse WC failed".to_owned(),
+    };
+    if cause.is_some_and(|wc| wc.status == WcStatus::WrFlushErr) {
+        msg.push_str(
+            "\nevery request was flushed: the QP entered the error state without a failed request \
+             of its own, so a packet it received ended the connection (--counters shows which)",
+        );
+    }
+    if args.counters {
+        let _ = std::io::stdout().flush();
+        let _ = crate::devinfo::print_counters(&mut std::io::stdout().lock(), &ctx.device.stats());
+    }
+    Fail(msg)
 }
 
 #[cfg(test)]

@@ -236,7 +236,8 @@ fn bad_arguments_and_unreachable_server_fail_like_rc_pingpong() {
         .args(["pingpong", "-m", "1000"])
         .output()
         .unwrap();
-    assert_eq!(o.status.code(), Some(1));
+    assert_eq!(o.status.code(), Some(2));
+    assert!(text(&o.stderr).contains("invalid MTU 1000"));
     let o = Command::new(BIN)
         .args([
             "pingpong",
@@ -295,5 +296,265 @@ fn devinfo_prints_ibv_devinfo_layout() {
         "\tio.pcap_records",
     ] {
         assert!(long.contains(want), "missing {want:?} in\n{long}");
+    }
+}
+
+/// Issue 15, items 2 and 14: durations and counts out of range are usage errors (exit 2, one
+/// message, no panic): `--timeout inf` and `1e30` used to panic in `Duration::from_secs_f64`,
+/// `--timeout NaN` meant "never", `-n 0` printed `inf usec/iter`.
+#[test]
+fn out_of_range_arguments_are_usage_errors() {
+    for args in [
+        &["--timeout", "inf"][..],
+        &["--timeout", "1e30"],
+        &["--timeout", "NaN"],
+        &["--timeout=-1"],
+        &["-n", "0"],
+        &["-s", "8388609"],
+        &["-r", "0"],
+        &["-r", "32767"],
+        &["-r", "4294967295"],
+    ] {
+        let o = Command::new(BIN)
+            .arg("pingpong")
+            .args(args)
+            .args(["--bind", "127.0.77.61", "-p", "19791", "127.0.77.62"])
+            .output()
+            .unwrap();
+        let err = text(&o.stderr);
+        assert_eq!(o.status.code(), Some(2), "{args:?}: {err}");
+        assert!(err.contains("invalid value"), "{args:?}: {err}");
+        assert!(!err.contains("panicked"), "{args:?}: {err}");
+        assert!(o.stdout.is_empty(), "{args:?}");
+    }
+}
+
+/// Runs `cmd` and waits at most `limit` for it to exit; kills it and fails otherwise.
+fn run_bounded(cmd: &mut Command, limit: Duration) -> Output {
+    let child = cmd
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("spawn");
+    Guard(Some(child)).wait(limit)
+}
+
+/// Issue 15, item 3: `--timeout` bounds every wait, also a server's wait for a client: the
+/// server gives up, exit status 1, with the reason.
+#[test]
+fn server_without_client_gives_up_after_timeout() {
+    let o = run_bounded(
+        Command::new(BIN).args([
+            "pingpong",
+            "--bind",
+            "127.0.77.63",
+            "-p",
+            "19792",
+            "--timeout",
+            "1",
+        ]),
+        Duration::from_secs(20),
+    );
+    assert_eq!(o.status.code(), Some(1), "{}", text(&o.stderr));
+    assert!(
+        text(&o.stderr).contains("accept() failed: no connection within 1 s (--timeout)"),
+        "{}",
+        text(&o.stderr)
+    );
+}
+
+/// The server side made of the softrdma library, for the tests that need a peer doing what
+/// ibv_rc_pingpong never does: it takes part in the address exchange and connects its QP,
+/// then acts as told.
+struct LibServer {
+    dev: softrdma::Device,
+    cq: softrdma::CompletionQueue,
+    qp: softrdma::QueuePair,
+    mr: softrdma::MemoryRegion,
+    client: Child,
+}
+
+impl LibServer {
+    /// Starts a client process (`client_args` plus the server address) and serves it: an
+    /// address exchange, RTR/RTS, receives posted.
+    fn start(ip: &str, port: u16, client_ip: &str, client_args: &[&str]) -> LibServer {
+        use softrdma::{
+            AccessFlags, ConnectOptions, Device, DeviceConfig, Mtu, QpEndpoint, QpInitAttr,
+        };
+        use softrdma_cm::pingpong::{
+            server_read_remote, server_reply, server_wait_done, PingpongDest,
+        };
+        let listener = std::net::TcpListener::bind((ip, port)).expect("listen");
+        let client = Command::new(BIN)
+            .arg("pingpong")
+            .args(client_args)
+            .args(["--bind", client_ip, "-p", &port.to_string(), ip])
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn()
+            .expect("spawn client");
+        let (mut stream, _) = listener.accept().expect("accept");
+        stream
+            .set_read_timeout(Some(Duration::from_secs(20)))
+            .unwrap();
+        let remote = server_read_remote(&mut stream).expect("client address");
+        let dev = Device::open(DeviceConfig::new(ip.parse().unwrap())).expect("device");
+        let pd = dev.alloc_pd();
+        let cq = dev.create_cq(64).unwrap();
+        let qp = pd.create_qp(&QpInitAttr::rc(&cq)).unwrap();
+        let mr = pd.reg_mr(8192, AccessFlags::LOCAL_WRITE).unwrap();
+        let opts = ConnectOptions {
+            path_mtu: Some(Mtu::Mtu1024),
+            ..ConnectOptions::default()
+        };
+        let ep = QpEndpoint {
+            gid: remote.gid,
+            qpn: remote.qpn,
+            psn: remote.psn,
+        };
+        qp.connect(&ep, &opts).expect("connect");
+        for _ in 0..8 {
+            qp.post_recv([softrdma::wr::recv(1, vec![mr.sge(0, 8192)])])
+                .unwrap();
+        }
+        let local = PingpongDest {
+            lid: 0,
+            qpn: qp.qp_num(),
+            psn: qp.local_psn(),
+            gid: dev.gid(),
+        };
+        server_reply(&mut stream, &local).expect("reply");
+        server_wait_done(&mut stream).expect("done");
+        LibServer {
+            dev,
+            cq,
+            qp,
+            mr,
+            client,
+        }
+    }
+
+    /// Waits for the client's first SEND to arrive.
+    fn first_message(&self) {
+        let mut wcs = Vec::new();
+        self.cq
+            .poll_blocking(1, &mut wcs, Some(Duration::from_secs(20)));
+        assert_eq!(wcs.len(), 1, "the client's first SEND never came");
+        assert_eq!(wcs[0].status, softrdma::WcStatus::Success);
+    }
+}
+
+/// Clock ticks (user + system) a process has used, from /proc.
+fn cpu_ticks(pid: u32) -> u64 {
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).expect("proc stat");
+    let after = &stat[stat.rfind(')').expect("comm") + 2..];
+    let f: Vec<&str> = after.split_whitespace().collect();
+    f[11].parse::<u64>().unwrap() + f[12].parse::<u64>().unwrap()
+}
+
+/// Issue 15, item 4: a client waiting only for a RECV whose peer went silent (here: a server
+/// that received the first SEND and never answers) waits as ibv_rc_pingpong does — without
+/// end unless --timeout says otherwise — but sleeps on the completion queue instead of
+/// spinning a core: over two seconds of waiting it uses (almost) no CPU. With --timeout it
+/// gives up, exit status 1.
+#[test]
+fn client_waiting_for_a_silent_server_sleeps_and_times_out() {
+    let mut srv = LibServer::start("127.0.77.66", 19793, "127.0.77.65", &["-n", "5"]);
+    srv.first_message();
+    let pid = srv.client.id();
+    // Let the client pass its millisecond of polling, then measure.
+    std::thread::sleep(Duration::from_millis(100));
+    let before = cpu_ticks(pid);
+    std::thread::sleep(Duration::from_secs(2));
+    let used = cpu_ticks(pid) - before;
+    assert!(
+        srv.client.try_wait().unwrap().is_none(),
+        "the client gave up without --timeout"
+    );
+    // Spinning uses ~200 ticks in 2 s; sleeping a handful at most.
+    assert!(
+        used < 40,
+        "the waiting client used {used} clock ticks in 2 s"
+    );
+    let _ = srv.client.kill();
+    let _ = srv.client.wait();
+    drop(srv);
+
+    let srv = LibServer::start(
+        "127.0.77.68",
+        19794,
+        "127.0.77.67",
+        &["-n", "5", "--timeout", "1"],
+    );
+    srv.first_message();
+    let o = Guard(Some(srv.client)).wait(Duration::from_secs(20));
+    assert_eq!(o.status.code(), Some(1));
+    assert!(
+        text(&o.stderr).contains("no completion for 1."),
+        "{}",
+        text(&o.stderr)
+    );
+}
+
+/// Issue 15, item 13: when a packet the client's QP receives ends the connection (here the
+/// server WRITEs with an rkey the client never gave out: the client's responder NAKs it and
+/// its QP enters the error state), every outstanding request is merely flushed. The client
+/// says so instead of only naming the flush, and --counters prints the counters on the failure
+/// too, which show the cause (one remote access NAK sent).
+#[test]
+fn a_connection_broken_by_a_received_packet_reports_its_cause() {
+    let srv = LibServer::start(
+        "127.0.77.70",
+        19795,
+        "127.0.77.69",
+        &["-n", "5", "--counters", "--timeout", "20"],
+    );
+    srv.first_message();
+    srv.mr.write(0, b"not yours").unwrap();
+    srv.qp
+        .post_send([softrdma::wr::write(
+            9,
+            vec![srv.mr.sge(0, 9)],
+            0x1000,
+            0x00de_ad01,
+        )])
+        .unwrap();
+    let o = Guard(Some(srv.client)).wait(Duration::from_secs(20));
+    let (out, err) = (text(&o.stdout), text(&o.stderr));
+    assert_eq!(o.status.code(), Some(1), "{out}\n{err}");
+    assert!(
+        err.contains("Failed status Work Request Flushed Error (5)"),
+        "{err}"
+    );
+    assert!(err.contains("without a failed request of its own"), "{err}");
+    let naks = out
+        .lines()
+        .find(|l| l.trim_start().starts_with("naks_sent.remote_access "))
+        .unwrap_or_else(|| panic!("no counters on failure:\n{out}"));
+    assert!(naks.trim_end().ends_with(" 1"), "{naks}");
+    drop(srv.dev);
+}
+
+/// Issue 15, item 12: `devinfo --json` prints the counters as one JSON object, the remote
+/// access NAK counter that shows rkey probing among them.
+#[test]
+fn devinfo_json_counters() {
+    let o = Command::new(BIN)
+        .args(["devinfo", "--bind", "127.0.77.71", "--json"])
+        .output()
+        .unwrap();
+    assert!(o.status.success(), "{}", text(&o.stderr));
+    let out = text(&o.stdout);
+    let line = out.trim();
+    assert!(
+        line.starts_with("{\"device\":\"softrdma") && line.ends_with("}}"),
+        "{out}"
+    );
+    for want in [
+        "\"naks_sent.remote_access\":0",
+        "\"drops.wrong_source\":0",
+        "\"io.rx_denied\":0",
+    ] {
+        assert!(line.contains(want), "{want} in {line}");
     }
 }

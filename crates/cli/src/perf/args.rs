@@ -13,6 +13,14 @@ use softrdma_cm::perftest::Test;
 pub(crate) const MAX_SIZE: u64 = 8 * 1024 * 1024;
 /// perftest's `MIN_ITER` / `MAX_ITER`.
 const ITERS_RANGE: (u64, u64) = (5, 100_000_000);
+/// perftest's `-D` is a positive C `int`.
+const MAX_DURATION_SECS: u64 = i32::MAX as u64;
+/// Above this many iterations perftest does not measure the bandwidth peak (it would have to
+/// keep two timestamps per message): it warns and reports 0.
+const PEAK_MAX_ITERS: u64 = 20_000;
+/// perftest's warning when the bandwidth peak is not measured (`-D`, more than
+/// [`PEAK_MAX_ITERS`] iterations, the server of `ib_send_bw`).
+pub(crate) const NO_PEAK_WARNING: &str = " WARNING: BW peak won't be measured in this run.";
 /// perftest's `DEF_RX_SEND`: receives posted by the receiving side of SEND tests.
 const DEF_RX_SEND: u32 = 512;
 /// Outstanding READ/atomic requests, the device's `max_qp_rd_atom` (128, like rxe).
@@ -149,7 +157,8 @@ pub(crate) struct Args {
     /// Iterations per size (default 5000 for bandwidth tests, 1000 for latency tests).
     #[arg(short = 'n', long = "iters")]
     pub iters: Option<u64>,
-    /// Run for this many seconds instead of a number of iterations.
+    /// Run for this many seconds instead of a number of iterations (1..2147483647; the
+    /// bandwidth peak is then not measured, as in perftest).
     #[arg(short = 'D', long = "duration", value_name = "SECS")]
     pub duration: Option<u64>,
     /// Number of queue pairs (bandwidth tests).
@@ -165,7 +174,8 @@ pub(crate) struct Args {
     /// Completion moderation: request a completion every N sends (bandwidth tests).
     #[arg(short = 'Q', long = "cq-mod", default_value_t = 100)]
     pub cq_mod: u32,
-    /// GID index to advertise: 1 is the IPv4-mapped GID (as on rxe), 0 the link-local one.
+    /// GID index to advertise: 1 is the IPv4-mapped GID (as on rxe); 0, the link-local one,
+    /// only with --bind on an IPv6 link-local address (the device answers on no other).
     #[arg(short = 'x', long = "gid-index", default_value_t = 1)]
     pub gid_index: u32,
     /// Path MTU in bytes (256..4096); the smaller of both sides' is used.
@@ -218,6 +228,17 @@ pub(crate) struct Args {
     /// --loopback: the client's device, which sees both directions).
     #[arg(long = "pcap", value_name = "FILE")]
     pub pcap: Option<PathBuf>,
+    /// Give up when the peer shows no sign of life — no out-of-band message, no RoCEv2
+    /// packet, no completion — for SECS seconds, including while waiting for a client.
+    /// Default 0: wait as perftest does (forever for the out-of-band steps and for a client;
+    /// 30 s for a completion).
+    #[arg(long = "timeout", value_name = "SECS", default_value = "0",
+          value_parser = crate::limits::wait_seconds)]
+    pub timeout: Duration,
+    /// Print the device's counters (drops by reason, NAKs by kind, retransmissions, packets
+    /// by opcode) after the run; they are printed on a failure in any case.
+    #[arg(long = "counters")]
+    pub counters: bool,
 }
 
 /// What to run, resolved from [`Args`] with perftest's defaults and limits.
@@ -248,6 +269,11 @@ pub(crate) struct Config {
     pub busy_poll: bool,
     pub gso: bool,
     pub pcap: Option<PathBuf>,
+    /// Bandwidth peak not measured (perftest's `noPeak`): timed runs and long runs.
+    pub no_peak: bool,
+    /// How long the peer may show no sign of life (`None`: as perftest).
+    pub timeout: Option<Duration>,
+    pub counters: bool,
 }
 
 impl Config {
@@ -315,7 +341,11 @@ impl Args {
         };
         let duration = match self.duration {
             None => None,
-            Some(0) => return usage("-D must be at least 1 second"),
+            Some(d) if !(1..=MAX_DURATION_SECS).contains(&d) => {
+                return usage(format!(
+                    "-D must be between 1 and {MAX_DURATION_SECS} seconds"
+                ))
+            }
             Some(d) => {
                 if self.iters.is_some() {
                     return usage("-D and -n exclude each other (a run is timed or counted)");
@@ -384,6 +414,26 @@ impl Args {
         if self.gid_index > 1 {
             return usage("-x must be 0 (link-local GID) or 1 (IPv4-mapped GID, as on rxe)");
         }
+        // A device answers on the one address it is bound to: GID 0 (link-local) is that
+        // address only for a device bound to an IPv6 link-local address, whose table has no
+        // index 1.
+        let link_local =
+            matches!(self.bind, Some(IpAddr::V6(v6)) if v6.segments()[0] & 0xffc0 == 0xfe80);
+        match (self.gid_index, link_local) {
+            (0, false) => {
+                return usage(
+                    "-x 0 is the link-local GID (fe80::...), which a softrdma device answers only \
+                     when --bind is that IPv6 link-local address: the peer could not reach it. \
+                     Use -x 1, the IPv4-mapped GID (index 1, as on rxe)",
+                )
+            }
+            (1, true) => {
+                return usage(
+                    "a device bound to an IPv6 link-local address has one GID, index 0: use -x 0",
+                )
+            }
+            _ => {}
+        }
         if self.port == Some(0) {
             return usage("-p must not be 0");
         }
@@ -410,6 +460,9 @@ impl Args {
             busy_poll: self.busy_poll,
             gso: !self.no_gso,
             pcap: self.pcap.clone(),
+            no_peak: bw && (duration.is_some() || iters > PEAK_MAX_ITERS),
+            timeout: crate::limits::limit(self.timeout),
+            counters: self.counters,
         })
     }
 }

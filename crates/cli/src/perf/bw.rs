@@ -12,7 +12,8 @@ use super::oob::{pattern, stride, Ctx};
 use super::report::{self, Row};
 use super::{PerfError, Progress};
 
-/// No completion for this long means the peer or the path is gone.
+/// No completion for this long means the peer or the path is gone (unless `--timeout` says
+/// otherwise: see [`Ctx::stall`]).
 pub(crate) const STALL: Duration = Duration::from_secs(30);
 
 /// Bits of a work request ID that hold the sequence number; the QP index sits above.
@@ -27,8 +28,10 @@ pub(crate) fn split_id(id: u64) -> (usize, u64) {
 }
 
 /// Polls up to `max` completions into `out`; if there are none, sleeps on the CQ until some
-/// arrive, failing after [`STALL`] without any.
+/// arrive, failing after `ctx.stall()` without any. Completions are signs of life for the
+/// watchdog.
 pub(crate) fn poll_wait(
+    ctx: &Ctx,
     cq: &CompletionQueue,
     max: usize,
     out: &mut Vec<WorkCompletion>,
@@ -36,19 +39,22 @@ pub(crate) fn poll_wait(
 ) -> Result<usize, PerfError> {
     let n = cq.poll(max, out);
     if n > 0 {
+        ctx.beat();
         return Ok(n);
     }
+    let stall = ctx.stall();
     let start = Instant::now();
     loop {
         cq.wait(Some(Duration::from_millis(100)));
         let n = cq.poll(max, out);
         if n > 0 {
+            ctx.beat();
             return Ok(n);
         }
-        if start.elapsed() > STALL {
+        if start.elapsed() > stall {
             return Err(PerfError::new(format!(
                 "no completion for {} s while waiting for {what}: is the peer still running?",
-                STALL.as_secs()
+                crate::limits::fmt_secs(stall.as_secs_f64())
             )));
         }
     }
@@ -57,41 +63,46 @@ pub(crate) fn poll_wait(
 /// Polls up to `max` completions into `out`, spinning until some arrive as perftest's
 /// `ibv_poll_cq` loop does — and, like a NIC that needs no CPU, the spinning thread itself
 /// moves the device's packets ([`CompletionQueue::poll_progress`]), so a reply is received,
-/// completed and seen on one core without waking anyone. Fails after [`STALL`] without any.
+/// completed and seen on one core without waking anyone. Fails after `ctx.stall()` without
+/// any; completions are signs of life for the watchdog.
 pub(crate) fn poll_spin(
+    ctx: &Ctx,
     cq: &CompletionQueue,
     max: usize,
     out: &mut Vec<WorkCompletion>,
     what: &str,
 ) -> Result<usize, PerfError> {
+    let stall = ctx.stall();
     let start = Instant::now();
     let mut spins = 0u32;
     loop {
         let n = cq.poll_progress(max, out);
         if n > 0 {
+            ctx.beat();
             return Ok(n);
         }
         spins = spins.wrapping_add(1);
-        if spins % 4096 == 0 && start.elapsed() > STALL {
+        if spins % 4096 == 0 && start.elapsed() > stall {
             return Err(PerfError::new(format!(
                 "no completion for {} s while waiting for {what}: is the peer still running?",
-                STALL.as_secs()
+                crate::limits::fmt_secs(stall.as_secs_f64())
             )));
         }
         std::hint::spin_loop();
     }
 }
 
-/// Fails on an error completion, naming the request.
-pub(crate) fn check_wc(wc: &WorkCompletion, what: &str) -> Result<(), PerfError> {
-    if wc.status == WcStatus::Success {
+/// Fails if a batch of completions polled from `cq` holds an error, naming its cause (see
+/// [`super::watch::failure`]).
+pub(crate) fn check_wcs(
+    cq: &CompletionQueue,
+    wcs: &[WorkCompletion],
+    what: &str,
+) -> Result<(), PerfError> {
+    if wcs.iter().all(|wc| wc.status == WcStatus::Success) {
         return Ok(());
     }
-    let (qp, seq) = split_id(wc.wr_id);
-    Err(PerfError::new(format!(
-        "{what} completed with error {:?} (QP {:#x}, request {seq} of QP index {qp})",
-        wc.status, wc.qp_num
-    )))
+    Err(super::watch::failure(cq, wcs, what))
 }
 
 /// Where message `seq` goes in a slot: perftest walks the first `cycle_buffer` bytes in
@@ -153,7 +164,10 @@ pub(crate) fn client(ctx: &mut Ctx, size: u64, progress: &mut Progress) -> Resul
     let inline_ok =
         size <= u64::from(cfg.inline) && matches!(cfg.test.verb(), Verb::Write | Verb::Send);
     let mut state = vec![QpState::default(); q];
-    let (mut posted_at, mut completed_at) = if timed.is_none() {
+    // perftest keeps a post and a completion time per message only to find the peak; without
+    // a peak (timed or long runs) it keeps the first post and the last completion.
+    let per_message = timed.is_none() && !cfg.no_peak;
+    let (mut posted_at, mut completed_at) = if per_message {
         (
             Vec::with_capacity(total as usize),
             Vec::with_capacity(total as usize),
@@ -161,11 +175,20 @@ pub(crate) fn client(ctx: &mut Ctx, size: u64, progress: &mut Progress) -> Resul
     } else {
         (Vec::new(), Vec::new())
     };
+    let mut first_post = None;
+    let mut last_completion = None;
     let mut batch = Vec::with_capacity(cfg.tx_depth as usize);
     let mut wcs = Vec::with_capacity(256);
     let mut done_msgs = 0u64;
     let start = Instant::now();
-    let end = timed.map(|d| start + d);
+    let end = match timed {
+        Some(d) => Some(start.checked_add(d).ok_or_else(|| {
+            PerfError::new(
+                "-D: the end of the run is beyond what this system's clock can represent",
+            )
+        })?),
+        None => None,
+    };
     let mut stopping = false;
     progress.start(&format!("{} {size} B", cfg.test.as_str()));
     loop {
@@ -203,8 +226,10 @@ pub(crate) fn client(ctx: &mut Ctx, size: u64, progress: &mut Progress) -> Resul
                     without_signaled(w.flags)
                 };
                 batch.push(w);
-                if timed.is_none() {
+                if per_message {
                     posted_at.push(Instant::now());
+                } else if first_post.is_none() {
+                    first_post = Some(Instant::now());
                 }
                 st.posted += 1;
             }
@@ -218,25 +243,29 @@ pub(crate) fn client(ctx: &mut Ctx, size: u64, progress: &mut Progress) -> Resul
             break;
         }
         wcs.clear();
-        poll_wait(&ctx.send_cq, 256, &mut wcs, "send completions")?;
+        poll_wait(ctx, &ctx.send_cq, 256, &mut wcs, "send completions")?;
         let now = Instant::now();
+        check_wcs(&ctx.send_cq, &wcs, op_name(ctx))?;
         for wc in &wcs {
-            check_wc(wc, op_name(ctx))?;
             let (i, seq) = split_id(wc.wr_id);
             let st = &mut state[i];
             let covered = (seq + 1).saturating_sub(st.completed);
             st.completed = seq + 1;
             done_msgs += covered;
-            if timed.is_none() {
+            if per_message {
                 completed_at.extend(std::iter::repeat(now).take(covered as usize));
             }
+            last_completion = Some(now);
         }
         progress.tick(done_msgs, timed.map_or(Some(total), |_| None));
     }
     progress.finish();
-    Ok(Row::Bw(match timed {
-        None => report::bw_row(size, &posted_at, &completed_at, cfg.gbits, cfg.cq_mod),
-        Some(_) => report::bw_row_duration(size, done_msgs, start.elapsed(), cfg.gbits),
+    Ok(Row::Bw(match (timed, first_post, last_completion) {
+        (None, _, _) if per_message => {
+            report::bw_row(size, &posted_at, &completed_at, cfg.gbits, cfg.cq_mod)
+        }
+        (None, Some(a), Some(b)) => report::bw_row_duration(size, done_msgs, b - a, cfg.gbits),
+        _ => report::bw_row_duration(size, done_msgs, start.elapsed(), cfg.gbits),
     }))
 }
 
@@ -344,18 +373,20 @@ pub(crate) fn send_server(
                 continue;
             }
             ctx.recv_cq.wait(Some(Duration::from_millis(100)));
-            if idle_since.elapsed() > STALL {
+            let stall = ctx.stall();
+            if idle_since.elapsed() > stall {
                 return Err(PerfError::new(format!(
                     "received {got} of {total} messages, then nothing for {} s",
-                    STALL.as_secs()
+                    crate::limits::fmt_secs(stall.as_secs_f64())
                 )));
             }
             continue;
         }
         idle_since = Instant::now();
         last = idle_since;
+        ctx.beat();
+        check_wcs(&ctx.recv_cq, &wcs, "receive")?;
         for wc in &wcs {
-            check_wc(wc, "receive")?;
             let (i, seq) = split_id(wc.wr_id);
             // Checking every message would measure memcpy; check a sample.
             if seq % 16 == 0 || seq + 1 == iters {

@@ -18,7 +18,7 @@ use softrdma::{wr, SendFlags, WorkCompletion};
 use softrdma_cm::perftest::Role;
 
 use super::args::{AtomicKind, TestName, Verb};
-use super::bw::{check_recv, check_wc, poll_spin, post_recvs, split_id, wr_id, STALL};
+use super::bw::{check_recv, check_wcs, poll_spin, post_recvs, split_id, wr_id};
 use super::oob::{pattern, Ctx};
 use super::report::{one_way_factor, LatDurRow, LatRow, Row};
 use super::{PerfError, Progress};
@@ -55,9 +55,10 @@ impl SendSide {
     fn reap_ready(&mut self, ctx: &Ctx) -> Result<(), PerfError> {
         self.wcs.clear();
         let n = ctx.send_cq.poll_progress(64, &mut self.wcs);
-        for wc in &self.wcs {
-            check_wc(wc, "send")?;
+        if n > 0 {
+            ctx.beat();
         }
+        check_wcs(&ctx.send_cq, &self.wcs, "send")?;
         self.outstanding -= n as u64;
         Ok(())
     }
@@ -69,13 +70,11 @@ impl SendSide {
             self.wcs.clear();
             let must_wait = (drain && self.outstanding > 0) || self.outstanding >= self.cap;
             let n = if must_wait {
-                poll_spin(&ctx.send_cq, 64, &mut self.wcs, "send completions")?
+                poll_spin(ctx, &ctx.send_cq, 64, &mut self.wcs, "send completions")?
             } else {
                 ctx.send_cq.poll(64, &mut self.wcs)
             };
-            for wc in &self.wcs {
-                check_wc(wc, "send")?;
-            }
+            check_wcs(&ctx.send_cq, &self.wcs, "send")?;
             self.outstanding -= n as u64;
             if n == 0 || !must_wait && !drain {
                 return Ok(());
@@ -87,8 +86,12 @@ impl SendSide {
     }
 }
 
-/// Spins (then yields) until `f` holds; fails after [`STALL`].
-fn spin_until(mut f: impl FnMut() -> Result<bool, PerfError>, what: &str) -> Result<(), PerfError> {
+/// Spins (then yields) until `f` holds; fails after `stall`.
+fn spin_until(
+    stall: std::time::Duration,
+    mut f: impl FnMut() -> Result<bool, PerfError>,
+    what: &str,
+) -> Result<(), PerfError> {
     let start = Instant::now();
     let mut spins = 0u32;
     loop {
@@ -100,10 +103,10 @@ fn spin_until(mut f: impl FnMut() -> Result<bool, PerfError>, what: &str) -> Res
             std::hint::spin_loop();
         } else {
             std::thread::yield_now();
-            if spins % 1024 == 0 && start.elapsed() > STALL {
+            if spins % 1024 == 0 && start.elapsed() > stall {
                 return Err(PerfError::new(format!(
                     "nothing for {} s while waiting for {what}: is the peer still running?",
-                    STALL.as_secs()
+                    crate::limits::fmt_secs(stall.as_secs_f64())
                 )));
             }
         }
@@ -130,8 +133,8 @@ pub(crate) fn send_lat(
         if rcnt < iters && (scnt > 0 || waits_first) {
             rwc.clear();
             wait_one(ctx, &mut rwc)?;
+            check_wcs(&ctx.recv_cq, &rwc, "receive")?;
             let wc = &rwc[0];
-            check_wc(wc, "receive")?;
             check_recv(ctx, wc, size)?;
             rcnt += 1;
             if rposted < iters {
@@ -170,7 +173,7 @@ pub(crate) fn send_lat(
 /// Waits for one receive completion, spinning as perftest does; the spinning thread moves
 /// the packets itself (see [`poll_spin`]).
 fn wait_one(ctx: &Ctx, out: &mut Vec<WorkCompletion>) -> Result<(), PerfError> {
-    poll_spin(&ctx.recv_cq, 1, out, "the peer's message")?;
+    poll_spin(ctx, &ctx.recv_cq, 1, out, "the peer's message")?;
     Ok(())
 }
 
@@ -202,6 +205,7 @@ pub(crate) fn write_lat(
             let want = rcnt as u8;
             let mut b = [0u8; 1];
             spin_until(
+                ctx.stall(),
                 || {
                     // Only the polled byte says the peer's WRITE landed; a failed WRITE of
                     // ours shows in the send queue (perftest polls it every round), and
@@ -310,16 +314,14 @@ pub(crate) fn read_lat(
         }
         ctx.qps[0].post_send([w])?;
         wcs.clear();
-        poll_spin(&ctx.send_cq, 1, &mut wcs, "the reply")?;
+        poll_spin(ctx, &ctx.send_cq, 1, &mut wcs, "the reply")?;
+        let what = if cfg.test.verb() == Verb::Read {
+            "RDMA READ"
+        } else {
+            "atomic"
+        };
+        check_wcs(&ctx.send_cq, &wcs, what)?;
         let wc = &wcs[0];
-        check_wc(
-            wc,
-            if cfg.test.verb() == Verb::Read {
-                "RDMA READ"
-            } else {
-                "atomic"
-            },
-        )?;
         debug_assert_eq!(split_id(wc.wr_id).1, n);
         n += 1;
         progress.tick(n, timed.map_or(Some(cfg.iters), |_| None));

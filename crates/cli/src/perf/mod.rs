@@ -15,6 +15,7 @@ mod bw;
 mod lat;
 mod oob;
 mod report;
+mod watch;
 
 use std::fmt;
 use std::io::{IsTerminal, Write};
@@ -33,17 +34,33 @@ use report::{BwRow, Outcome, Row, RESULT_LINE};
 #[derive(Debug)]
 pub(crate) struct PerfError {
     msg: String,
+    /// The device's non-zero counters when the run failed after the device was up.
+    counters: Option<Vec<(String, u64)>>,
 }
 
 impl PerfError {
     pub(crate) fn new(msg: impl Into<String>) -> PerfError {
-        PerfError { msg: msg.into() }
+        PerfError {
+            msg: msg.into(),
+            counters: None,
+        }
     }
 
     /// A data-check failure.
     pub(crate) fn check(msg: impl Into<String>) -> PerfError {
-        PerfError {
-            msg: format!("data check failed: {}", msg.into()),
+        PerfError::new(format!("data check failed: {}", msg.into()))
+    }
+
+    /// Prints the message and, if known, the device's counters, to stderr.
+    fn report(&self, prefix: &str) {
+        eprintln!("softrdma perf: {prefix}{}", self.msg);
+        if let Some(c) = &self.counters {
+            let mut err = std::io::stderr().lock();
+            let _ = writeln!(
+                err,
+                "softrdma perf: {prefix}device counters at the failure (non-zero):"
+            );
+            let _ = crate::devinfo::write_counter_lines(&mut err, c);
         }
     }
 }
@@ -159,7 +176,40 @@ fn run_side(
     p: &mut Printer,
     progress: &mut Progress,
 ) -> Result<Outcome, PerfError> {
+    // perftest warns while parsing its arguments, before anything else.
+    let server = matches!(conn, Conn::Listen(_));
+    if cfg.test.is_bw() && (cfg.no_peak || server && cfg.test.verb() == Verb::Send) {
+        p.line(args::NO_PEAK_WARNING);
+    }
     let mut ctx = oob::setup(cfg, conn, p)?;
+    let result = traffic(cfg, &mut ctx, p, progress);
+    let result = match &ctx.watchdog {
+        Some(w) => result.map_err(|e| w.explain(e)),
+        None => result,
+    };
+    ctx.watchdog = None;
+    let stats = ctx.device.stats();
+    match result {
+        Ok(mut out) => {
+            if cfg.counters {
+                out.device_counters = Some(crate::devinfo::counter_list(&stats));
+            }
+            Ok(out)
+        }
+        Err(mut e) => {
+            e.counters = Some(crate::devinfo::nonzero_counters(&stats));
+            Err(e)
+        }
+    }
+}
+
+/// Everything after the connection is set up: traffic, reports, checks, closing.
+fn traffic(
+    cfg: &Config,
+    ctx: &mut oob::Ctx,
+    p: &mut Printer,
+    progress: &mut Progress,
+) -> Result<Outcome, PerfError> {
     let role = ctx.role;
     let test = cfg.test;
     let verb = test.verb();
@@ -183,7 +233,7 @@ fn run_side(
     if !passive {
         for &size in &cfg.sizes {
             let pre = if verb == Verb::Send && (role == Role::Server || !test.is_bw()) {
-                bw::prepost(&ctx, size)?
+                bw::prepost(ctx, size)?
             } else {
                 0
             };
@@ -191,11 +241,11 @@ fn run_side(
                 ctx.sync()?;
             }
             let row = match test {
-                _ if test.is_bw() && role == Role::Client => bw::client(&mut ctx, size, progress)?,
-                args::TestName::SendBw => bw::send_server(&mut ctx, size, pre, &mut sampled)?,
-                args::TestName::SendLat => lat::send_lat(&mut ctx, size, pre, progress)?,
-                args::TestName::WriteLat => lat::write_lat(&mut ctx, size, progress)?,
-                _ => lat::read_lat(&mut ctx, size, progress)?,
+                _ if test.is_bw() && role == Role::Client => bw::client(ctx, size, progress)?,
+                args::TestName::SendBw => bw::send_server(ctx, size, pre, &mut sampled)?,
+                args::TestName::SendLat => lat::send_lat(ctx, size, pre, progress)?,
+                args::TestName::WriteLat => lat::write_lat(ctx, size, progress)?,
+                _ => lat::read_lat(ctx, size, progress)?,
             };
             p.line(&row.render(cfg.gbits));
             out.rows.push(row);
@@ -203,10 +253,10 @@ fn run_side(
                 ctx.sync()?;
             }
             if cfg.check && role == Role::Client && verb == Verb::Read {
-                checks.push(bw::check_read_client(&ctx, size)?);
+                checks.push(bw::check_read_client(ctx, size)?);
             }
             if cfg.check && test == args::TestName::WriteLat {
-                checks.push(lat::check_write_lat(&ctx, size)?);
+                checks.push(lat::check_write_lat(ctx, size)?);
             }
         }
         if cfg.check && verb == Verb::Send && (role == Role::Server || !test.is_bw()) {
@@ -238,7 +288,7 @@ fn run_side(
             p.line(&row.render(cfg.gbits));
             out.rows.push(row);
             if cfg.check && verb != Verb::Read {
-                checks.push(bw::check_passive_server(&ctx, &cfg.sizes)?);
+                checks.push(bw::check_passive_server(ctx, &cfg.sizes)?);
             }
         }
     }
@@ -257,7 +307,7 @@ fn run_side(
         std::thread::sleep(Duration::from_millis(50));
     }
     if passive && !test.is_bw() && cfg.check && verb == Verb::Atomic {
-        checks.push(bw::check_passive_server(&ctx, &cfg.sizes)?);
+        checks.push(bw::check_passive_server(ctx, &cfg.sizes)?);
     }
     if !checks.is_empty() {
         out.check = Some(checks.join("; "));
@@ -304,6 +354,7 @@ pub(crate) fn run(args: &Args) -> ExitCode {
     match run_side(&cfg, conn, &mut p, &mut progress) {
         Ok(out) => {
             finish_text(&cfg, &mut p, out.check.as_deref(), None);
+            print_counters(&mut p, &out);
             if cfg.json {
                 println!("{}", report::json(&cfg, role, &out));
             }
@@ -311,8 +362,19 @@ pub(crate) fn run(args: &Args) -> ExitCode {
         }
         Err(e) => {
             progress.finish();
-            eprintln!("softrdma perf: {e}");
+            e.report("");
             ExitCode::FAILURE
+        }
+    }
+}
+
+/// The device's counters after a successful run (`--counters`, text output).
+fn print_counters(p: &mut Printer, out: &Outcome) {
+    if let (Some(c), true) = (&out.device_counters, p.on) {
+        let mut text = Vec::new();
+        let _ = crate::devinfo::write_counter_lines(&mut text, c);
+        for l in String::from_utf8_lossy(&text).lines() {
+            p.line(l);
         }
     }
 }
@@ -397,6 +459,7 @@ fn loopback(cfg: &Config, progress_on: bool) -> ExitCode {
         (Ok(mut out), Ok(s)) => {
             finish_text(cfg, &mut p, out.check.as_deref(), s.check.as_deref());
             out.counters = out.counters.add(s.counters);
+            print_counters(&mut p, &out);
             if let Some(sc) = s.check {
                 out.check = Some(match out.check {
                     Some(c) => format!("client: {c}; server: {sc}"),
@@ -410,14 +473,14 @@ fn loopback(cfg: &Config, progress_on: bool) -> ExitCode {
         }
         (Err(e), s) => {
             progress.finish();
-            eprintln!("softrdma perf: {e}");
+            e.report("");
             if let Err(se) = s {
-                eprintln!("softrdma perf: server side: {se}");
+                se.report("server side: ");
             }
             ExitCode::FAILURE
         }
         (Ok(_), Err(e)) => {
-            eprintln!("softrdma perf: server side: {e}");
+            e.report("server side: ");
             ExitCode::FAILURE
         }
     }

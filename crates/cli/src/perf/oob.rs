@@ -51,6 +51,9 @@ pub(crate) fn pattern(offset: usize, len: usize) -> Vec<u8> {
 /// its WRITEs, SENDs and atomics, the source of its READs) — perftest's layout.
 pub(crate) struct Ctx {
     pub cfg: Config,
+    pub device: Device,
+    /// Ends the run when the peer goes silent (`--timeout`).
+    pub watchdog: Option<super::watch::Watchdog>,
     pub role: Role,
     /// The out-of-band session (taken at the end to close it).
     pub sess: Option<PerftestSession>,
@@ -91,7 +94,20 @@ impl Ctx {
     pub(crate) fn sync(&mut self) -> Result<(), PerfError> {
         let my = self.my[0];
         self.sess()?.exchange_keys(&my)?;
+        self.beat();
         Ok(())
+    }
+
+    /// How long to wait for a completion before calling the peer gone.
+    pub(crate) fn stall(&self) -> Duration {
+        self.cfg.timeout.unwrap_or(super::bw::STALL)
+    }
+
+    /// This side made progress: tells the watchdog, if any.
+    pub(crate) fn beat(&self) {
+        if let Some(w) = &self.watchdog {
+            w.beat();
+        }
     }
 
     /// Whether the peer has sent something on the out-of-band connection (it finished its
@@ -121,9 +137,8 @@ pub(crate) fn setup(cfg: &Config, conn: Conn, p: &mut Printer) -> Result<Ctx, Pe
         }
         Conn::Listen(l) => {
             p.line(report::WAITING);
-            let (s, _) = l
-                .accept()
-                .map_err(|e| PerfError::new(format!("accept: {e}")))?;
+            let (s, _) = crate::limits::accept_within(&l, cfg.timeout)
+                .map_err(|e| PerfError::new(format!("waiting for a client: {e}")))?;
             s.set_nodelay(true)?;
             (s, Role::Server)
         }
@@ -301,8 +316,18 @@ pub(crate) fn setup(cfg: &Config, conn: Conn, p: &mut Printer) -> Result<Ctx, Pe
     // it without limit, as perftest does (the traffic loops have their own stall checks).
     sess.set_timeout(None)?;
     let _ = std::io::stdout().flush();
+    let watchdog = match cfg.timeout {
+        Some(limit) => Some(super::watch::Watchdog::start(
+            limit,
+            device.clone(),
+            peek.try_clone()?,
+        )?),
+        None => None,
+    };
     Ok(Ctx {
         cfg: cfg.clone(),
+        device,
+        watchdog,
         role,
         sess: Some(sess),
         peek,

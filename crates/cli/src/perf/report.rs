@@ -162,13 +162,14 @@ impl BwRow {
         }
     }
 
-    fn json(&self, gbits: bool) -> String {
+    /// `peak`: whether the peak was measured (else it is `null`, where perftest prints 0.00).
+    fn json(&self, gbits: bool, peak: bool) -> String {
         let unit = if gbits { "gbps" } else { "mbps" };
         format!(
             "{{\"bytes\":{},\"iterations\":{},\"bw_peak_{unit}\":{},\"bw_avg_{unit}\":{},\"msg_rate_mpps\":{}}}",
             self.size,
             self.iters,
-            num(self.bw_peak),
+            if peak { num(self.bw_peak) } else { "null".into() },
             num(self.bw_avg),
             num(self.msg_rate)
         )
@@ -251,7 +252,8 @@ pub(crate) fn bw_row(
     }
 }
 
-/// A timed run (`-D`): rates over the measured interval; perftest reports no peak then.
+/// A run without a measured peak (`-D`, more than 20,000 iterations, a SEND server): rates
+/// over the measured interval, and 0 for the peak, which is what perftest prints then.
 pub(crate) fn bw_row_duration(size: u64, msgs: u64, elapsed: Duration, gbits: bool) -> BwRow {
     let secs = elapsed.as_secs_f64().max(1e-9);
     BwRow {
@@ -422,9 +424,9 @@ impl Row {
         }
     }
 
-    fn json(&self, gbits: bool) -> String {
+    fn json(&self, gbits: bool, peak: bool) -> String {
         match self {
-            Row::Bw(r) => r.json(gbits),
+            Row::Bw(r) => r.json(gbits, peak),
             Row::Lat(r) => r.json(),
             Row::LatDur(r) => r.json(),
         }
@@ -442,6 +444,8 @@ pub(crate) struct Outcome {
     pub mtu: u32,
     /// The device's counters at the end of the run (with `--loopback`, both devices summed).
     pub counters: Counters,
+    /// Every counter of the device after the run (`--counters`).
+    pub device_counters: Option<Vec<(String, u64)>>,
 }
 
 /// What a run cost on the wire: the device counters `--json` reports.
@@ -493,7 +497,9 @@ impl Counters {
 
 /// The `--json` document for a finished run.
 pub(crate) fn json(cfg: &Config, role: Role, out: &Outcome) -> String {
-    let rows: Vec<String> = out.rows.iter().map(|r| r.json(cfg.gbits)).collect();
+    // The server of a SEND test measures no peak (perftest's `noPeak` there too).
+    let peak = !(cfg.no_peak || role == Role::Server && cfg.test.verb() == Verb::Send);
+    let rows: Vec<String> = out.rows.iter().map(|r| r.json(cfg.gbits, peak)).collect();
     let role = match role {
         Role::Client => "client",
         Role::Server => "server",
@@ -507,8 +513,15 @@ pub(crate) fn json(cfg: &Config, role: Role, out: &Outcome) -> String {
     } else {
         "null".into()
     };
+    let device_counters = match &out.device_counters {
+        Some(c) => {
+            let body: Vec<String> = c.iter().map(|(k, n)| format!("\"{k}\":{n}")).collect();
+            format!(",\"device_counters\":{{{}}}", body.join(","))
+        }
+        None => String::new(),
+    };
     format!(
-        "{{\"test\":\"{}\",\"role\":\"{role}\",\"qps\":{},\"mtu\":{},\"tx_depth\":{},\"cq_mod\":{},\"atomic_type\":{atomic},\"check\":{check},\"results\":[{}],\"counters\":{}}}",
+        "{{\"test\":\"{}\",\"role\":\"{role}\",\"qps\":{},\"mtu\":{},\"tx_depth\":{},\"cq_mod\":{},\"atomic_type\":{atomic},\"check\":{check},\"results\":[{}],\"counters\":{}{device_counters}}}",
         cfg.test.as_str(),
         cfg.qps,
         out.mtu,
