@@ -381,6 +381,7 @@ pub(crate) fn counter_list(s: &DeviceStats) -> Vec<(String, u64)> {
         ("io.tx_errors", io.tx_errors),
         ("io.tx_port_fallbacks", io.tx_port_fallbacks),
         ("io.wakeups", io.wakeups),
+        ("io.cq_signals", io.cq_signals),
         ("io.pcap_records", io.pcap_records),
         ("io.pcap_errors", io.pcap_errors),
     ] {

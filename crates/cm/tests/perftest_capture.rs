@@ -416,15 +416,19 @@ fn loopback_client_and_server_write_exactly_the_captured_messages() {
 fn timeout_when_the_server_says_nothing() {
     let l = TcpListener::bind("127.0.0.1:0").unwrap();
     let addr = l.local_addr().unwrap();
+    // The server holds the connection, silent, until the client's timeout has been seen:
+    // no race between the two waits.
+    let (release, held) = std::sync::mpsc::channel::<()>();
     let hold = thread::spawn(move || {
         let (s, _) = l.accept().unwrap();
-        thread::sleep(Duration::from_millis(500));
+        let _ = held.recv();
         drop(s);
     });
     let mut s = PerftestSession::connect(addr).unwrap();
     s.set_timeout(Some(Duration::from_millis(50))).unwrap();
     let e = s.exchange_versions().unwrap_err();
     assert!(matches!(e, Error::Timeout { .. }), "{e:?}");
+    release.send(()).unwrap();
     hold.join().unwrap();
 }
 

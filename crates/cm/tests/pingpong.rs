@@ -152,9 +152,12 @@ fn dual_stack_listener_accepts_ipv4_clients() {
 fn client_times_out_on_a_silent_server() {
     let l = TcpListener::bind("127.0.0.1:0").unwrap();
     let addr = l.local_addr().unwrap();
+    // The server holds the connection, silent, until the client's timeout has been seen:
+    // no race between the two waits.
+    let (release, held) = std::sync::mpsc::channel::<()>();
     let hold = thread::spawn(move || {
         let (s, _) = l.accept().unwrap();
-        thread::sleep(Duration::from_millis(500));
+        let _ = held.recv();
         drop(s);
     });
     let e = exchange_as_client_with_timeout(
@@ -164,6 +167,7 @@ fn client_times_out_on_a_silent_server() {
     )
     .unwrap_err();
     assert!(matches!(e, Error::Timeout { .. }), "{e:?}");
+    release.send(()).unwrap();
     hold.join().unwrap();
 }
 

@@ -54,6 +54,10 @@ pub struct IoCounters {
     pub tx_port_fallbacks: u64,
     /// Times the progress thread woke from sleep.
     pub wakeups: u64,
+    /// Times a completion queue's event fd was written to wake a thread sleeping in
+    /// [`CompletionQueue::wait`](crate::CompletionQueue::wait) for completions another thread
+    /// produced.
+    pub cq_signals: u64,
     /// Records written to the pcap tap ([`DeviceConfig::pcap`](crate::DeviceConfig::pcap)).
     pub pcap_records: u64,
     /// Records the pcap tap failed to write.
@@ -454,6 +458,7 @@ impl Core {
                 wakers.append(&mut w.notify.lock().wakers);
                 if w.notify.armed.swap(false, Ordering::AcqRel) {
                     w.notify.fd.signal();
+                    self.io.cq_signals += 1;
                 }
                 if w.notify.channel_armed.swap(false, Ordering::AcqRel) {
                     if let Some((pipe, token)) = w.notify.channel.get() {

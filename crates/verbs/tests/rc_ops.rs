@@ -398,16 +398,19 @@ fn several_threads_posting() {
     assert_eq!(b.mr.read_u64(60000).unwrap(), (THREADS * PER / 2) as u64);
 }
 
+/// One-sided operations need nothing from the remote application: its thread owns its
+/// objects and blocks until the test is over — on a channel, so the proof does not depend on
+/// how long anything takes.
 #[test]
 fn one_sided_served_while_remote_app_sleeps() {
     let (a, b) = pair("127.0.5.25", "127.0.5.26", 1 << 20);
     let data = pattern(1 << 19, 7);
     b.mr.write(0, &data).unwrap();
     let r = b.mr.remote();
-    // The remote application thread owns its objects and sleeps throughout.
+    let (wake, asleep) = std::sync::mpsc::channel::<()>();
     let sleeper = std::thread::spawn(move || {
         let _b = b;
-        std::thread::sleep(Duration::from_secs(3));
+        asleep.recv().unwrap();
         _b
     });
     a.qp.post_send([wr::read(1, vec![a.mr.sge(0, 1 << 19)], r.addr, r.rkey)])
@@ -425,8 +428,9 @@ fn one_sided_served_while_remote_app_sleeps() {
     assert!(wcs.iter().all(|w| w.status == WcStatus::Success));
     assert!(
         !sleeper.is_finished(),
-        "the remote thread was supposed to be asleep"
+        "the remote thread was supposed to be blocked"
     );
+    wake.send(()).unwrap();
     let b = sleeper.join().unwrap();
     assert_eq!(b.mr.read_vec(1 << 19, 1 << 19).unwrap(), back);
     assert!(b.cq.is_empty());
@@ -573,7 +577,12 @@ fn rnr_then_late_receive() {
     let (a, b) = pair("127.0.5.33", "127.0.5.34", 4096);
     a.mr.write(0, b"late").unwrap();
     a.qp.post_send([wr::send(1, vec![a.mr.sge(0, 4)])]).unwrap();
-    std::thread::sleep(Duration::from_millis(30));
+    // The SEND meets no receive: wait for the RNR NAK it earns (an event, not a delay).
+    let deadline = std::time::Instant::now() + WAIT;
+    while b.dev.stats().engine.naks_sent_of(softrdma::NakKind::Rnr) == 0 {
+        assert!(std::time::Instant::now() < deadline, "no RNR NAK");
+        std::thread::yield_now();
+    }
     assert!(a.cq.is_empty());
     b.qp.post_recv([wr::recv(2, vec![b.mr.sge(0, 64)])])
         .unwrap();
@@ -704,7 +713,8 @@ fn busy_poll_and_progress_thread_transmit() {
 
 /// Two application threads wait on two CQs of the same device. Whichever thread happens to
 /// drive the device may consume the datagram that completes the *other* thread's work; that
-/// thread must still wake at once (through its CQ's event fd), not at its timeout.
+/// thread must still get it (through its CQ's event fd or the socket). RNR retries keep
+/// datagrams coming here, so this test cannot tell how a waiter woke: the next one can.
 #[test]
 fn waiters_on_one_device_wake_for_completions_another_thread_produced() {
     let a = Side::new("127.0.5.61", 4096);
@@ -715,7 +725,6 @@ fn waiters_on_one_device_wake_for_completions_another_thread_produced() {
     connect(&a.qp, &b.qp);
     connect(&a2_qp, &b2_qp);
     const ROUNDS: usize = 300;
-    let slow = Duration::from_secs(2);
     let waiter = |cq: softrdma::CompletionQueue,
                   qp: softrdma::QueuePair,
                   mr: softrdma::MemoryRegion,
@@ -726,10 +735,8 @@ fn waiters_on_one_device_wake_for_completions_another_thread_produced() {
                 qp.post_recv([wr::recv(i as u64, vec![mr.sge(off, 64)])])
                     .unwrap();
                 wcs.clear();
-                let t0 = std::time::Instant::now();
-                cq.poll_blocking(1, &mut wcs, Some(slow));
-                assert_eq!(wcs.len(), 1, "round {i}: no completion within {slow:?}");
-                assert!(t0.elapsed() < slow);
+                cq.poll_blocking(1, &mut wcs, Some(WAIT));
+                assert_eq!(wcs.len(), 1, "round {i}: no completion within {WAIT:?}");
                 assert_eq!(wcs[0].status, WcStatus::Success);
             }
         })
@@ -747,11 +754,69 @@ fn waiters_on_one_device_wake_for_completions_another_thread_produced() {
             .unwrap();
         sent += 2;
         while wcs.len() < sent {
-            let n = a.cq.poll_blocking(8, &mut wcs, Some(slow));
-            assert!(n > 0, "round {i}: sender saw no completion within {slow:?}");
+            let n = a.cq.poll_blocking(8, &mut wcs, Some(WAIT));
+            assert!(n > 0, "round {i}: sender saw no completion within {WAIT:?}");
         }
     }
     assert!(wcs.iter().all(|w| w.status == WcStatus::Success));
     t1.join().unwrap();
     t2.join().unwrap();
+}
+
+/// Issue 15, item 7: a thread sleeping in `CompletionQueue::wait` is woken by its CQ's event
+/// fd when another thread produces its completion. Here nothing else could wake it: the
+/// completion is a flush that `post_send` on a QP in the error state produces on the posting
+/// thread — no datagram arrives, no timer runs, and the waiter's own timeout is far away. A
+/// lost wake-up leaves the waiter asleep until that timeout, and the test fails; the device
+/// counts the event fd writes, which shows the path was taken.
+#[test]
+fn a_waiter_is_woken_by_its_event_fd_alone() {
+    let dev = open("127.0.5.63");
+    let pd = dev.alloc_pd();
+    let mr = pd.reg_mr(64, all_access()).unwrap();
+    const ROUNDS: u64 = 20;
+    const FAR: Duration = Duration::from_secs(60);
+    let mut woken_by_fd = 0;
+    for round in 0..ROUNDS {
+        let cq = dev.create_cq(4).unwrap();
+        let qp = pd.create_qp(&QpInitAttr::rc(&cq)).unwrap();
+        qp.modify(&softrdma::QpAttr {
+            qp_state: Some(QpState::Err),
+            ..Default::default()
+        })
+        .unwrap();
+        let (ready, started) = std::sync::mpsc::channel();
+        let (done, finished) = std::sync::mpsc::channel();
+        let waiter = {
+            let cq = cq.clone();
+            std::thread::spawn(move || {
+                ready.send(()).unwrap();
+                let t0 = std::time::Instant::now();
+                let woke = cq.wait(Some(FAR));
+                done.send((woke, t0.elapsed() < FAR)).unwrap();
+            })
+        };
+        started.recv().unwrap();
+        // Give the waiter the chance to fall asleep (if it has not, it finds the completion
+        // without sleeping, which proves nothing but breaks nothing).
+        for _ in 0..1000 {
+            std::thread::yield_now();
+        }
+        let before = dev.stats().io.cq_signals;
+        qp.post_send([wr::send(round, vec![mr.sge(0, 8)])]).unwrap();
+        let (woke, early) = finished
+            .recv_timeout(FAR + WAIT)
+            .expect("the waiter never returned");
+        assert!(
+            woke && early,
+            "round {round}: the waiter slept until its timeout"
+        );
+        woken_by_fd += dev.stats().io.cq_signals - before;
+        waiter.join().unwrap();
+        assert_eq!(cq.poll_one().unwrap().status, WcStatus::WrFlushErr);
+    }
+    assert!(
+        woken_by_fd > 0,
+        "no round had its waiter asleep: the event fd path was never exercised"
+    );
 }
