@@ -115,7 +115,13 @@
 //! - keeps a region's memory alive while the engine may use it: the region's table entry holds
 //!   a reference, and dropping the last [`MemoryRegion`] handle deregisters it under the device
 //!   lock, after which nothing touches the memory. For [`ProtectionDomain::reg_mr_raw`] the
-//!   caller promises the memory outlives the registration.
+//!   caller promises the memory outlives the registration — and, since the application can
+//!   reach that memory by itself, that its accesses which may race with softrdma's are
+//!   atomics of the *same sizes*: 8-byte words wholly inside the range, single bytes at its
+//!   ends ([`MemoryRegion::atomic_words`]); racing atomics of different sizes are undefined
+//!   behaviour in Rust, and no scheme could avoid naming sizes (see `reg_mr_raw`'s safety
+//!   section for the rule, overlapping registrations included). Local atomics on region
+//!   memory use the very words softrdma uses: [`MemoryRegion::atomic_u64`].
 //!
 //! As in ibverbs, the application must not change a buffer a posted send WR reads until the
 //! WR completes (a retransmission re-reads it); doing so is not unsound, the peer just gets

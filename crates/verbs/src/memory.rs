@@ -16,6 +16,16 @@
 //!   except for words that stick out of the registered range, which are accessed byte by byte
 //!   ([`AtomicU8`]), so that softrdma never touches a byte outside the registration.
 //!
+//! For caller memory, soundness also needs the caller: its own accesses that may race with
+//! softrdma's must be atomics of the same sizes at the same places (8-byte words inside the
+//! range, single bytes at its ends), and two overlapping registrations must agree on those
+//! sizes where they overlap. Rust's memory model makes racing atomics of different sizes
+//! undefined behaviour, and no access scheme avoids stating sizes: remote atomics need 8-byte
+//! operations, the ends need 1-byte ones (the neighbouring bytes are not softrdma's to touch),
+//! and an application atomic of any other size would mix with either. `reg_mr_raw`'s safety
+//! contract says this; [`WordMemory::atomic_words`] tells where the word part is, and
+//! [`WordMemory::atomic_u64`] hands the application the very atomics softrdma uses.
+//!
 //! Copies move whole words in one tight loop of relaxed loads or stores (on x86 and ARM plain
 //! moves, a few GB/s per core) and the partial words at either end on their own. Ordering
 //! comes from the device's queues: a buffer handed to `post_send` was written before the post,
@@ -340,6 +350,52 @@ macro_rules! region_memory_impl {
 region_memory_impl!(OwnedMemory);
 region_memory_impl!(RawMemory);
 
+/// Region memory as the verbs layer sees it: the engine's [`RegionMemory`], plus where the
+/// 8-byte-word part is (see the module docs).
+pub(crate) trait WordMemory: RegionMemory {
+    /// Offsets (from the region's start) of the part accessed as whole aligned 8-byte words.
+    fn atomic_words(&self) -> std::ops::Range<usize>;
+    /// The word at `offset`, if it is one of those words.
+    fn atomic_u64(&self, offset: usize) -> Option<&AtomicU64>;
+}
+
+impl Words {
+    fn atomic_words(&self) -> std::ops::Range<usize> {
+        let lo = self.word_lo.clamp(self.base, self.base + self.len) - self.base;
+        let hi = self.word_hi.clamp(self.base, self.base + self.len) - self.base;
+        lo..hi.max(lo)
+    }
+
+    fn checked_word(&self, offset: usize) -> Option<&AtomicU64> {
+        let addr = self.base.checked_add(offset)?;
+        if addr % 8 != 0 || !self.word_ok(addr) || offset.checked_add(8)? > self.len {
+            return None;
+        }
+        // SAFETY: aligned, and word_ok checked the word range; the word lives as long as the
+        // memory, which outlives the `&self` this borrows from.
+        Some(unsafe { self.word(addr) })
+    }
+}
+
+impl WordMemory for OwnedMemory {
+    fn atomic_words(&self) -> std::ops::Range<usize> {
+        // Allocated as whole words: every byte of the region is in one.
+        0..self.words.len
+    }
+    fn atomic_u64(&self, offset: usize) -> Option<&AtomicU64> {
+        self.words.checked_word(offset)
+    }
+}
+
+impl WordMemory for RawMemory {
+    fn atomic_words(&self) -> std::ops::Range<usize> {
+        self.words.atomic_words()
+    }
+    fn atomic_u64(&self, offset: usize) -> Option<&AtomicU64> {
+        self.words.checked_word(offset)
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -373,6 +429,43 @@ mod tests {
         let _ = m;
         assert_eq!(&buf[..3], &[0xAA; 3]);
         assert_eq!(&buf[53..], &[0xAA; 11]);
+    }
+
+    /// The access sizes `reg_mr_raw`'s contract names (issue 15, item 8): words wholly inside
+    /// the range, aligned by address, are 8-byte atomics; the ends are bytes; the application
+    /// gets exactly those words, and no other.
+    #[test]
+    fn raw_access_sizes_are_the_documented_ones() {
+        let mut buf = vec![0u64; 8]; // 64 bytes, 8-aligned
+        let base = buf.as_mut_ptr().cast::<u8>();
+        // SAFETY: buf outlives `m` and is only accessed through `m` meanwhile.
+        let m = unsafe { RawMemory::new(base.add(3), 50) };
+        assert_eq!(
+            m.atomic_words(),
+            5..45,
+            "[base+8, base+48) relative to base+3"
+        );
+        assert!(m.atomic_u64(5).is_some() && m.atomic_u64(37).is_some());
+        for off in [0, 4, 6, 41, 45, 49, usize::MAX - 2] {
+            assert!(m.atomic_u64(off).is_none(), "{off}");
+        }
+        m.atomic_u64(5).unwrap().store(7, Ordering::Release);
+        assert_eq!(m.fetch_add(5, 1), 7);
+        let mut w = [0u8; 8];
+        m.read(5, &mut w);
+        assert_eq!(u64::from_ne_bytes(w), 8);
+        // Shorter than a word inside one word: no word part at all.
+        // SAFETY: as above.
+        let tiny = unsafe { RawMemory::new(base.add(17), 5) };
+        assert!(tiny.atomic_words().is_empty());
+        assert!(tiny.atomic_u64(0).is_none());
+        let _ = m;
+        let _ = tiny;
+        // Owned memory is words throughout.
+        let o = OwnedMemory::new(37).unwrap();
+        assert_eq!(o.atomic_words(), 0..37);
+        // A word must lie inside the region to be handed out.
+        assert!(o.atomic_u64(24).is_some() && o.atomic_u64(32).is_none());
     }
 
     #[test]

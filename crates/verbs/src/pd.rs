@@ -6,7 +6,7 @@ use softrdma_proto::{AccessFlags, PdHandle, RegionMemory, Sge};
 
 use crate::ah::{AddressHandle, AhAttr};
 use crate::error::{CreateAhError, RegMrError};
-use crate::memory::{OwnedMemory, RawMemory};
+use crate::memory::{OwnedMemory, RawMemory, WordMemory};
 use crate::Device;
 
 struct PdInner {
@@ -80,12 +80,33 @@ impl ProtectionDomain {
     /// # Safety
     /// - `[ptr, ptr + len)` must be valid for reads and writes and stay allocated until the
     ///   returned region and all its clones are dropped (dropping deregisters it; from then on
-    ///   softrdma never touches the memory);
-    /// - while the region is registered, remote peers (through the rkey) and the device (for
-    ///   local work requests) access the memory with atomic operations at any time; the caller
-    ///   must not access it with non-atomic reads or writes that could race with them (use the
-    ///   region's copying methods, or atomics, or make sure by protocol that no access is in
-    ///   flight).
+    ///   softrdma never touches the memory).
+    /// - While the region is registered, softrdma accesses the memory from its own threads at
+    ///   any time (remote peers holding the rkey need no action of the application): every
+    ///   8-byte word that lies wholly inside the range (aligned by address) with 8-byte atomic
+    ///   operations, and the bytes of the at most two partial words at its ends with 1-byte
+    ///   atomic operations — [`MemoryRegion::atomic_words`] gives the word part. An access by
+    ///   the caller that may be concurrent with those must be an atomic access **of the same
+    ///   size at the same place**: [`AtomicU64`](std::sync::atomic::AtomicU64) on a word of the
+    ///   word part ([`MemoryRegion::atomic_u64`] hands it out), `AtomicU8` on an edge byte, or
+    ///   the region's copying methods. Plain reads and writes, and atomics of any other size
+    ///   (`AtomicU32`, `AtomicU16`, an `AtomicU64` straddling an end), are allowed only when
+    ///   the application knows by its own protocol that no softrdma access is in flight: before
+    ///   the rkey reaches a peer and a work request names the region, or after the completions
+    ///   it waited for when no peer may still write.
+    /// - Regions that overlap are accessed by softrdma through each of them by the rule above,
+    ///   so where they share bytes the sizes must agree: every end of one region that falls
+    ///   inside the other must be 8-byte aligned (simplest: start and length multiples of 8).
+    ///   Overlapping regions that break this may exist (ibverbs allows them) but must not be in
+    ///   use at the same time.
+    ///
+    /// Why a rule and not an access scheme that needs none: remote atomics must be 8-byte
+    /// atomic operations; the ends must be accessed byte by byte, since the bytes next to the
+    /// range may be the caller's and accessed without atomics; and an application atomic of
+    /// any other size would mix with whichever size softrdma chose. Rust's memory model makes
+    /// racing accesses of different sizes undefined behaviour, so the sizes are part of the
+    /// contract. Memory from [`reg_mr`](Self::reg_mr) needs no such care: only softrdma can
+    /// reach it, always with whole 8-byte words.
     pub unsafe fn reg_mr_raw(
         &self,
         ptr: *mut u8,
@@ -123,7 +144,7 @@ impl ProtectionDomain {
 
     fn register(
         &self,
-        memory: Arc<dyn RegionMemory>,
+        memory: Arc<dyn WordMemory>,
         addr: u64,
         ptr: *mut u8,
         len: usize,
@@ -139,7 +160,13 @@ impl ProtectionDomain {
             .inner()
             .lock()
             .engine
-            .reg_mr(self.handle(), addr, len as u64, access, memory.clone())
+            .reg_mr(
+                self.handle(),
+                addr,
+                len as u64,
+                access,
+                memory.clone() as Arc<dyn RegionMemory>,
+            )
             .map_err(|e| match e {
                 softrdma_proto::EngineError::InvalidArgument(s) => RegMrError::InvalidRange(s),
                 softrdma_proto::EngineError::Exhausted(_) => RegMrError::TooMany,
@@ -174,7 +201,7 @@ struct MrInner {
     ptr: *mut u8,
     len: usize,
     access: AccessFlags,
-    memory: Arc<dyn RegionMemory>,
+    memory: Arc<dyn WordMemory>,
 }
 
 // SAFETY: `ptr` is only handed out as a raw pointer (never dereferenced by this type); the
@@ -283,9 +310,29 @@ impl MemoryRegion {
     }
 
     /// A raw pointer to the first byte, for FFI. Accessing the memory through it while a peer
-    /// may write it is a data race unless done atomically: see the crate docs.
+    /// may write it is a data race unless done atomically, with the access sizes
+    /// [`ProtectionDomain::reg_mr_raw`] names: see the crate docs.
     pub fn as_ptr(&self) -> *mut u8 {
         self.inner.ptr
+    }
+
+    /// The offsets (from the region's start) of the part softrdma accesses with whole 8-byte
+    /// atomic operations: every 8-byte word, aligned by address, that lies wholly inside the
+    /// region. The rest (at most 7 bytes at each end of a region registered with
+    /// [`reg_mr_raw`](ProtectionDomain::reg_mr_raw)) is accessed byte by byte. Memory from
+    /// [`reg_mr`](ProtectionDomain::reg_mr) is page-aligned and all words: `0..len`.
+    pub fn atomic_words(&self) -> std::ops::Range<usize> {
+        self.inner.memory.atomic_words()
+    }
+
+    /// The 8-byte word at `offset` as an [`AtomicU64`](std::sync::atomic::AtomicU64), the
+    /// size softrdma itself uses for it, so that the application can operate on it while
+    /// peers do (a flag polled locally, a counter peers FETCH_ADD): `None` unless `offset` is
+    /// 8-aligned by address and the word lies in [`atomic_words`](Self::atomic_words) and inside
+    /// the region.
+    /// Remote atomics on the word are atomic with respect to these operations.
+    pub fn atomic_u64(&self, offset: usize) -> Option<&std::sync::atomic::AtomicU64> {
+        self.inner.memory.atomic_u64(offset)
     }
 
     /// A scatter/gather element for `len` bytes at `offset` (not checked here: the device

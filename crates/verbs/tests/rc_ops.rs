@@ -820,3 +820,31 @@ fn a_waiter_is_woken_by_its_event_fd_alone() {
         "no round had its waiter asleep: the event fd path was never exercised"
     );
 }
+
+/// Issue 15, item 8: the sanctioned way to share a word between local atomics and remote ones
+/// is the region's own `AtomicU64` for it; local and remote fetch-and-adds racing on it lose
+/// nothing.
+#[test]
+fn local_and_remote_atomics_share_a_word() {
+    let (a, b) = pair("127.0.5.64", "127.0.5.65", 4096);
+    let r = b.mr.remote();
+    const N: u64 = 200;
+    let local = {
+        let mr = b.mr.clone();
+        std::thread::spawn(move || {
+            let word = mr.atomic_u64(64).expect("an aligned word of the region");
+            for _ in 0..N {
+                word.fetch_add(1_000, std::sync::atomic::Ordering::AcqRel);
+            }
+        })
+    };
+    for i in 0..N {
+        a.qp.post_send([wr::fetch_add(i, a.mr.sge(0, 8), r.at(64), r.rkey, 1)])
+            .unwrap();
+        assert_eq!(wait_one(&a.cq).status, WcStatus::Success);
+    }
+    local.join().unwrap();
+    assert_eq!(b.mr.read_u64(64).unwrap(), N * 1_000 + N);
+    assert!(b.mr.atomic_u64(65).is_none() && b.mr.atomic_u64(4096).is_none());
+    assert_eq!(b.mr.atomic_words(), 0..4096);
+}
