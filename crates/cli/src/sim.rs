@@ -8,10 +8,15 @@
 //! time, so a run takes as long as its events take to compute, and one seed always replays
 //! the same run.
 //!
+//! Memory: buffers are sparse, so a QP end costs about 7 KB plus the pages its traffic
+//! touches (`softrdma_sim::workload::MemoryEstimate`). The estimate is printed first; a run
+//! whose estimate exceeds the memory available (`MemAvailable`, or `--max-memory`) is refused
+//! before anything is allocated.
+//!
 //! Output: a few summary lines; with `--json` the last line is one JSON object. Exit status:
 //! 0 when every op completed successfully and the model agrees; 1 otherwise (the seed and the
 //! first divergence are printed); 2 when the run could not be set up (bad arguments, capture
-//! file not writable).
+//! file not writable, not enough memory).
 
 use std::fmt::Write as _;
 use std::fs::File;
@@ -25,7 +30,7 @@ use softrdma_proto::{Duration, Mtu};
 use softrdma_sim::datagrams::DatagramConfig;
 use softrdma_sim::link::LinkConfig;
 use softrdma_sim::swarm::{run, RunConfig, RunReport, SEED_ENV};
-use softrdma_sim::workload::WorkloadConfig;
+use softrdma_sim::workload::{MemoryEstimate, WorkloadConfig};
 
 /// Virtual time the faulty phase may last at most (the workload normally finishes first).
 const SAFETY_BOUND: Duration = Duration::from_secs(600);
@@ -42,8 +47,9 @@ pub(crate) struct Args {
     /// RC connections per pair of nodes (both ends post work).
     #[arg(long, default_value_t = 2, value_parser = clap::value_parser!(u16).range(1..=64))]
     qps: u16,
-    /// Work requests to post in total.
-    #[arg(long, default_value_t = 1000)]
+    /// Work requests to post in total (0..1000000000).
+    #[arg(long, default_value_t = 1000,
+          value_parser = clap::value_parser!(u64).range(..=1_000_000_000))]
     ops: u64,
     /// UD SENDs to post besides (every node to every other, and to a multicast group with
     /// three or more nodes); they may be lost, never corrupted.
@@ -68,11 +74,13 @@ pub(crate) struct Args {
     /// Path MTU in bytes: 256, 512, 1024, 2048 or 4096.
     #[arg(long, default_value_t = 1024, value_parser = mtu)]
     mtu: u32,
-    /// One-way link delay in microseconds.
-    #[arg(long, default_value_t = 2)]
+    /// One-way link delay in microseconds (0..1000000).
+    #[arg(long, default_value_t = 2,
+          value_parser = clap::value_parser!(u64).range(..=1_000_000))]
     delay_us: u64,
-    /// Link rate in Gb/s (0 = infinite).
-    #[arg(long, default_value_t = 25)]
+    /// Link rate in Gb/s (0 = infinite; at most 100000).
+    #[arg(long, default_value_t = 25,
+          value_parser = clap::value_parser!(u64).range(..=100_000))]
     bandwidth_gbps: u64,
     /// Most work requests each QP keeps outstanding.
     #[arg(long, default_value_t = 16, value_parser = clap::value_parser!(u16).range(1..=256))]
@@ -87,6 +95,41 @@ pub(crate) struct Args {
     /// End the output with one JSON object.
     #[arg(long)]
     json: bool,
+    /// Refuse runs estimated to need more than this many MiB (default: the memory the system
+    /// has available, `MemAvailable`).
+    #[arg(long, value_name = "MIB",
+          value_parser = clap::value_parser!(u64).range(1..=1 << 30))]
+    max_memory: Option<u64>,
+}
+
+/// The memory the system can give this process without swapping (`MemAvailable`), if known.
+fn available_memory() -> Option<u64> {
+    let info = std::fs::read_to_string("/proc/meminfo").ok()?;
+    let line = info.lines().find(|l| l.starts_with("MemAvailable:"))?;
+    let kib: u64 = line.split_whitespace().nth(1)?.parse().ok()?;
+    kib.checked_mul(1024)
+}
+
+const MIB: u64 = 1 << 20;
+
+/// This process's peak resident set size (`VmHWM`), if the system says.
+fn peak_rss() -> Option<u64> {
+    let status = std::fs::read_to_string("/proc/self/status").ok()?;
+    let line = status.lines().find(|l| l.starts_with("VmHWM:"))?;
+    let kib: u64 = line.split_whitespace().nth(1)?.parse().ok()?;
+    kib.checked_mul(1024)
+}
+
+/// The estimate's line: `memory: estimated 331 MiB for 20022 QP ends (...)`.
+fn estimate_line(e: &MemoryEstimate) -> String {
+    format!(
+        "memory: estimated {} MiB for {} QP ends ({} MiB fixed, {} MiB in flight, {} MiB of written target pages)",
+        e.total().div_ceil(MIB),
+        e.qp_ends,
+        e.fixed.div_ceil(MIB),
+        e.in_flight.div_ceil(MIB),
+        e.written.div_ceil(MIB)
+    )
 }
 
 fn probability(s: &str) -> Result<f64, String> {
@@ -151,6 +194,31 @@ pub(crate) fn run_cmd(args: &Args) -> ExitCode {
         },
     };
     let config = args.run_config();
+    let estimate = config.workload.memory_estimate();
+    let limit = args
+        .max_memory
+        .map(|m| (m * MIB, "--max-memory"))
+        .or_else(|| available_memory().map(|b| (b, "available")));
+    if let Some((limit, what)) = limit {
+        if estimate.total() > limit {
+            eprintln!(
+                "softrdma sim: error: this run needs an estimated {} MiB, more than the {} MiB {what} \
+                 ({} QP ends: {} nodes, {} QPs per pair, {} ops); use fewer --nodes, --qps or --ops",
+                estimate.total().div_ceil(MIB),
+                limit / MIB,
+                estimate.qp_ends,
+                args.nodes,
+                args.qps,
+                args.ops
+            );
+            return ExitCode::from(2);
+        }
+    }
+    {
+        let mut out = io::stdout().lock();
+        let _ = writeln!(out, "{}", estimate_line(&estimate));
+        let _ = out.flush();
+    }
     let started = WallClock::now();
     let report = match run(&config, capture) {
         Ok(r) => r,
@@ -238,6 +306,10 @@ fn render(args: &Args, r: &RunReport, wall_s: f64) -> String {
         wall_s,
         ops_per_s
     );
+    let rss = peak_rss();
+    if let Some(b) = rss {
+        let _ = writeln!(s, "memory: peak RSS {} MiB", b.div_ceil(MIB));
+    }
     let failure = r.first_failure();
     match &failure {
         None => {
@@ -270,6 +342,19 @@ fn render(args: &Args, r: &RunReport, wall_s: f64) -> String {
             ("packets_corrupted", f.packets_corrupted.to_string()),
             ("packets_reordered", f.packets_reordered.to_string()),
             ("icrc_drops", e.icrc_drops.to_string()),
+            (
+                "peak_rss_mib",
+                rss.map_or_else(|| "null".to_string(), |b| b.div_ceil(MIB).to_string()),
+            ),
+            (
+                "memory_estimate_mib",
+                args.run_config()
+                    .workload
+                    .memory_estimate()
+                    .total()
+                    .div_ceil(MIB)
+                    .to_string(),
+            ),
             ("virtual_time_us", virtual_us.to_string()),
             ("wall_ms", format!("{:.1}", wall_s * 1e3)),
             (

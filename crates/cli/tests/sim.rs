@@ -94,11 +94,11 @@ fn sim_is_deterministic_and_writes_a_decodable_capture() {
     );
     let second = sim(&a);
     let strip = |o: &Output| {
-        // Wall-clock figures differ between runs; everything else must not.
+        // Wall-clock figures and the peak RSS differ between runs; everything else must not.
         String::from_utf8_lossy(&o.stdout)
             .lines()
-            .filter(|l| !l.starts_with("time:"))
-            .map(|l| l.split(",\"wall_ms\"").next().unwrap_or(l).to_string())
+            .filter(|l| !l.starts_with("time:") && !l.starts_with("memory: peak RSS"))
+            .map(|l| l.split(",\"peak_rss_mib\"").next().unwrap_or(l).to_string())
             .collect::<Vec<_>>()
     };
     assert_eq!(strip(&first), strip(&second));
@@ -122,6 +122,16 @@ fn sim_is_deterministic_and_writes_a_decodable_capture() {
 
 #[test]
 fn sim_rejects_bad_arguments() {
+    for bad in [
+        &["--delay-us", "18446744073709551615"][..],
+        &["--bandwidth-gbps", "18446744073709551615"],
+        &["--ops", "18446744073709551615"],
+        &["--max-memory", "0"],
+    ] {
+        let o = sim(bad);
+        assert_eq!(o.status.code(), Some(2), "{bad:?}");
+        assert!(String::from_utf8_lossy(&o.stderr).contains("invalid value"));
+    }
     assert_eq!(sim(&["--loss", "1.5"]).status.code(), Some(2));
     assert_eq!(sim(&["--mtu", "1500"]).status.code(), Some(2));
     assert_eq!(
@@ -215,4 +225,45 @@ fn sim_ud_and_uc_lose_but_never_corrupt() {
     };
     assert!(strip(&out).contains("\"uc_lost\""));
     assert_eq!(strip(&out), strip(&again));
+}
+
+/// Issue 15, item 10: 10,100 simulated QPs (101 nodes, every pair connected once, both ends
+/// post) run in well under 2 GB — a QP end used to cost about 230 KB, so this run took about
+/// 2.3 GB, and `--nodes 250 --qps 1` 14 GB. The estimate is printed first and the peak RSS at
+/// the end.
+#[test]
+fn ten_thousand_qps_fit_in_two_gigabytes() {
+    let o = sim(&["--nodes", "101", "--qps", "1", "--ops", "5000", "--json"]);
+    let out = String::from_utf8_lossy(&o.stdout);
+    assert!(o.status.success(), "{out}");
+    assert!(
+        out.starts_with("memory: estimated ")
+            && out.lines().next().unwrap().contains(" for 10100 QP ends "),
+        "{out}"
+    );
+    let rss = json_number(&o, "peak_rss_mib");
+    let estimate = json_number(&o, "memory_estimate_mib");
+    assert!(rss < 2048, "10,100 QPs took {rss} MiB");
+    assert!(
+        rss <= estimate,
+        "the estimate ({estimate} MiB) is below the peak ({rss} MiB)"
+    );
+}
+
+/// Runs that cannot fit are refused before anything is allocated, with the estimate and what
+/// to change; exit status 2.
+#[test]
+fn runs_that_cannot_fit_are_refused() {
+    let o = sim(&["--nodes", "100", "--qps", "64", "--max-memory", "2048"]);
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert_eq!(o.status.code(), Some(2), "{err}");
+    assert!(
+        err.contains("this run needs an estimated ")
+            && err.contains(
+                "more than the 2048 MiB --max-memory (633600 QP ends: 100 nodes, 64 QPs per pair"
+            )
+            && err.contains("use fewer --nodes, --qps or --ops"),
+        "{err}"
+    );
+    assert!(o.stdout.is_empty());
 }

@@ -9,6 +9,8 @@
 //! - captures of what crossed the fabric ([`Fabric::capture_to`], written with
 //!   `softrdma_wire::pcap`) with real IPv4/UDP headers, so the ICRCs verify in Wireshark and
 //!   `softrdma decode`;
+//! - [`memory`]: region memory that stores only the pages that differ from a fill byte or a
+//!   seeded byte stream, so thousands of simulated QPs cost what their queues hold;
 //! - [`setup`]: protection domains, CQs, memory and RC QP pairs brought to RTS;
 //! - [`workload`]: a random RC workload with a reference model that checks every result;
 //! - [`datagrams`]: UD (unicast and multicast) and UC traffic beside it, checked for what
@@ -24,6 +26,7 @@ pub mod datagrams;
 pub mod fabric;
 pub mod intercept;
 pub mod link;
+pub mod memory;
 pub mod node_id;
 pub mod rng;
 pub mod setup;
