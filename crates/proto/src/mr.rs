@@ -290,12 +290,14 @@ impl MrTable {
             .filter(|r| r.lkey == key)
     }
 
+    /// Every registered region, in slot order (not key order: keys are scrambled).
+    pub fn iter(&self) -> impl Iterator<Item = &MemoryRegion> {
+        self.slots.iter().filter_map(|s| s.region.as_ref())
+    }
+
     /// Whether any region still belongs to `pd`.
     pub fn pd_in_use(&self, pd: PdHandle) -> bool {
-        self.slots
-            .iter()
-            .filter_map(|s| s.region.as_ref())
-            .any(|r| r.pd == pd)
+        self.iter().any(|r| r.pd == pd)
     }
 
     /// Checks an access of `len` bytes at `addr` through `key` from protection domain `pd`
@@ -538,9 +540,9 @@ mod tests {
             Some(AccessError::WrongPd)
         );
         assert_eq!(
-            t.check(pd, key + 256, 0x1000, 8, AccessFlags::REMOTE_READ)
+            t.check(pd, key ^ 0x100, 0x1000, 8, AccessFlags::REMOTE_READ)
                 .err(),
-            Some(AccessError::BadKey(key + 256))
+            Some(AccessError::BadKey(key ^ 0x100))
         );
         // Zero-length accesses at the end are in bounds.
         assert!(t
