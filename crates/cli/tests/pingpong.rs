@@ -367,11 +367,21 @@ fn server_without_client_gives_up_after_timeout() {
 /// ibv_rc_pingpong never does: it takes part in the address exchange and connects its QP,
 /// then acts as told.
 struct LibServer {
-    dev: softrdma::Device,
+    _dev: softrdma::Device,
     cq: softrdma::CompletionQueue,
     qp: softrdma::QueuePair,
     mr: softrdma::MemoryRegion,
-    client: Child,
+    /// Killed when the server goes away (a failing test must not leave it running).
+    client: Option<Child>,
+}
+
+impl Drop for LibServer {
+    fn drop(&mut self) {
+        if let Some(c) = self.client.as_mut() {
+            let _ = c.kill();
+            let _ = c.wait();
+        }
+    }
 }
 
 impl LibServer {
@@ -393,7 +403,27 @@ impl LibServer {
             .stderr(Stdio::piped())
             .spawn()
             .expect("spawn client");
-        let (mut stream, _) = listener.accept().expect("accept");
+        let mut client = Guard(Some(client));
+        listener.set_nonblocking(true).unwrap();
+        let deadline = Instant::now() + Duration::from_secs(20);
+        let (mut stream, _) = loop {
+            match listener.accept() {
+                Ok(c) => break c,
+                Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => {
+                    if let Some(c) = client.0.as_mut() {
+                        if c.try_wait().unwrap().is_some() {
+                            let out = client.0.take().unwrap().wait_with_output().unwrap();
+                            panic!("the client exited: {}", text(&out.stderr));
+                        }
+                    }
+                    assert!(Instant::now() < deadline, "the client never connected");
+                    std::thread::sleep(Duration::from_millis(10));
+                }
+                Err(e) => panic!("accept: {e}"),
+            }
+        };
+        stream.set_nonblocking(false).unwrap();
+        let client = client.0.take().expect("client");
         stream
             .set_read_timeout(Some(Duration::from_secs(20)))
             .unwrap();
@@ -426,12 +456,17 @@ impl LibServer {
         server_reply(&mut stream, &local).expect("reply");
         server_wait_done(&mut stream).expect("done");
         LibServer {
-            dev,
+            _dev: dev,
             cq,
             qp,
             mr,
-            client,
+            client: Some(client),
         }
+    }
+
+    /// Hands the client process over (to a `Guard`), so that this server no longer kills it.
+    fn take_client(&mut self) -> Child {
+        self.client.take().expect("client")
     }
 
     /// Waits for the client's first SEND to arrive.
@@ -461,14 +496,14 @@ fn cpu_ticks(pid: u32) -> u64 {
 fn client_waiting_for_a_silent_server_sleeps_and_times_out() {
     let mut srv = LibServer::start("127.0.77.66", 19793, "127.0.77.65", &["-n", "5"]);
     srv.first_message();
-    let pid = srv.client.id();
+    let pid = srv.client.as_ref().expect("client").id();
     // Let the client pass its millisecond of polling, then measure.
     std::thread::sleep(Duration::from_millis(100));
     let before = cpu_ticks(pid);
     std::thread::sleep(Duration::from_secs(2));
     let used = cpu_ticks(pid) - before;
     assert!(
-        srv.client.try_wait().unwrap().is_none(),
+        srv.client.as_mut().unwrap().try_wait().unwrap().is_none(),
         "the client gave up without --timeout"
     );
     // Spinning uses ~200 ticks in 2 s; sleeping a handful at most.
@@ -476,18 +511,16 @@ fn client_waiting_for_a_silent_server_sleeps_and_times_out() {
         used < 40,
         "the waiting client used {used} clock ticks in 2 s"
     );
-    let _ = srv.client.kill();
-    let _ = srv.client.wait();
     drop(srv);
 
-    let srv = LibServer::start(
+    let mut srv = LibServer::start(
         "127.0.77.68",
         19794,
         "127.0.77.67",
         &["-n", "5", "--timeout", "1"],
     );
     srv.first_message();
-    let o = Guard(Some(srv.client)).wait(Duration::from_secs(20));
+    let o = Guard(Some(srv.take_client())).wait(Duration::from_secs(20));
     assert_eq!(o.status.code(), Some(1));
     assert!(
         text(&o.stderr).contains("no completion for 1."),
@@ -503,7 +536,7 @@ fn client_waiting_for_a_silent_server_sleeps_and_times_out() {
 /// too, which show the cause (one remote access NAK sent).
 #[test]
 fn a_connection_broken_by_a_received_packet_reports_its_cause() {
-    let srv = LibServer::start(
+    let mut srv = LibServer::start(
         "127.0.77.70",
         19795,
         "127.0.77.69",
@@ -519,7 +552,7 @@ fn a_connection_broken_by_a_received_packet_reports_its_cause() {
             0x00de_ad01,
         )])
         .unwrap();
-    let o = Guard(Some(srv.client)).wait(Duration::from_secs(20));
+    let o = Guard(Some(srv.take_client())).wait(Duration::from_secs(20));
     let (out, err) = (text(&o.stdout), text(&o.stderr));
     assert_eq!(o.status.code(), Some(1), "{out}\n{err}");
     assert!(
@@ -532,7 +565,6 @@ fn a_connection_broken_by_a_received_packet_reports_its_cause() {
         .find(|l| l.trim_start().starts_with("naks_sent.remote_access "))
         .unwrap_or_else(|| panic!("no counters on failure:\n{out}"));
     assert!(naks.trim_end().ends_with(" 1"), "{naks}");
-    drop(srv.dev);
 }
 
 /// Issue 15, item 12: `devinfo --json` prints the counters as one JSON object, the remote

@@ -8,6 +8,7 @@ use std::time::{Duration, Instant};
 use softrdma::{wr, CompletionQueue, SendFlags, SendWr, WcStatus, WorkCompletion};
 
 use super::args::{AtomicKind, Verb};
+use super::check;
 use super::oob::{pattern, stride, Ctx};
 use super::report::{self, Row};
 use super::{PerfError, Progress};
@@ -117,16 +118,48 @@ pub(crate) fn cycle_off(ctx: &Ctx, size: u64, seq: u64) -> u64 {
     }
 }
 
+/// Distinct target positions of messages of `size` in a slot (perftest's cycle).
+pub(crate) fn positions(ctx: &Ctx, size: u64) -> u64 {
+    if size <= ctx.cycle_buffer / 2 && ctx.cfg.test.is_bw() {
+        (ctx.cycle_buffer / stride(size, ctx.cache_line)).max(1)
+    } else {
+        1
+    }
+}
+
+/// Whether message `seq` of a run of `iters` (`None`: timed) is verified by the data check.
+pub(crate) fn sampled(seq: u64, iters: Option<u64>) -> bool {
+    seq % check::SAMPLE_EVERY == 0 || iters.is_some_and(|n| seq + 1 == n)
+}
+
 /// The send work request for message `seq` of QP `i`.
-fn build_wr(ctx: &Ctx, i: usize, size: u64, seq: u64, inline: &[u8]) -> SendWr {
+fn build_wr(
+    ctx: &Ctx,
+    i: usize,
+    size: u64,
+    seq: u64,
+    inline: &[u8],
+    sampled: bool,
+) -> Result<SendWr, PerfError> {
     let rem = &ctx.rem[i];
     let off = cycle_off(ctx, size, seq);
     let len = size as u32;
     let local = (ctx.local_off(i) + off) as usize;
     let id = wr_id(i, seq);
     let mut w = match ctx.cfg.test.verb() {
-        Verb::Write => wr::write(id, vec![ctx.mr.sge(local, len)], rem.vaddr + off, rem.rkey),
-        Verb::Read => wr::read(id, vec![ctx.mr.sge(local, len)], rem.vaddr + off, rem.rkey),
+        Verb::Write => wr::write(
+            id,
+            ctx.check_mem.stamped_sgl(&ctx.mr, i, seq, size, local)?,
+            rem.vaddr + off,
+            rem.rkey,
+        ),
+        Verb::Read => {
+            let sge = match ctx.check_mem.landing_sge(i, seq, size, sampled)? {
+                Some(sge) => sge,
+                None => ctx.mr.sge(local, len),
+            };
+            wr::read(id, vec![sge], rem.vaddr + off, rem.rkey)
+        }
         Verb::Atomic => match ctx.cfg.atomic {
             AtomicKind::FETCH_AND_ADD => {
                 wr::fetch_add(id, ctx.mr.sge(local, 8), rem.vaddr + off, rem.rkey, 1)
@@ -136,14 +169,27 @@ fn build_wr(ctx: &Ctx, i: usize, size: u64, seq: u64, inline: &[u8]) -> SendWr {
             }
         },
         // SENDs always leave from the start of the slot, so a receiver can check them.
-        Verb::Send => wr::send(id, vec![ctx.mr.sge(ctx.local_off(i) as usize, len)]),
+        Verb::Send => wr::send(
+            id,
+            ctx.check_mem
+                .stamped_sgl(&ctx.mr, i, seq, size, ctx.local_off(i) as usize)?,
+        ),
     };
     if !inline.is_empty() {
         w.sg_list.clear();
         w.inline_data = Some(inline.into());
         w.flags = w.flags | SendFlags::INLINE;
     }
-    w
+    Ok(w)
+}
+
+/// The payload of an inline message: what its SGL would gather (see [`check`]).
+pub(crate) fn inline_payload(ctx: &Ctx, i: usize, seq: u64, size: u64, off: u64) -> Vec<u8> {
+    if ctx.check_mem.stamping() {
+        check::stamped_payload(i, seq, size, off)
+    } else {
+        pattern(off as usize, size as usize)
+    }
 }
 
 #[derive(Default, Clone, Copy)]
@@ -158,8 +204,13 @@ pub(crate) fn client(ctx: &mut Ctx, size: u64, progress: &mut Progress) -> Resul
     let q = ctx.qps.len();
     let iters = cfg.iters;
     let cq_mod = u64::from(cfg.cq_mod);
-    let depth = u64::from(cfg.tx_depth);
+    // READs land in the data check's ring, one slot per outstanding READ.
+    let depth = ctx
+        .check_mem
+        .landing_ring()
+        .map_or(u64::from(cfg.tx_depth), |r| r.min(u64::from(cfg.tx_depth)));
     let timed = cfg.duration;
+    let mut pending_checks: Vec<std::collections::VecDeque<u64>> = vec![Default::default(); q];
     let total = iters * q as u64;
     let inline_ok =
         size <= u64::from(cfg.inline) && matches!(cfg.test.verb(), Verb::Write | Verb::Send);
@@ -214,11 +265,16 @@ pub(crate) fn client(ctx: &mut Ctx, size: u64, progress: &mut Progress) -> Resul
                     } else {
                         cycle_off(ctx, size, seq)
                     };
-                    pattern(off as usize, size as usize)
+                    inline_payload(ctx, i, seq, size, off)
                 } else {
                     Vec::new()
                 };
-                let mut w = build_wr(ctx, i, size, seq, &inline);
+                let check_it = ctx.check_mem.landing_ring().is_some()
+                    && sampled(seq, timed.is_none().then_some(iters));
+                if check_it {
+                    pending_checks[i].push_back(seq);
+                }
+                let mut w = build_wr(ctx, i, size, seq, &inline, check_it)?;
                 let last = timed.is_none() && seq + 1 == iters;
                 w.flags = if seq % cq_mod == cq_mod - 1 || last {
                     w.flags | SendFlags::SIGNALED
@@ -251,6 +307,13 @@ pub(crate) fn client(ctx: &mut Ctx, size: u64, progress: &mut Progress) -> Resul
             let st = &mut state[i];
             let covered = (seq + 1).saturating_sub(st.completed);
             st.completed = seq + 1;
+            // Sampled READs up to this one have landed, and no later READ shares their slot.
+            while let Some(&s) = pending_checks[i].front().filter(|&&s| s <= seq) {
+                pending_checks[i].pop_front();
+                ctx.check_mem
+                    .verify_read(i, s, size, cycle_off(ctx, size, s))?;
+                ctx.reads_verified += 1;
+            }
             done_msgs += covered;
             if per_message {
                 completed_at.extend(std::iter::repeat(now).take(covered as usize));
@@ -260,6 +323,7 @@ pub(crate) fn client(ctx: &mut Ctx, size: u64, progress: &mut Progress) -> Resul
         progress.tick(done_msgs, timed.map_or(Some(total), |_| None));
     }
     progress.finish();
+    ctx.sent = state.iter().map(|s| s.posted).collect();
     Ok(Row::Bw(match (timed, first_post, last_completion) {
         (None, _, _) if per_message => {
             report::bw_row(size, &posted_at, &completed_at, cfg.gbits, cfg.cq_mod)
@@ -296,8 +360,13 @@ pub(crate) fn post_recvs(
 ) -> Result<(), PerfError> {
     let slot = ctx.target_off(i);
     let wrs = (from..from + count).map(|seq| {
-        let off = slot + cycle_off(ctx, size, seq);
-        wr::recv(wr_id(i, seq), vec![ctx.mr.sge(off as usize, size as u32)])
+        let sge = match ctx.check_mem.recv_slot(i, seq) {
+            Some((mr, at)) => mr.sge(at, size as u32),
+            None => ctx
+                .mr
+                .sge((slot + cycle_off(ctx, size, seq)) as usize, size as u32),
+        };
+        wr::recv(wr_id(i, seq), vec![sge])
     });
     ctx.qps[i].post_recv(wrs)?;
     Ok(())
@@ -307,6 +376,7 @@ pub(crate) fn post_recvs(
 /// `ib_send_lat`, on both sides). Returns how many per QP.
 pub(crate) fn prepost(ctx: &Ctx, size: u64) -> Result<u64, PerfError> {
     let n = u64::from(report::rx_depth(&ctx.cfg));
+    let n = ctx.check_mem.recv_ring().map_or(n, |r| n.min(r));
     for i in 0..ctx.qps.len() {
         post_recvs(ctx, i, size, 0, n)?;
     }
@@ -321,20 +391,34 @@ pub(crate) fn check_recv(ctx: &Ctx, wc: &WorkCompletion, size: u64) -> Result<()
             wc.byte_len
         )));
     }
-    if !ctx.cfg.check {
+    if !ctx.softrdma_check() {
         return Ok(());
     }
     let (i, seq) = split_id(wc.wr_id);
-    let off = (ctx.target_off(i) + cycle_off(ctx, size, seq)) as usize;
-    let got = ctx.mr.read_vec(off, size as usize)?;
-    if got != pattern(0, size as usize) {
-        let at = got
-            .iter()
-            .zip(pattern(0, size as usize))
-            .position(|(a, b)| *a != b)
-            .unwrap_or(0);
+    let got = match ctx.check_mem.recv_slot(i, seq) {
+        Some((mr, at)) => mr.read_vec(at, size as usize)?,
+        None => {
+            let off = (ctx.target_off(i) + cycle_off(ctx, size, seq)) as usize;
+            ctx.mr.read_vec(off, size as usize)?
+        }
+    };
+    // A softrdma sender stamps each message with its sequence number: the n-th receive must
+    // hold message n (none lost, duplicated or reordered).
+    let want = if ctx.stamped() {
+        check::stamped_payload(i, seq, size, 0)
+    } else {
+        pattern(0, size as usize)
+    };
+    if got != want {
+        let at = got.iter().zip(&want).position(|(a, b)| a != b).unwrap_or(0);
+        let what = if ctx.stamped() && at < check::STAMP_LEN.min(got.len()) && got.len() >= 8 {
+            let other = u64::from_le_bytes(got[..8].try_into().expect("8 bytes"));
+            format!("it carries message {other}'s stamp")
+        } else {
+            format!("byte {at} differs from what was sent")
+        };
         return Err(PerfError::check(format!(
-            "message {seq} on QP index {i}: byte {at} differs from what was sent"
+            "message {seq} on QP index {i}: {what}"
         )));
     }
     Ok(())
@@ -359,6 +443,7 @@ pub(crate) fn send_server(
     let start = Instant::now();
     let mut last = start;
     let mut idle_since = Instant::now();
+    let mut draining = false;
     while timed || got < total {
         wcs.clear();
         let n = ctx.recv_cq.poll(256, &mut wcs);
@@ -366,8 +451,14 @@ pub(crate) fn send_server(
             if timed {
                 // The client ends a timed run on its own clock; it then goes on to the
                 // next out-of-band step, which is how this side learns the run is over.
-                if ctx.peer_moved_on() {
+                // Its last messages completed here before it saw them acknowledged: one
+                // more poll collects what arrived since the last one.
+                if draining {
                     break;
+                }
+                if ctx.peer_moved_on() {
+                    draining = true;
+                    continue;
                 }
                 ctx.recv_cq.wait(Some(Duration::from_millis(20)));
                 continue;
@@ -403,104 +494,9 @@ pub(crate) fn send_server(
             }
         }
     }
+    ctx.sent = received;
     let elapsed = last.duration_since(start);
     let row = report::bw_row_duration(size, got, elapsed, ctx.cfg.gbits);
     // Like perftest's server: no peak (0.00), the average over the receiving time.
     Ok(Row::Bw(row))
-}
-
-/// What a passive RDMA server can verify once the client is done: the target slots hold
-/// the pattern where WRITEs landed, or the atomics added up.
-pub(crate) fn check_passive_server(ctx: &Ctx, sizes: &[u64]) -> Result<String, PerfError> {
-    let cfg = &ctx.cfg;
-    let q = ctx.qps.len();
-    match cfg.test.verb() {
-        Verb::Write => {
-            let mut bytes = 0u64;
-            for &size in sizes {
-                let n = written_slots(ctx, size);
-                for i in 0..q {
-                    for seq in 0..n {
-                        let off = cycle_off(ctx, size, seq);
-                        let at = (ctx.target_off(i) + off) as usize;
-                        let got = ctx.mr.read_vec(at, size as usize)?;
-                        if got != pattern(off as usize, size as usize) {
-                            return Err(PerfError::check(format!(
-                                "QP index {i}: the {size}-byte WRITE at offset {off} did not land intact"
-                            )));
-                        }
-                        bytes += size;
-                    }
-                }
-            }
-            Ok(format!("OK ({bytes} bytes of WRITE data verified)"))
-        }
-        Verb::Atomic => {
-            let size = 8;
-            let slots = written_slots(ctx, size);
-            let mut sum = 0u64;
-            for i in 0..q {
-                for seq in 0..slots {
-                    let at = (ctx.target_off(i) + cycle_off(ctx, size, seq)) as usize;
-                    sum = sum.wrapping_add(ctx.mr.read_u64(at)?);
-                }
-            }
-            let expect = match (cfg.atomic, cfg.duration, cfg.test.is_bw()) {
-                (AtomicKind::CMP_AND_SWAP, ..) => Some(0),
-                (_, Some(_), _) => None,
-                (_, None, true) => Some(cfg.iters * q as u64),
-                (_, None, false) => Some(cfg.iters),
-            };
-            match expect {
-                Some(e) if e != sum => Err(PerfError::check(format!(
-                    "the atomic targets add up to {sum}, expected {e}"
-                ))),
-                Some(e) => Ok(format!("OK (atomic targets add up to {e})")),
-                None => Ok(format!("OK (atomic targets add up to {sum})")),
-            }
-        }
-        _ => Ok("OK".into()),
-    }
-}
-
-/// How many distinct target positions a run of `size` touches per QP.
-fn written_slots(ctx: &Ctx, size: u64) -> u64 {
-    let slots = if size <= ctx.cycle_buffer / 2 && ctx.cfg.test.is_bw() {
-        (ctx.cycle_buffer / stride(size, ctx.cache_line)).max(1)
-    } else {
-        1
-    };
-    match ctx.cfg.duration {
-        Some(_) => slots,
-        None => slots.min(ctx.cfg.iters),
-    }
-}
-
-/// What a READ client can verify: its landing buffer holds the pattern the server serves.
-pub(crate) fn check_read_client(ctx: &Ctx, size: u64) -> Result<String, PerfError> {
-    let n = if ctx.cfg.test.is_bw() {
-        written_slots(ctx, size)
-    } else {
-        1
-    };
-    let mut bytes = 0;
-    for i in 0..ctx.qps.len() {
-        for seq in 0..n {
-            let off = if ctx.cfg.test.is_bw() {
-                cycle_off(ctx, size, seq)
-            } else {
-                0
-            };
-            let got = ctx
-                .mr
-                .read_vec((ctx.local_off(i) + off) as usize, size as usize)?;
-            if got != pattern(off as usize, size as usize) {
-                return Err(PerfError::check(format!(
-                    "QP index {i}: the {size}-byte READ at offset {off} returned other bytes than the server holds"
-                )));
-            }
-            bytes += size;
-        }
-    }
-    Ok(format!("OK ({bytes} bytes of READ data verified)"))
 }

@@ -123,7 +123,6 @@ pub(crate) fn send_lat(
     let iters = ctx.cfg.iters;
     let waits_first = waits_first(TestName::SendLat, ctx.role);
     let inline = size <= u64::from(ctx.cfg.inline);
-    let payload = pattern(0, size as usize);
     let mut posted_at = Vec::with_capacity(iters as usize);
     let (mut scnt, mut rcnt, mut rposted) = (0u64, 0u64, preposted);
     let mut sends = SendSide::new(ctx);
@@ -143,17 +142,20 @@ pub(crate) fn send_lat(
             }
         }
         if scnt < iters {
+            // Reaped first: the stamp slot of this message is free only once the send that
+            // used it last has completed.
+            sends.reap(ctx, false)?;
             let w = if inline {
+                let payload = super::bw::inline_payload(ctx, 0, scnt, size, 0);
                 let mut w = wr::send_inline(wr_id(0, scnt), &payload);
                 w.flags = SendFlags::SIGNALED | SendFlags::INLINE;
                 w
             } else {
-                wr::send(
-                    wr_id(0, scnt),
-                    vec![ctx.mr.sge(ctx.local_off(0) as usize, size as u32)],
-                )
+                let sgl =
+                    ctx.check_mem
+                        .stamped_sgl(&ctx.mr, 0, scnt, size, ctx.local_off(0) as usize)?;
+                wr::send(wr_id(0, scnt), sgl)
             };
-            sends.reap(ctx, false)?;
             posted_at.push(Instant::now());
             ctx.qps[0].post_send([w])?;
             sends.outstanding += 1;
@@ -295,13 +297,16 @@ pub(crate) fn read_lat(
             _ => {}
         }
         let id = wr_id(0, n);
+        let check_it = ctx.check_mem.landing_ring().is_some()
+            && super::bw::sampled(n, timed.is_none().then_some(cfg.iters));
         let w = match (cfg.test.verb(), cfg.atomic) {
-            (Verb::Read, _) => wr::read(
-                id,
-                vec![ctx.mr.sge(local, size as u32)],
-                rem.vaddr,
-                rem.rkey,
-            ),
+            (Verb::Read, _) => {
+                let sge = match ctx.check_mem.landing_sge(0, n, size, check_it)? {
+                    Some(sge) => sge,
+                    None => ctx.mr.sge(local, size as u32),
+                };
+                wr::read(id, vec![sge], rem.vaddr, rem.rkey)
+            }
             (_, AtomicKind::FETCH_AND_ADD) => {
                 wr::fetch_add(id, ctx.mr.sge(local, 8), rem.vaddr, rem.rkey, 1)
             }
@@ -323,10 +328,15 @@ pub(crate) fn read_lat(
         check_wcs(&ctx.send_cq, &wcs, what)?;
         let wc = &wcs[0];
         debug_assert_eq!(split_id(wc.wr_id).1, n);
+        if check_it {
+            ctx.check_mem.verify_read(0, n, size, 0)?;
+            ctx.reads_verified += 1;
+        }
         n += 1;
         progress.tick(n, timed.map_or(Some(cfg.iters), |_| None));
     }
     progress.finish();
+    ctx.sent = vec![n];
     Ok(match timed {
         None => Row::Lat(LatRow::from_posts(size, &posted_at, 1)),
         Some(_) => {

@@ -12,6 +12,7 @@
 
 mod args;
 mod bw;
+mod check;
 mod lat;
 mod oob;
 mod report;
@@ -252,20 +253,25 @@ fn traffic(
             for _ in 0..schedule.keys_after_size {
                 ctx.sync()?;
             }
-            if cfg.check && role == Role::Client && verb == Verb::Read {
-                checks.push(bw::check_read_client(ctx, size)?);
-            }
-            if cfg.check && test == args::TestName::WriteLat {
+            if ctx.softrdma_check() && test == args::TestName::WriteLat {
                 checks.push(lat::check_write_lat(ctx, size)?);
             }
         }
-        if cfg.check && verb == Verb::Send && (role == Role::Server || !test.is_bw()) {
+        if ctx.softrdma_check() && verb == Verb::Send && (role == Role::Server || !test.is_bw()) {
             let n = if test.is_bw() {
                 format!("{sampled} sampled messages")
             } else {
                 "every message".into()
             };
-            checks.push(format!("OK ({n} verified)"));
+            checks.push(format!(
+                "OK ({n} verified: each holds its sender's stamp for its place in the sequence)"
+            ));
+        }
+        if ctx.softrdma_check() && role == Role::Client && verb == Verb::Read {
+            checks.push(format!(
+                "OK ({} sampled READs verified as they completed, each into a slot poisoned just before)",
+                ctx.reads_verified
+            ));
         }
     }
     if schedule.bw_report {
@@ -287,9 +293,6 @@ fn traffic(
             });
             p.line(&row.render(cfg.gbits));
             out.rows.push(row);
-            if cfg.check && verb != Verb::Read {
-                checks.push(bw::check_passive_server(ctx, &cfg.sizes)?);
-            }
         }
     }
     if shows_table {
@@ -306,8 +309,43 @@ fn traffic(
         drop(sess);
         std::thread::sleep(Duration::from_millis(50));
     }
-    if passive && !test.is_bw() && cfg.check && verb == Verb::Atomic {
-        checks.push(bw::check_passive_server(ctx, &cfg.sizes)?);
+    // Between softrdma peers, after perftest's close: the client tells the server how many
+    // messages each QP posted (see `check`).
+    let counts_needed = schedule.close
+        && matches!(
+            test,
+            args::TestName::WriteBw
+                | args::TestName::SendBw
+                | args::TestName::AtomicBw
+                | args::TestName::AtomicLat
+        );
+    if ctx.softrdma_check() && counts_needed {
+        if role == Role::Client {
+            check::send_counts(&ctx.peek, &ctx.sent)?;
+        } else {
+            let wait = ctx.stall();
+            let counts = check::read_counts(&ctx.peek, ctx.qps.len(), wait)?;
+            if passive {
+                checks.push(check::passive(ctx, &counts)?);
+            } else {
+                // The SEND server: every message the client posted arrived.
+                let (got, posted): (u64, u64) = (ctx.sent.iter().sum(), counts.iter().sum());
+                if ctx.sent != counts {
+                    return Err(PerfError::check(format!(
+                        "the client posted {posted} SENDs, {got} arrived ({:?} per QP, {:?} posted)",
+                        ctx.sent, counts
+                    )));
+                }
+                checks.push(format!("OK (all {posted} SENDs the client posted arrived)"));
+            }
+        }
+    }
+    if passive && cfg.check && verb == Verb::Read {
+        // The READ source is ours: its bytes must not have changed, whoever read them.
+        checks.push(check::passive(ctx, &[])?);
+    }
+    if cfg.check && !ctx.peer_softrdma && checks.is_empty() {
+        checks.push("not done (the peer is not a softrdma device)".into());
     }
     if !checks.is_empty() {
         out.check = Some(checks.join("; "));

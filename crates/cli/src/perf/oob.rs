@@ -15,7 +15,8 @@ use softrdma_cm::perftest::{
     KeySchedule, PerftestDest, PerftestSession, Role, SysData, DEFAULT_TIMEOUT,
 };
 
-use super::args::{Config, Verb};
+use super::args::{Config, TestName, Verb};
+use super::check::{self, CheckMemory, VADDR_TAG};
 use super::report;
 use super::{PerfError, Printer};
 
@@ -48,7 +49,8 @@ pub(crate) fn pattern(offset: usize, len: usize) -> Vec<u8> {
 /// Memory layout of the one registered region, per QP `i` of `q`, each slot `buf` bytes:
 /// the *local* slot `i` (what this side sends or WRITEs from, and where READ and atomic
 /// results land) and the *target* slot `q + i`, whose address the peer gets (the target of
-/// its WRITEs, SENDs and atomics, the source of its READs) — perftest's layout.
+/// its WRITEs, SENDs and atomics, the source of its READs) — perftest's layout, starting
+/// [`VADDR_TAG`] bytes into the region (see [`check`] for why).
 pub(crate) struct Ctx {
     pub cfg: Config,
     pub device: Device,
@@ -70,17 +72,38 @@ pub(crate) struct Ctx {
     pub rem: Vec<PerftestDest>,
     pub mtu: Mtu,
     pub schedule: KeySchedule,
+    /// The peer's keys carry softrdma's marks (see [`check`]).
+    pub peer_softrdma: bool,
+    /// The data check's own memory (stamps, READ landing slots).
+    pub check_mem: CheckMemory,
+    /// Messages each QP posted in the last size (the data-check counts).
+    pub sent: Vec<u64>,
+    /// Sampled READs verified on arrival.
+    pub reads_verified: u64,
 }
 
 impl Ctx {
     /// Offset in the region of QP `i`'s local slot.
     pub(crate) fn local_off(&self, i: usize) -> u64 {
-        i as u64 * self.buf
+        VADDR_TAG + i as u64 * self.buf
     }
 
     /// Offset in the region of QP `i`'s target slot.
     pub(crate) fn target_off(&self, i: usize) -> u64 {
-        (self.qps.len() + i) as u64 * self.buf
+        VADDR_TAG + (self.qps.len() + i) as u64 * self.buf
+    }
+
+    /// Both sides are softrdma and `--check` is on: the stamped check runs.
+    pub(crate) fn softrdma_check(&self) -> bool {
+        self.cfg.check && self.peer_softrdma
+    }
+
+    /// Messages of this run carry stamps (WRITE and SEND tests, bar write-lat, whose last
+    /// byte is the ping-pong counter).
+    pub(crate) fn stamped(&self) -> bool {
+        self.softrdma_check()
+            && matches!(self.cfg.test.verb(), Verb::Write | Verb::Send)
+            && self.cfg.test != TestName::WriteLat
     }
 
     /// The open out-of-band session.
@@ -186,7 +209,7 @@ pub(crate) fn setup(cfg: &Config, conn: Conn, p: &mut Printer) -> Result<Ctx, Pe
     let cycle_buffer = u64::from(sys.cycle_buffer.max(64));
     let cache_line = u64::from(sys.cache_line_size.clamp(1, 4096));
     let buf = cfg.max_size().max(cycle_buffer).div_ceil(cycle_buffer) * cycle_buffer;
-    let total = usize::try_from(buf * 2 * q as u64)
+    let total = usize::try_from(buf * 2 * q as u64 + VADDR_TAG)
         .map_err(|_| PerfError::new("buffers too large for this machine"))?;
     let pd = device.alloc_pd();
     let access = AccessFlags::LOCAL_WRITE
@@ -200,7 +223,7 @@ pub(crate) fn setup(cfg: &Config, conn: Conn, p: &mut Printer) -> Result<Ctx, Pe
     let verb = cfg.test.verb();
     let fill_local = matches!(verb, Verb::Write | Verb::Send);
     for i in 0..q {
-        let (local, target) = (i as u64 * buf, (q + i) as u64 * buf);
+        let (local, target) = (VADDR_TAG + i as u64 * buf, VADDR_TAG + (q + i) as u64 * buf);
         let slot = usize::try_from(buf).unwrap_or(usize::MAX);
         if fill_local {
             mr.write(local as usize, &pattern(0, slot))?;
@@ -233,7 +256,8 @@ pub(crate) fn setup(cfg: &Config, conn: Conn, p: &mut Printer) -> Result<Ctx, Pe
             cap: QpCaps {
                 max_send_wr: tx,
                 max_recv_wr: rx,
-                max_send_sge: 1,
+                // A stamped message gathers its stamp first (see `check`).
+                max_send_sge: 2,
                 max_recv_sge: 1,
                 max_inline_data: cfg.inline,
             },
@@ -243,10 +267,10 @@ pub(crate) fn setup(cfg: &Config, conn: Conn, p: &mut Printer) -> Result<Ctx, Pe
             lid: 0,
             out_reads: cfg.out_reads,
             qpn: qp.qp_num(),
-            psn: qp.local_psn(),
+            psn: check::marked_psn(qp.local_psn()),
             // perftest sends no rkey in SEND tests.
             rkey: if verb == Verb::Send { 0 } else { mr.rkey() },
-            vaddr: mr.addr() + (q + i) as u64 * buf,
+            vaddr: mr.addr() + VADDR_TAG + (q + i) as u64 * buf,
             gid,
             srqn: 0,
         });
@@ -275,7 +299,7 @@ pub(crate) fn setup(cfg: &Config, conn: Conn, p: &mut Printer) -> Result<Ctx, Pe
         max_dest_rd_atomic: cfg.out_reads.clamp(1, super::args::MAX_OUT_READS) as u8,
         ..ConnectOptions::default()
     };
-    for (qp, r) in qps.iter().zip(&rem) {
+    for ((qp, r), d) in qps.iter().zip(&rem).zip(&my) {
         if !matches!(r.gid.to_ip(), Some(rip) if rip.is_ipv4() == ip.is_ipv4()) {
             return Err(PerfError::new(format!(
                 "the peer's GID {} is not reachable from {ip} (is it using the IPv4-mapped GID? perftest needs -x 1 on rxe)",
@@ -287,7 +311,18 @@ pub(crate) fn setup(cfg: &Config, conn: Conn, p: &mut Printer) -> Result<Ctx, Pe
             qpn: r.qpn,
             psn: r.psn,
         };
-        qp.connect(&ep, &opts(r))
+        // connect() with the PSN advertised (softrdma's mark, see `check`).
+        let o = opts(r);
+        let rts = softrdma::QpAttr::rc_rts(
+            softrdma::Psn::new(d.psn),
+            o.timeout,
+            o.retry_cnt,
+            o.rnr_retry,
+            o.max_rd_atomic,
+        );
+        qp.to_init(o.access)
+            .and_then(|()| qp.to_rtr(&ep, &o))
+            .and_then(|()| qp.modify(&rts))
             .map_err(|e| PerfError::new(format!("cannot connect QP {:#x}: {e}", qp.qp_num())))?;
     }
     for r in &rem {
@@ -316,6 +351,44 @@ pub(crate) fn setup(cfg: &Config, conn: Conn, p: &mut Printer) -> Result<Ctx, Pe
     // it without limit, as perftest does (the traffic loops have their own stall checks).
     sess.set_timeout(None)?;
     let _ = std::io::stdout().flush();
+    let peer_softrdma = check::is_softrdma(&rem);
+    let mut check_mem = CheckMemory::none();
+    if cfg.check && peer_softrdma {
+        let sends = matches!(verb, Verb::Write | Verb::Send)
+            && cfg.test != TestName::WriteLat
+            && (role == Role::Client || !bw);
+        if sends {
+            let depth = u64::from(tx);
+            let len = q as u64 * depth * check::STAMP_LEN as u64;
+            let stamps = pd
+                .reg_mr(len as usize, AccessFlags::LOCAL_WRITE)
+                .map_err(|e| PerfError::new(format!("cannot register the check's stamps: {e}")))?;
+            check_mem = check_mem.with_stamps(stamps, depth);
+        }
+        let receives = verb == Verb::Send && (role == Role::Server || !bw);
+        if receives {
+            let slot = cfg.max_size();
+            let ring = check::landing_ring(q as u64, u64::from(rx), slot);
+            let len = usize::try_from(q as u64 * ring * slot)
+                .map_err(|_| PerfError::new("receive slots too large for this machine"))?;
+            let recv = pd.reg_mr(len, AccessFlags::LOCAL_WRITE).map_err(|e| {
+                PerfError::new(format!("cannot register the check's receive slots: {e}"))
+            })?;
+            check_mem = check_mem.with_recv(recv, ring, slot);
+        }
+        if verb == Verb::Read && role == Role::Client {
+            let slot = cfg.max_size();
+            let ring = check::landing_ring(q as u64, u64::from(tx), slot);
+            let len = usize::try_from(q as u64 * ring * slot)
+                .map_err(|_| PerfError::new("READ landing slots too large for this machine"))?;
+            let landing = pd.reg_mr(len, AccessFlags::LOCAL_WRITE).map_err(|e| {
+                PerfError::new(format!(
+                    "cannot register the check's READ landing slots: {e}"
+                ))
+            })?;
+            check_mem = check_mem.with_landing(landing, ring, slot);
+        }
+    }
     let watchdog = match cfg.timeout {
         Some(limit) => Some(super::watch::Watchdog::start(
             limit,
@@ -342,5 +415,9 @@ pub(crate) fn setup(cfg: &Config, conn: Conn, p: &mut Printer) -> Result<Ctx, Pe
         rem,
         mtu,
         schedule,
+        peer_softrdma,
+        check_mem,
+        sent: vec![0; q],
+        reads_verified: 0,
     })
 }
