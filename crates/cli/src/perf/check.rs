@@ -293,8 +293,13 @@ pub(crate) fn verify_writes(ctx: &Ctx, size: u64, counts: &[u64]) -> Result<Stri
         }
     }
     let total: u64 = counts.iter().sum();
+    let positions = if verified == 1 {
+        "the one target position".to_owned()
+    } else {
+        format!("each of {verified} target positions")
+    };
     Ok(format!(
-        "OK (the last WRITE at each of {verified} target positions landed intact, {total} {size}-byte WRITEs stamped; earlier WRITEs at a position leave nothing to check)"
+        "OK (the last WRITE at {positions} landed intact, {total} {size}-byte WRITEs stamped; earlier WRITEs at a position leave nothing to check)"
     ))
 }
 
