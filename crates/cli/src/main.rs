@@ -6,6 +6,7 @@
 //! `perf`, `pingpong`, `devinfo`, `exec` or `sim` means one module and one enum variant.
 
 mod capture;
+mod completions;
 mod decode;
 mod devinfo;
 mod exec;

@@ -552,17 +552,8 @@ fn pingpong_loop(
 /// and, with `--counters`, the device's counters, which name the cause when every request was
 /// merely flushed (a packet the QP received ended the connection).
 fn failed_completion(args: &Args, ctx: &Ctx, seen: &[WorkCompletion]) -> Fail {
-    let mut all = seen.to_vec();
-    while ctx.cq.poll(16, &mut all) > 0 {}
-    let errors: Vec<&WorkCompletion> = all
-        .iter()
-        .filter(|w| w.status != WcStatus::Success)
-        .collect();
-    let cause = errors
-        .iter()
-        .find(|w| w.status != WcStatus::WrFlushErr)
-        .or(errors.first())
-        .copied();
+    let f = crate::completions::failure(&ctx.cq, seen);
+    let cause = f.cause.or(f.first);
     let mut msg = match cause {
         Some(wc) => format!(
             "Failed status {} ({}) for wr_id {}\nparse WC failed {}",

@@ -8,24 +8,10 @@
 #[path = "../../../fuzz/body/engine_wr_packet.rs"]
 mod body;
 
-/// xorshift64*: deterministic, dependency-free randomness for reproducible inputs.
-struct Rng(u64);
-
-impl Rng {
-    fn next(&mut self) -> u64 {
-        self.0 ^= self.0 >> 12;
-        self.0 ^= self.0 << 25;
-        self.0 ^= self.0 >> 27;
-        self.0.wrapping_mul(0x2545_f491_4f6c_dd1d)
-    }
-}
-
-fn env_u64(name: &str, default: u64) -> u64 {
-    std::env::var(name)
-        .ok()
-        .and_then(|v| v.parse().ok())
-        .unwrap_or(default)
-}
+#[allow(unreachable_pub)]
+#[path = "../../../fuzz/body/stable.rs"]
+mod stable;
+use stable::{env_u64, Rng};
 
 #[test]
 fn fuzz_body_on_corpus_and_random_scripts() {

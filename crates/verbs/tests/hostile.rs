@@ -11,10 +11,7 @@ use std::sync::Arc;
 
 use common::*;
 use softrdma::{wr, ConnectOptions, DropReason, Mtu, WcStatus};
-use softrdma_wire::{
-    emit_headers, packet_len, Aeth, AtomicEth, Bth, ExtHeaders, IcrcContext, Opcode, Psn, Reth,
-    Syndrome,
-};
+use softrdma_wire::{Aeth, AtomicEth, Bth, ExtHeaders, Opcode, Psn, Reth, Syndrome};
 
 struct Rng(u64);
 impl Rng {
@@ -27,26 +24,6 @@ impl Rng {
     fn below(&mut self, n: u64) -> u64 {
         self.next() % n
     }
-}
-
-fn build(
-    src: SocketAddr,
-    dst: SocketAddr,
-    opcode: Opcode,
-    qpn: u32,
-    psn: Psn,
-    ext: ExtHeaders,
-    payload: &[u8],
-) -> Vec<u8> {
-    let mut bth = Bth::new(opcode, qpn, psn);
-    bth.ack_req = true;
-    let mut buf = vec![0u8; packet_len(opcode, payload.len())];
-    let h = emit_headers(&bth, &ext, payload.len(), &mut buf);
-    buf[h..h + payload.len()].copy_from_slice(payload);
-    IcrcContext::new(src.ip(), dst.ip(), src.port(), dst.port())
-        .fill(&mut buf)
-        .unwrap();
-    buf
 }
 
 /// What the attacker knows: the QPNs, the initial PSNs, a valid rkey and a canary address.
@@ -92,7 +69,7 @@ fn attack(t: Target, stop: Arc<AtomicBool>, sent: Arc<AtomicU64>) {
                 (&spoof_a, t.b, bytes)
             }
             1 => {
-                let p = build(
+                let p = forge(
                     src_a,
                     t.b,
                     Opcode::RC_SEND_ONLY,
@@ -109,7 +86,7 @@ fn attack(t: Target, stop: Arc<AtomicBool>, sent: Arc<AtomicU64>) {
                 (
                     &spoof_a,
                     t.b,
-                    build(
+                    forge(
                         src_a,
                         t.b,
                         Opcode::RC_SEND_ONLY,
@@ -123,7 +100,7 @@ fn attack(t: Target, stop: Arc<AtomicBool>, sent: Arc<AtomicU64>) {
             3 => (
                 &spoof_a,
                 t.b,
-                build(
+                forge(
                     src_a,
                     t.b,
                     Opcode::RC_RDMA_WRITE_ONLY,
@@ -136,7 +113,7 @@ fn attack(t: Target, stop: Arc<AtomicBool>, sent: Arc<AtomicU64>) {
             4 => (
                 &spoof_a,
                 t.b,
-                build(
+                forge(
                     src_a,
                     t.b,
                     Opcode::RC_RDMA_WRITE_ONLY,
@@ -149,7 +126,7 @@ fn attack(t: Target, stop: Arc<AtomicBool>, sent: Arc<AtomicU64>) {
             5 => (
                 &spoof_a,
                 t.b,
-                build(
+                forge(
                     src_a,
                     t.b,
                     Opcode::RC_RDMA_READ_REQUEST,
@@ -172,7 +149,7 @@ fn attack(t: Target, stop: Arc<AtomicBool>, sent: Arc<AtomicU64>) {
                 (
                     &spoof_a,
                     t.b,
-                    build(
+                    forge(
                         src_a,
                         t.b,
                         Opcode::RC_FETCH_ADD,
@@ -200,11 +177,11 @@ fn attack(t: Target, stop: Arc<AtomicBool>, sent: Arc<AtomicU64>) {
                 (
                     &spoof_b,
                     t.a,
-                    build(src_b, t.a, Opcode::RC_ACKNOWLEDGE, t.qpn_a, psn, ext, &[]),
+                    forge(src_b, t.a, Opcode::RC_ACKNOWLEDGE, t.qpn_a, psn, ext, &[]),
                 )
             }
             8 => {
-                let mut p = build(
+                let mut p = forge(
                     src_a,
                     t.b,
                     Opcode::RC_RDMA_WRITE_ONLY,
@@ -229,7 +206,7 @@ fn attack(t: Target, stop: Arc<AtomicBool>, sent: Arc<AtomicU64>) {
             _ => (
                 &foreign,
                 t.b,
-                build(
+                forge(
                     src_f,
                     t.b,
                     Opcode::RC_RDMA_WRITE_ONLY,

@@ -4,7 +4,7 @@
 
 mod common;
 
-use std::net::{SocketAddr, UdpSocket};
+use std::net::UdpSocket;
 use std::time::{Duration, Instant};
 
 use common::*;
@@ -12,30 +12,7 @@ use softrdma::{
     wr, Device, DeviceConfig, DeviceStats, DropReason, IpNetwork, NakKind, QpInitAttr, QpState,
     WcStatus,
 };
-use softrdma_wire::{
-    emit_headers, packet_len, AtomicEth, Bth, ExtHeaders, IcrcContext, Opcode, Psn, Reth,
-};
-
-/// A valid RoCEv2 packet from `src` to `dst`, ICRC and all.
-fn forge(
-    src: SocketAddr,
-    dst: SocketAddr,
-    opcode: Opcode,
-    qpn: u32,
-    psn: Psn,
-    ext: ExtHeaders,
-    payload: &[u8],
-) -> Vec<u8> {
-    let mut bth = Bth::new(opcode, qpn, psn);
-    bth.ack_req = true;
-    let mut buf = vec![0u8; packet_len(opcode, payload.len())];
-    let h = emit_headers(&bth, &ext, payload.len(), &mut buf);
-    buf[h..h + payload.len()].copy_from_slice(payload);
-    IcrcContext::new(src.ip(), dst.ip(), src.port(), dst.port())
-        .fill(&mut buf)
-        .unwrap();
-    buf
-}
+use softrdma_wire::{AtomicEth, ExtHeaders, Opcode, Psn, Reth};
 
 /// Waits until `cond` holds for the device's counters; a deadline only bounds a failure.
 fn wait_stats(dev: &Device, what: &str, cond: impl Fn(&DeviceStats) -> bool) -> DeviceStats {

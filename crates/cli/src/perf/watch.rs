@@ -13,7 +13,7 @@ use std::sync::{Arc, Condvar, Mutex};
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
-use softrdma::{CompletionQueue, Device, WcStatus, WorkCompletion};
+use softrdma::{CompletionQueue, Device, WorkCompletion};
 
 use super::bw::split_id;
 use super::PerfError;
@@ -117,20 +117,11 @@ impl Drop for Watchdog {
 /// waiting on `cq` are drained too, because a failing request completes *after* the older
 /// requests it flushes, so the first error polled is usually a flush, not the cause.
 pub(crate) fn failure(cq: &CompletionQueue, seen: &[WorkCompletion], what: &str) -> PerfError {
-    let mut all = seen.to_vec();
-    while cq.poll(256, &mut all) > 0 {}
-    let errors: Vec<&WorkCompletion> = all
-        .iter()
-        .filter(|w| w.status != WcStatus::Success)
-        .collect();
-    let flushed = errors
-        .iter()
-        .filter(|w| w.status == WcStatus::WrFlushErr)
-        .count();
-    match errors.iter().find(|w| w.status != WcStatus::WrFlushErr) {
+    let f = crate::completions::failure(cq, seen);
+    match f.cause {
         Some(wc) => {
             let (qp, seq) = split_id(wc.wr_id);
-            let also = match flushed {
+            let also = match f.flushed {
                 0 => String::new(),
                 n => format!("; {n} other requests were flushed"),
             };
@@ -142,11 +133,12 @@ pub(crate) fn failure(cq: &CompletionQueue, seen: &[WorkCompletion], what: &str)
             ))
         }
         None => {
-            let qpn = errors.first().map_or(0, |w| w.qp_num);
+            let qpn = f.first.map_or(0, |w| w.qp_num);
             PerfError::new(format!(
-                "{what} failed: {flushed} requests were flushed (Work Request Flushed Error): QP {qpn:#x} \
+                "{what} failed: {} requests were flushed (Work Request Flushed Error): QP {qpn:#x} \
                  entered the error state without a failed request of its own, so a packet it received \
-                 ended the connection (the device counters show which)"
+                 ended the connection (the device counters show which)",
+                f.flushed
             ))
         }
     }

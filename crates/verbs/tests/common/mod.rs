@@ -2,7 +2,7 @@
 //! test uses its own addresses, so tests run in parallel), port 4791 on each.
 #![allow(dead_code, unreachable_pub)]
 
-use std::net::IpAddr;
+use std::net::{IpAddr, SocketAddr};
 use std::time::{Duration, Instant};
 
 use softrdma::{
@@ -106,4 +106,27 @@ pub fn pattern(len: usize, seed: u64) -> Vec<u8> {
             x as u8
         })
         .collect()
+}
+
+/// A valid RoCEv2 packet from `src` to `dst` (AckReq set, ICRC for these addresses), as a
+/// forger with the right numbers would build it.
+pub fn forge(
+    src: SocketAddr,
+    dst: SocketAddr,
+    opcode: softrdma_wire::Opcode,
+    qpn: u32,
+    psn: softrdma_wire::Psn,
+    ext: softrdma_wire::ExtHeaders,
+    payload: &[u8],
+) -> Vec<u8> {
+    use softrdma_wire::{emit_headers, packet_len, Bth, IcrcContext};
+    let mut bth = Bth::new(opcode, qpn, psn);
+    bth.ack_req = true;
+    let mut buf = vec![0u8; packet_len(opcode, payload.len())];
+    let h = emit_headers(&bth, &ext, payload.len(), &mut buf);
+    buf[h..h + payload.len()].copy_from_slice(payload);
+    IcrcContext::new(src.ip(), dst.ip(), src.port(), dst.port())
+        .fill(&mut buf)
+        .unwrap();
+    buf
 }
