@@ -365,6 +365,7 @@ impl Fuzz<'_> {
             sg_list,
             flags,
             inline_data,
+            ud: None,
         };
         let side = &mut self.sides[i];
         if side.engine.post_send(self.now, side.qpn, wr).is_ok() {
@@ -410,7 +411,7 @@ impl Fuzz<'_> {
     }
 
     fn handle(&mut self, to: usize, src: SocketAddr, p: &[u8]) {
-        let meta = DatagramMeta { src, ecn: 0 };
+        let meta = DatagramMeta::new(src, ip(to));
         self.sides[to].engine.handle_datagram(self.now, &meta, p);
     }
 
