@@ -10,11 +10,7 @@ use std::path::{Path, PathBuf};
 
 /// Cycles that exist today and have an issue that removes them. Each entry is a sorted set of
 /// modules; the test fails when it no longer finds one (remove the entry) or finds any other.
-const KNOWN: &[(&str, &[&str])] = &[
-    // crates/cli: perf's out-of-band setup and its run loop share error and printer types
-    // defined in perf/mod.rs; issue 15 reworks both.
-    ("cli", &["perf", "perf::oob"]),
-];
+const KNOWN: &[(&str, &[&str])] = &[];
 
 fn modules(src: &Path) -> BTreeMap<String, PathBuf> {
     let mut out = BTreeMap::new();

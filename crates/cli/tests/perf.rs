@@ -560,7 +560,7 @@ fn write_lat_reports_a_failed_write_while_waiting() {
     let stderr = String::from_utf8_lossy(&out.stderr);
     assert_eq!(status.code(), Some(1), "{stderr}");
     assert!(
-        stderr.contains("send completed with error RetryExcErr"),
+        stderr.contains("send failed: transport retry counter exceeded (RetryExcErr)"),
         "{stderr}"
     );
     drop(sess);

@@ -132,7 +132,8 @@ fn side(ip: &str, sess: &mut PerftestSession<TcpStream>, out_reads: u16) -> (Sid
     let opts = ConnectOptions {
         path_mtu: Mtu::from_ibv_enum(mtu),
         max_rd_atomic: 16,
-        max_dest_rd_atomic: 16,
+        // What `out_reads` promised the peer: it may have that many READs outstanding.
+        max_dest_rd_atomic: u8::try_from(out_reads.max(1)).unwrap_or(u8::MAX),
         ..ConnectOptions::default()
     };
     let ep = QpEndpoint {

@@ -9,24 +9,10 @@ use softrdma::{wr, CompletionQueue, SendFlags, SendWr, WcStatus, WorkCompletion}
 
 use super::args::{AtomicKind, Verb};
 use super::check;
-use super::oob::{pattern, stride, Ctx};
+use super::layout::{pattern, split_id, wr_id};
+use super::oob::Ctx;
+use super::output::{PerfError, Progress};
 use super::report::{self, Row};
-use super::{PerfError, Progress};
-
-/// No completion for this long means the peer or the path is gone (unless `--timeout` says
-/// otherwise: see [`Ctx::stall`]).
-pub(crate) const STALL: Duration = Duration::from_secs(30);
-
-/// Bits of a work request ID that hold the sequence number; the QP index sits above.
-const SEQ_BITS: u32 = 40;
-
-pub(crate) fn wr_id(qp: usize, seq: u64) -> u64 {
-    ((qp as u64) << SEQ_BITS) | seq
-}
-
-pub(crate) fn split_id(id: u64) -> (usize, u64) {
-    ((id >> SEQ_BITS) as usize, id & ((1 << SEQ_BITS) - 1))
-}
 
 /// Polls up to `max` completions into `out`; if there are none, sleeps on the CQ until some
 /// arrive, failing after `ctx.stall()` without any. Completions are signs of life for the
@@ -106,27 +92,6 @@ pub(crate) fn check_wcs(
     Err(super::watch::failure(cq, wcs, what))
 }
 
-/// Where message `seq` goes in a slot: perftest walks the first `cycle_buffer` bytes in
-/// cache-line-aligned strides when messages are at most half of it, else always offset 0.
-pub(crate) fn cycle_off(ctx: &Ctx, size: u64, seq: u64) -> u64 {
-    let inc = stride(size, ctx.cache_line);
-    if size <= ctx.cycle_buffer / 2 {
-        let slots = (ctx.cycle_buffer / inc).max(1);
-        (seq % slots) * inc
-    } else {
-        0
-    }
-}
-
-/// Distinct target positions of messages of `size` in a slot (perftest's cycle).
-pub(crate) fn positions(ctx: &Ctx, size: u64) -> u64 {
-    if size <= ctx.cycle_buffer / 2 && ctx.cfg.test.is_bw() {
-        (ctx.cycle_buffer / stride(size, ctx.cache_line)).max(1)
-    } else {
-        1
-    }
-}
-
 /// Whether message `seq` of a run of `iters` (`None`: timed) is verified by the data check.
 pub(crate) fn sampled(seq: u64, iters: Option<u64>) -> bool {
     seq % check::SAMPLE_EVERY == 0 || iters.is_some_and(|n| seq + 1 == n)
@@ -142,7 +107,7 @@ fn build_wr(
     sampled: bool,
 ) -> Result<SendWr, PerfError> {
     let rem = &ctx.rem[i];
-    let off = cycle_off(ctx, size, seq);
+    let off = ctx.cycle_off(size, seq);
     let len = size as u32;
     let local = (ctx.local_off(i) + off) as usize;
     let id = wr_id(i, seq);
@@ -263,7 +228,7 @@ pub(crate) fn client(ctx: &mut Ctx, size: u64, progress: &mut Progress) -> Resul
                     let off = if cfg.test.verb() == Verb::Send {
                         0
                     } else {
-                        cycle_off(ctx, size, seq)
+                        ctx.cycle_off(size, seq)
                     };
                     inline_payload(ctx, i, seq, size, off)
                 } else {
@@ -311,7 +276,7 @@ pub(crate) fn client(ctx: &mut Ctx, size: u64, progress: &mut Progress) -> Resul
             while let Some(&s) = pending_checks[i].front().filter(|&&s| s <= seq) {
                 pending_checks[i].pop_front();
                 ctx.check_mem
-                    .verify_read(i, s, size, cycle_off(ctx, size, s))?;
+                    .verify_read(i, s, size, ctx.cycle_off(size, s))?;
                 ctx.reads_verified += 1;
             }
             done_msgs += covered;
@@ -364,7 +329,7 @@ pub(crate) fn post_recvs(
             Some((mr, at)) => mr.sge(at, size as u32),
             None => ctx
                 .mr
-                .sge((slot + cycle_off(ctx, size, seq)) as usize, size as u32),
+                .sge((slot + ctx.cycle_off(size, seq)) as usize, size as u32),
         };
         wr::recv(wr_id(i, seq), vec![sge])
     });
@@ -398,7 +363,7 @@ pub(crate) fn check_recv(ctx: &Ctx, wc: &WorkCompletion, size: u64) -> Result<()
     let got = match ctx.check_mem.recv_slot(i, seq) {
         Some((mr, at)) => mr.read_vec(at, size as usize)?,
         None => {
-            let off = (ctx.target_off(i) + cycle_off(ctx, size, seq)) as usize;
+            let off = (ctx.target_off(i) + ctx.cycle_off(size, seq)) as usize;
             ctx.mr.read_vec(off, size as usize)?
         }
     };

@@ -18,10 +18,11 @@ use softrdma::{wr, SendFlags, WorkCompletion};
 use softrdma_cm::perftest::Role;
 
 use super::args::{AtomicKind, TestName, Verb};
-use super::bw::{check_recv, check_wcs, poll_spin, post_recvs, split_id, wr_id};
-use super::oob::{pattern, Ctx};
+use super::bw::{check_recv, check_wcs, poll_spin, post_recvs};
+use super::layout::{pattern, split_id, wr_id};
+use super::oob::Ctx;
+use super::output::{PerfError, Progress};
 use super::report::{one_way_factor, LatDurRow, LatRow, Row};
-use super::{PerfError, Progress};
 
 /// Whether this side of a ping-pong waits for the peer's first message before sending its
 /// own: the server in `send-lat`, the client in `write-lat` (see the module docs).

@@ -3,8 +3,12 @@
 //! on Linux Soft-RoCE or a RoCE NIC, and printing perftest's tables.
 //!
 //! - [`args`]: the command line, perftest's defaults and limits;
+//! - [`output`]: failures, perftest's text, the progress line; [`layout`]: WR ids, strides,
+//!   the data pattern;
 //! - [`oob`]: connection, resources and key exchanges (via `softrdma_cm::perftest`);
+//!   [`watch`]: the watchdog for silent peers;
 //! - [`bw`]: bandwidth traffic; [`lat`]: latency traffic;
+//! - [`check`]: the data check's stamps and marks; [`verify`]: what a passive server checks;
 //! - [`report`]: banner, address lines, tables, statistics, JSON.
 //!
 //! `--loopback` runs the server side on a thread of this process (127.0.0.1) and the client
@@ -14,12 +18,14 @@ mod args;
 mod bw;
 mod check;
 mod lat;
+mod layout;
 mod oob;
+mod output;
 mod report;
+mod verify;
 mod watch;
 
-use std::fmt;
-use std::io::{IsTerminal, Write};
+use std::io::IsTerminal;
 use std::net::{IpAddr, Ipv4Addr, TcpListener};
 use std::process::ExitCode;
 use std::time::{Duration, Instant};
@@ -29,132 +35,8 @@ use softrdma_cm::perftest::{BwReport, Role};
 pub(crate) use args::Args;
 use args::{Config, UsageError, Verb};
 use oob::Conn;
+use output::{PerfError, Printer, Progress};
 use report::{BwRow, Outcome, Row, RESULT_LINE};
-
-/// A failed run, with the message to print.
-#[derive(Debug)]
-pub(crate) struct PerfError {
-    msg: String,
-    /// The device's non-zero counters when the run failed after the device was up.
-    counters: Option<Vec<(String, u64)>>,
-}
-
-impl PerfError {
-    pub(crate) fn new(msg: impl Into<String>) -> PerfError {
-        PerfError {
-            msg: msg.into(),
-            counters: None,
-        }
-    }
-
-    /// A data-check failure.
-    pub(crate) fn check(msg: impl Into<String>) -> PerfError {
-        PerfError::new(format!("data check failed: {}", msg.into()))
-    }
-
-    /// Prints the message and, if known, the device's counters, to stderr.
-    fn report(&self, prefix: &str) {
-        eprintln!("softrdma perf: {prefix}{}", self.msg);
-        if let Some(c) = &self.counters {
-            let mut err = std::io::stderr().lock();
-            let _ = writeln!(
-                err,
-                "softrdma perf: {prefix}device counters at the failure (non-zero):"
-            );
-            let _ = crate::devinfo::write_counter_lines(&mut err, c);
-        }
-    }
-}
-
-impl fmt::Display for PerfError {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str(&self.msg)
-    }
-}
-
-impl<E: std::error::Error> From<E> for PerfError {
-    fn from(e: E) -> PerfError {
-        PerfError::new(e.to_string())
-    }
-}
-
-/// Where perftest's text goes: stdout, or nowhere (the loopback server, `--json`).
-pub(crate) struct Printer {
-    on: bool,
-}
-
-impl Printer {
-    pub(crate) fn line(&mut self, s: &str) {
-        if self.on {
-            let mut out = std::io::stdout().lock();
-            let _ = writeln!(out, "{s}");
-            let _ = out.flush();
-        }
-    }
-}
-
-/// A one-line progress display for long runs, on stderr when it is a terminal.
-pub(crate) struct Progress {
-    on: bool,
-    label: String,
-    started: Instant,
-    last: Instant,
-    shown: bool,
-}
-
-impl Progress {
-    fn new(on: bool) -> Progress {
-        let now = Instant::now();
-        Progress {
-            on,
-            label: String::new(),
-            started: now,
-            last: now,
-            shown: false,
-        }
-    }
-
-    pub(crate) fn start(&mut self, label: &str) {
-        if self.on {
-            self.label = label.to_owned();
-            self.started = Instant::now();
-            self.last = self.started;
-        }
-    }
-
-    /// Shows `done` of `total` messages, at most four times a second and only once the run
-    /// has lasted a second.
-    pub(crate) fn tick(&mut self, done: u64, total: Option<u64>) {
-        if !self.on {
-            return;
-        }
-        let now = Instant::now();
-        if now.duration_since(self.last) < Duration::from_millis(250)
-            || now.duration_since(self.started) < Duration::from_secs(1)
-        {
-            return;
-        }
-        self.last = now;
-        let secs = now.duration_since(self.started).as_secs();
-        let text = match total {
-            Some(t) => format!(
-                " {}: {done}/{t} ({}%), {secs} s",
-                self.label,
-                done * 100 / t.max(1)
-            ),
-            None => format!(" {}: {done} messages, {secs} s", self.label),
-        };
-        eprint!("\r{text}\x1b[K");
-        self.shown = true;
-    }
-
-    pub(crate) fn finish(&mut self) {
-        if self.shown {
-            eprint!("\r\x1b[K");
-            self.shown = false;
-        }
-    }
-}
 
 /// The report a bandwidth client sends its server (perftest's `bw_report_data`).
 fn to_report(row: Option<&Row>) -> BwReport {
@@ -326,7 +208,7 @@ fn traffic(
             let wait = ctx.stall();
             let counts = check::read_counts(&ctx.peek, ctx.qps.len(), wait)?;
             if passive {
-                checks.push(check::passive(ctx, &counts)?);
+                checks.push(verify::passive(ctx, &counts)?);
             } else {
                 // The SEND server: every message the client posted arrived.
                 let (got, posted): (u64, u64) = (ctx.sent.iter().sum(), counts.iter().sum());
@@ -342,7 +224,7 @@ fn traffic(
     }
     if passive && cfg.check && verb == Verb::Read {
         // The READ source is ours: its bytes must not have changed, whoever read them.
-        checks.push(check::passive(ctx, &[])?);
+        checks.push(verify::passive(ctx, &[])?);
     }
     if cfg.check && !ctx.peer_softrdma && checks.is_empty() {
         checks.push("not done (the peer is not a softrdma device)".into());

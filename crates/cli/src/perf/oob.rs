@@ -17,8 +17,9 @@ use softrdma_cm::perftest::{
 
 use super::args::{Config, TestName, Verb};
 use super::check::{self, CheckMemory, VADDR_TAG};
+use super::layout::{pattern, stride};
+use super::output::{PerfError, Printer};
 use super::report;
-use super::{PerfError, Printer};
 
 /// How this side meets its peer.
 pub(crate) enum Conn {
@@ -28,21 +29,9 @@ pub(crate) enum Conn {
     Listen(TcpListener),
 }
 
-/// perftest's `INC(size, cache_line)`: the stride between consecutive messages' addresses.
-pub(crate) fn stride(size: u64, cache_line: u64) -> u64 {
-    size.div_ceil(cache_line) * cache_line
-}
-
-/// The byte the data pattern has at `offset` of a region (what a softrdma peer writes, sends,
-/// or serves to READs; `--check` compares against it).
-pub(crate) fn pattern_byte(offset: usize) -> u8 {
-    ((offset % 251) as u8) ^ ((offset / 251) as u8)
-}
-
-/// `len` pattern bytes from `offset`.
-pub(crate) fn pattern(offset: usize, len: usize) -> Vec<u8> {
-    (offset..offset + len).map(pattern_byte).collect()
-}
+/// No completion for this long means the peer or the path is gone (unless `--timeout` says
+/// otherwise: see [`Ctx::stall`]).
+pub(crate) const STALL: Duration = Duration::from_secs(30);
 
 /// Everything a side holds once connected: the device, the resources and both sides' keys.
 ///
@@ -83,6 +72,27 @@ pub(crate) struct Ctx {
 }
 
 impl Ctx {
+    /// Where message `seq` goes in a slot: perftest walks the first `cycle_buffer` bytes in
+    /// cache-line-aligned strides when messages are at most half of it, else always offset 0.
+    pub(crate) fn cycle_off(&self, size: u64, seq: u64) -> u64 {
+        let inc = stride(size, self.cache_line);
+        if size <= self.cycle_buffer / 2 {
+            let slots = (self.cycle_buffer / inc).max(1);
+            (seq % slots) * inc
+        } else {
+            0
+        }
+    }
+
+    /// Distinct target positions of messages of `size` in a slot (perftest's cycle).
+    pub(crate) fn positions(&self, size: u64) -> u64 {
+        if size <= self.cycle_buffer / 2 && self.cfg.test.is_bw() {
+            (self.cycle_buffer / stride(size, self.cache_line)).max(1)
+        } else {
+            1
+        }
+    }
+
     /// Offset in the region of QP `i`'s local slot.
     pub(crate) fn local_off(&self, i: usize) -> u64 {
         VADDR_TAG + i as u64 * self.buf
@@ -123,7 +133,7 @@ impl Ctx {
 
     /// How long to wait for a completion before calling the peer gone.
     pub(crate) fn stall(&self) -> Duration {
-        self.cfg.timeout.unwrap_or(super::bw::STALL)
+        self.cfg.timeout.unwrap_or(STALL)
     }
 
     /// This side made progress: tells the watchdog, if any.

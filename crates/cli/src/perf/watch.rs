@@ -15,8 +15,8 @@ use std::time::{Duration, Instant};
 
 use softrdma::{CompletionQueue, Device, WorkCompletion};
 
-use super::bw::split_id;
-use super::PerfError;
+use super::layout::split_id;
+use super::output::PerfError;
 use crate::limits::fmt_secs;
 
 struct Shared {

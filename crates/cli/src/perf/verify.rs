@@ -1,0 +1,106 @@
+//! What a passive softrdma server verifies once its client is done (see [`super::check`] for
+//! the scheme): the last WRITE at every position, atomic sums, an intact READ source.
+
+use super::args::{AtomicKind, Verb};
+use super::check::{stamp, stamped_payload, STAMP_LEN};
+use super::layout::pattern;
+use super::oob::Ctx;
+use super::output::PerfError;
+
+/// What a passive WRITE server can verify once it knows how many WRITEs of `size` each QP
+/// posted: every target position holds the last WRITE aimed at it, stamp and all.
+pub(crate) fn verify_writes(ctx: &Ctx, size: u64, counts: &[u64]) -> Result<String, PerfError> {
+    let positions = ctx.positions(size);
+    let mut verified = 0u64;
+    for (i, &n) in counts.iter().enumerate() {
+        for k in 0..positions.min(n) {
+            let last = k + positions * ((n - 1 - k) / positions);
+            let off = ctx.cycle_off(size, last);
+            let got = ctx
+                .mr
+                .read_vec((ctx.target_off(i) + off) as usize, size as usize)?;
+            if got != stamped_payload(i, last, size, off) {
+                let landed =
+                    got[..STAMP_LEN.min(got.len())] == stamp(i, last)[..STAMP_LEN.min(got.len())];
+                let which = if landed {
+                    "its bytes differ from what was sent".to_owned()
+                } else {
+                    let seen = (got.len() >= 8)
+                        .then(|| u64::from_le_bytes(got[..8].try_into().expect("8 bytes")));
+                    match seen {
+                        Some(s) => format!("it holds what looks like WRITE {s}"),
+                        None => "it holds other bytes".to_owned(),
+                    }
+                };
+                return Err(PerfError::check(format!(
+                    "QP index {i}: WRITE {last} (the last of {n} aimed at offset {off}) is missing: {which}"
+                )));
+            }
+            verified += 1;
+        }
+    }
+    let total: u64 = counts.iter().sum();
+    let positions = if verified == 1 {
+        "the one target position".to_owned()
+    } else {
+        format!("each of {verified} target positions")
+    };
+    Ok(format!(
+        "OK (the last WRITE at {positions} landed intact, {total} {size}-byte WRITEs stamped; earlier WRITEs at a position leave nothing to check)"
+    ))
+}
+
+/// What a passive server verifies once the client is done: for WRITE tests the last WRITE at
+/// every position ([`verify_writes`]); for atomics that the targets add up to what the client
+/// posted (`counts`, per QP); for READ tests that the source the client read is intact.
+pub(crate) fn passive(ctx: &Ctx, counts: &[u64]) -> Result<String, PerfError> {
+    let cfg = &ctx.cfg;
+    let size = *cfg.sizes.last().unwrap_or(&2);
+    match cfg.test.verb() {
+        Verb::Write => verify_writes(ctx, size, counts),
+        Verb::Atomic => {
+            let mut sum = 0u64;
+            for (i, &n) in counts.iter().enumerate() {
+                for k in 0..ctx.positions(8).min(n.max(1)) {
+                    let at = (ctx.target_off(i) + ctx.cycle_off(8, k)) as usize;
+                    sum = sum.wrapping_add(ctx.mr.read_u64(at)?);
+                }
+            }
+            let posted: u64 = counts.iter().sum();
+            let expect = match cfg.atomic {
+                AtomicKind::CMP_AND_SWAP => 0,
+                AtomicKind::FETCH_AND_ADD => posted,
+            };
+            if sum != expect {
+                return Err(PerfError::check(format!(
+                    "the atomic targets add up to {sum}, but the client posted {posted} {} (expected {expect})",
+                    cfg.atomic.as_str()
+                )));
+            }
+            Ok(format!(
+                "OK (the atomic targets add up to {expect} for the {posted} {} the client posted)",
+                cfg.atomic.as_str()
+            ))
+        }
+        Verb::Read => {
+            let mut bytes = 0u64;
+            for i in 0..ctx.qps.len() {
+                let got = ctx
+                    .mr
+                    .read_vec(ctx.target_off(i) as usize, ctx.buf as usize)?;
+                if let Some(at) = got
+                    .iter()
+                    .zip(pattern(0, got.len()))
+                    .position(|(a, b)| *a != b)
+                {
+                    return Err(PerfError::check(format!(
+                        "QP index {i}: the READ source changed at offset {at} during the run"
+                    )));
+                }
+                bytes += got.len() as u64;
+            }
+            Ok(format!("OK (the READ source is intact: {bytes} bytes)"))
+        }
+        Verb::Send => Ok("OK".into()),
+    }
+}
