@@ -501,6 +501,75 @@ fn read_restart_asks_only_for_the_rest() {
     assert_eq!(reqs[1].2, reqs[0].2.add(2));
 }
 
+/// A long READ is asked for chunk by chunk, half a window each, so its responses stay within
+/// the window like any packets (an 8 MiB READ answered in one burst of 2048 packets overran a
+/// 4 MiB socket buffer, and with 16 QPs at once exhausted the retries); a lost response is
+/// asked for again only up to the end of its chunk.
+#[test]
+fn long_read_is_requested_chunk_by_chunk() {
+    const WINDOW: u32 = 16;
+    let len = 30 * 256; // 30 response packets at MTU 256: chunks of 8, 8, 8 and 6
+    let run = |drop_k: Option<i32>| {
+        let window = |ip| EngineConfig {
+            max_inflight_packets: WINDOW,
+            ..EngineConfig::new(ip)
+        };
+        let mut p = Pair::configured(Mtu::Mtu256, [0xfffff0, 5], 3, window);
+        let requests = std::rc::Rc::new(std::cell::RefCell::new(Vec::new()));
+        let seen = requests.clone();
+        let mut first_response = None;
+        let mut dropped = false;
+        p.filter = Box::new(move |from, pkt| {
+            if from == 0 && pkt.bth.opcode == Opcode::RC_RDMA_READ_REQUEST {
+                let reth = pkt.ext.reth.expect("a READ request has a RETH");
+                seen.borrow_mut().push((pkt.bth.psn, reth.va, reth.dma_len));
+            }
+            if from == 1 && kind(pkt) == OpKind::ReadResponse {
+                let base = *first_response.get_or_insert(pkt.bth.psn);
+                if Some(pkt.bth.psn.distance(base)) == drop_k && !dropped {
+                    dropped = true;
+                    return false;
+                }
+            }
+            true
+        });
+        let data = pattern(len, 5);
+        p.write_mem(1, BASE + 0x4000, &data);
+        let s = p.sge(0, BASE + 0x100, len as u32);
+        let op = SendOp::RdmaRead {
+            remote_addr: BASE + 0x4000,
+            rkey: p.nodes[1].key,
+        };
+        p.post_send(0, wr(9, op, vec![s]));
+        p.drive();
+        one_ok(&p.completions(0), 9, WcOpcode::RdmaRead, len as u32);
+        assert_eq!(p.read_mem(0, BASE + 0x100, len), data);
+        if drop_k.is_none() {
+            assert_eq!(p.most_on_wire[1], WINDOW as usize, "two chunks' responses at most");
+        }
+        let reqs = requests.borrow().clone();
+        (p, reqs)
+    };
+    let (_, reqs) = run(None);
+    let first = reqs[0].0;
+    let chunks: Vec<_> = [(0u32, 8u32), (8, 8), (16, 8), (24, 6)]
+        .iter()
+        .map(|&(k, n)| (first.add(k), BASE + 0x4000 + u64::from(k) * 256, n * 256))
+        .collect();
+    assert_eq!(reqs, chunks, "one request per chunk, in order");
+    // Response 10 (in the second chunk) is lost: the request that asks for it again ends
+    // where that chunk ends; the chunks after it are asked for again as go-back-N does.
+    let (p, reqs) = run(Some(10));
+    assert_eq!(
+        reqs.iter()
+            .find(|r| r.0 == first.add(10))
+            .map(|r| (r.1, r.2)),
+        Some((BASE + 0x4000 + 10 * 256, 6 * 256)),
+        "{reqs:x?}"
+    );
+    assert!(p.stats(1).reads_served >= 5, "the chunk was asked for again");
+}
+
 fn atomic_case(filter: Option<Filter>, dup: bool) -> Pair {
     let mut p = Pair::new(Mtu::Mtu1024, [0x100, 0x200]);
     if let Some(f) = filter {

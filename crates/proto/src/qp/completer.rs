@@ -266,14 +266,12 @@ impl QueuePair {
         let expect_len =
             (u64::from(wqe.len).saturating_sub(offset)).min(u64::from(wqe.mtu)) as usize;
         let ends = k + 1 == wqe.npkts;
-        let position_ok = match position {
-            Position::Only => k == 0 && ends,
-            Position::First => k == 0 && !ends,
-            Position::Middle => k != 0 && !ends,
-            Position::Last => k != 0 && ends,
-        };
-        // A restarted READ begins with FIRST/ONLY at any k.
-        let position_ok = position_ok || (position.starts() && (ends == position.ends()));
+        // Each request (a chunk, or a restart inside one) is answered FIRST..LAST or ONLY, and
+        // ends where its chunk ends; a restart begins with FIRST/ONLY at any k.
+        let chunk = super::requester::read_chunk(ctx.config);
+        let request_ends = ends || (k + 1) % chunk == 0;
+        let position_ok =
+            position.ends() == request_ends && (position.starts() || k % chunk != 0);
         if pkt.payload.len() != expect_len || !position_ok {
             self.fail_wqe(ctx, idx, WcStatus::BadRespErr);
             return;
@@ -292,6 +290,9 @@ impl QueuePair {
         self.progress(ctx);
         if ends {
             self.req.sq[idx].status = Some(WcStatus::Success);
+        } else if request_ends {
+            // A chunk answered: its responder resource is free for the next chunk's request.
+            self.req.rd_atomic_inflight = self.req.rd_atomic_inflight.saturating_sub(1);
         }
     }
 

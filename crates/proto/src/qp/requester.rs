@@ -42,8 +42,17 @@ impl QueuePair {
             } else {
                 self.req.next_psn
             };
+            // A READ request's responses are in flight with it: its last response PSN must
+            // fit in the window too.
+            let last = match wqe.wr.op {
+                SendOp::RdmaRead { .. } => {
+                    let k = if wqe.started { self.req.cursor_pkt } else { 0 };
+                    psn.add(read_request_pkts(ctx.config, k, wqe.npkts) - 1)
+                }
+                _ => psn,
+            };
             if self.qp_type == QpType::Rc
-                && !self.req.in_window(psn, ctx.config.max_inflight_packets)
+                && !self.req.in_window(last, ctx.config.max_inflight_packets)
             {
                 return None;
             }
@@ -65,6 +74,9 @@ impl QueuePair {
                 }
             }
             if !self.may_send_next(ctx) {
+                return None;
+            }
+            if !self.may_request_next_chunk(ctx.config) {
                 return None;
             }
             match self.build_request(ctx, out) {
@@ -118,6 +130,27 @@ impl QueuePair {
         true
     }
 
+    /// Whether the packet at the cursor, when it is the request for a further chunk of a long
+    /// READ sent for the first time, may go: it takes a responder resource like a READ of its
+    /// own, so the QP's READ/atomic credit must allow one more (counted here, returned when the
+    /// chunk before it is answered).
+    fn may_request_next_chunk(&mut self, config: &EngineConfig) -> bool {
+        let wqe = &self.req.sq[self.req.cursor];
+        let k = self.req.cursor_pkt;
+        if k == 0 || !matches!(wqe.wr.op, SendOp::RdmaRead { .. }) {
+            return true;
+        }
+        let psn = wqe.first_psn.add(k);
+        if psn.is_before(self.req.sent_high) || k % read_chunk(config) != 0 {
+            return true;
+        }
+        if self.req.rd_atomic_inflight >= u32::from(self.cfg.max_rd_atomic.max(1)) {
+            return false;
+        }
+        self.req.rd_atomic_inflight += 1;
+        true
+    }
+
     /// Resends the single packet `psn` (a selective repeat's repair) with AckReq set, the
     /// cursor left where it was. `None` when there is nothing to send after all (`psn` has been
     /// acknowledged meanwhile) or the QP failed.
@@ -162,7 +195,8 @@ impl QueuePair {
         let mut bth = Bth::new(Opcode(0), self.cfg.dest_qpn, psn);
         let mut ext = ExtHeaders::default();
         let mut payload = 0usize;
-        let mut advance_to_end = false;
+        // A READ request covers this many response PSNs (every other request one).
+        let mut request_pkts = None;
         match wqe.wr.op {
             SendOp::Send | SendOp::SendWithImm { .. } | SendOp::SendWithInv { .. } => {
                 let (opcode, imm, inv) = send_opcode(&wqe.wr.op, k, wqe.npkts);
@@ -193,16 +227,19 @@ impl QueuePair {
                 payload = packet_payload(wqe.len, mtu, k);
             }
             SendOp::RdmaRead { remote_addr, rkey } => {
-                // One request for everything not yet received: a restart mid-response asks
-                // only for the rest, from the first missing response PSN.
+                // One request per chunk (see `read_chunk`), up to the chunk's end: a restart
+                // mid-response asks only for the rest of its chunk, from the first missing
+                // response PSN.
                 let done = u64::from(k) * u64::from(mtu);
+                let pkts = read_request_pkts(ctx.config, k, wqe.npkts);
+                let upto = (u64::from(k + pkts) * u64::from(mtu)).min(u64::from(wqe.len));
                 bth.opcode = Opcode::RC_RDMA_READ_REQUEST;
                 ext.reth = Some(Reth {
                     va: remote_addr.wrapping_add(done),
                     rkey,
-                    dma_len: wqe.len.saturating_sub(done as u32),
+                    dma_len: upto.saturating_sub(done) as u32,
                 });
-                advance_to_end = true;
+                request_pkts = Some(pkts);
             }
             SendOp::AtomicCmpSwap {
                 remote_addr,
@@ -262,7 +299,8 @@ impl QueuePair {
                 });
             }
         }
-        let ends_message = last || advance_to_end;
+        let request_end = request_pkts.map(|n| k + n);
+        let ends_message = last || request_end == Some(wqe.npkts);
         let reliable = self.qp_type == QpType::Rc;
         if !reliable {
             // UC: the same opcodes in the UC range (IBTA 9.2: the three high bits name the
@@ -307,21 +345,17 @@ impl QueuePair {
             .build_packet(ctx, out, bth, &ext, payload, fill)
             .ok_or(RequestBuild::Failed)?;
 
-        if advance_to_end || last {
+        let next_k = request_end.unwrap_or(k + 1);
+        if next_k >= self.req.sq[idx].npkts {
             self.req.cursor += 1;
             self.req.cursor_pkt = 0;
         } else {
-            self.req.cursor_pkt += 1;
+            self.req.cursor_pkt = next_k;
         }
         if psn.is_before(self.req.sent_high) {
             ctx.stats.retransmitted_packets += 1;
         } else {
-            let end = if advance_to_end {
-                self.req.sq[idx].last_psn()
-            } else {
-                psn
-            };
-            self.req.sent_high = end.next();
+            self.req.sent_high = self.req.sq[idx].first_psn.add(next_k);
         }
         if !reliable {
             if last {
@@ -377,6 +411,25 @@ fn ack_req_interval(config: &EngineConfig) -> u32 {
         .ack_req_every
         .min(config.max_inflight_packets / 2)
         .max(1)
+}
+
+/// Response packets one READ request asks for at most: half the QP's window, so the next
+/// chunk's request goes while the responses of the one before arrive. A long READ is asked
+/// for chunk by chunk — to the responder, consecutive READ requests — so its responses enter
+/// the window and the device's in-flight budget like any packets instead of arriving all at
+/// once (a 8 MiB READ is 2048 packets, twice what a 4 MiB socket buffer holds), and a lost
+/// response costs a chunk, not the whole rest. Chunk boundaries are fixed (every
+/// `read_chunk` packets from the WQE's first), so a restart stays inside its chunk.
+pub(crate) fn read_chunk(config: &EngineConfig) -> u32 {
+    (config.max_inflight_packets / 2).max(1)
+}
+
+/// Response packets of the READ request at packet `k` of an `npkts`-packet READ: up to the end
+/// of `k`'s chunk.
+pub(crate) fn read_request_pkts(config: &EngineConfig, k: u32, npkts: u32) -> u32 {
+    let chunk = read_chunk(config);
+    let chunk_end = (k / chunk + 1).saturating_mul(chunk);
+    chunk_end.min(npkts).saturating_sub(k).max(1)
 }
 
 /// Payload bytes of packet `k` of a `len`-byte message at `mtu` bytes per packet.

@@ -99,7 +99,9 @@ pub(crate) struct Requester {
     pub peer_acked: Psn,
     /// One past the highest PSN ever sent: packets below it are retransmissions.
     pub sent_high: Psn,
-    /// READ/atomic WQEs started and not completed.
+    /// READ and atomic requests outstanding, what the responder's resources hold: one per
+    /// READ/atomic WQE started, plus one per further chunk of a long READ (see
+    /// `requester::read_chunk`) until the chunk before it is answered.
     pub rd_atomic_inflight: u32,
     /// Transport retries left before RETRY_EXC_ERR.
     pub retry_left: u8,
