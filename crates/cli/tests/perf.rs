@@ -120,6 +120,35 @@ fn write_bw() {
     );
 }
 
+/// Many QPs and long messages on one device pair do not overrun the receiver: with
+/// `-q 64`, `-q 256` and `-q 16 -s 8388608` every WRITE and READ completes and the data
+/// check passes (they failed with RetryExcErr when every QP sent its whole window at once, a
+/// READ was answered in one burst of all its packets, and the retransmit timer ignored the
+/// queueing delay). Each row: exactly the iterations asked for, per QP.
+#[test]
+fn many_qps_and_long_messages_complete() {
+    for (test, title) in [
+        ("write-bw", "RDMA_Write BW Test"),
+        ("read-bw", "RDMA_Read BW Test"),
+    ] {
+        for (args, size, iters) in [
+            (&["-q", "64", "-s", "65536", "-n", "10"][..], 65536.0, 640.0),
+            (
+                &["-q", "256", "-s", "65536", "-n", "5"][..],
+                65536.0,
+                1280.0,
+            ),
+            (
+                &["-q", "16", "-s", "8388608", "-n", "5"][..],
+                8388608.0,
+                80.0,
+            ),
+        ] {
+            bw_test(test, title, args, size, iters);
+        }
+    }
+}
+
 /// Without GSO batching (`--no-gso`; the other tests run with it, the default) the same
 /// data arrives: 64 KiB WRITEs and READs as single datagrams, checked end to end by the
 /// loopback data check.

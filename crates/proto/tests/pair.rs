@@ -545,7 +545,10 @@ fn long_read_is_requested_chunk_by_chunk() {
         one_ok(&p.completions(0), 9, WcOpcode::RdmaRead, len as u32);
         assert_eq!(p.read_mem(0, BASE + 0x100, len), data);
         if drop_k.is_none() {
-            assert_eq!(p.most_on_wire[1], WINDOW as usize, "two chunks' responses at most");
+            assert_eq!(
+                p.most_on_wire[1], WINDOW as usize,
+                "two chunks' responses at most"
+            );
         }
         let reqs = requests.borrow().clone();
         (p, reqs)
@@ -567,7 +570,10 @@ fn long_read_is_requested_chunk_by_chunk() {
         Some((BASE + 0x4000 + 10 * 256, 6 * 256)),
         "{reqs:x?}"
     );
-    assert!(p.stats(1).reads_served >= 5, "the chunk was asked for again");
+    assert!(
+        p.stats(1).reads_served >= 5,
+        "the chunk was asked for again"
+    );
 }
 
 fn atomic_case(filter: Option<Filter>, dup: bool) -> Pair {

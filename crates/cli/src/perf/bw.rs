@@ -168,12 +168,15 @@ pub(crate) fn client(ctx: &mut Ctx, size: u64, progress: &mut Progress) -> Resul
     let cfg = ctx.cfg.clone();
     let q = ctx.qps.len();
     let iters = cfg.iters;
-    let cq_mod = u64::from(cfg.cq_mod);
     // READs land in the data check's ring, one slot per outstanding READ.
     let depth = ctx
         .check_mem
         .landing_ring()
         .map_or(u64::from(cfg.tx_depth), |r| r.min(u64::from(cfg.tx_depth)));
+    // A completion at least every `depth` requests, or a QP whose ring holds fewer READs
+    // than `cq_mod` would wait for a completion nothing asked for (perftest keeps cq_mod
+    // within tx_depth the same way).
+    let cq_mod = u64::from(cfg.cq_mod).min(depth).max(1);
     let timed = cfg.duration;
     let mut pending_checks: Vec<std::collections::VecDeque<u64>> = vec![Default::default(); q];
     let total = iters * q as u64;
@@ -291,7 +294,7 @@ pub(crate) fn client(ctx: &mut Ctx, size: u64, progress: &mut Progress) -> Resul
     ctx.sent = state.iter().map(|s| s.posted).collect();
     Ok(Row::Bw(match (timed, first_post, last_completion) {
         (None, _, _) if per_message => {
-            report::bw_row(size, &posted_at, &completed_at, cfg.gbits, cfg.cq_mod)
+            report::bw_row(size, &posted_at, &completed_at, cfg.gbits, cq_mod as u32)
         }
         (None, Some(a), Some(b)) => report::bw_row_duration(size, done_msgs, b - a, cfg.gbits),
         _ => report::bw_row_duration(size, done_msgs, start.elapsed(), cfg.gbits),

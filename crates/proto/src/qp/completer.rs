@@ -270,8 +270,7 @@ impl QueuePair {
         // ends where its chunk ends; a restart begins with FIRST/ONLY at any k.
         let chunk = super::requester::read_chunk(ctx.config);
         let request_ends = ends || (k + 1) % chunk == 0;
-        let position_ok =
-            position.ends() == request_ends && (position.starts() || k % chunk != 0);
+        let position_ok = position.ends() == request_ends && (position.starts() || k % chunk != 0);
         if pkt.payload.len() != expect_len || !position_ok {
             self.fail_wqe(ctx, idx, WcStatus::BadRespErr);
             return;

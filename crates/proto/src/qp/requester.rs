@@ -108,7 +108,9 @@ impl QueuePair {
     /// may; a new packet only while the device's packets in flight, over all QPs, are fewer
     /// than its budget — what keeps many QPs together from overrunning the receiver's socket
     /// buffer, or a slow link's queue. A QP with nothing in flight may always send one, so
-    /// every QP progresses however many share the budget.
+    /// every QP progresses however many share the budget — but a READ request, which brings
+    /// a chunk of responses, only if they fit or the device has nothing else in flight (256
+    /// QPs each asking for 16 responses at once overran a 4 MiB socket buffer).
     fn may_send_next(&mut self, ctx: &mut Ctx<'_>) -> bool {
         if self.qp_type != QpType::Rc {
             return true;
@@ -119,7 +121,18 @@ impl QueuePair {
             return true;
         }
         let own = self.req.outstanding();
-        if own == 0 {
+        // A READ request brings its responses: it costs what it asks for.
+        let cost = match wqe.wr.op {
+            SendOp::RdmaRead { .. } => {
+                read_request_pkts(ctx.config, self.req.cursor_pkt, wqe.npkts)
+            }
+            _ => 1,
+        };
+        if own == 0
+            && (cost == 1
+                || ctx.others_inflight == 0
+                || ctx.others_inflight.saturating_add(cost) <= ctx.budget.limit())
+        {
             return true;
         }
         if ctx.others_inflight.saturating_add(own) >= ctx.budget.limit() {
