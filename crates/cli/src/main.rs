@@ -22,6 +22,7 @@ mod perf;
 mod pingpong;
 mod route;
 mod sim;
+mod transport;
 
 use std::process::ExitCode;
 
@@ -57,7 +58,8 @@ enum Command {
     ///
     /// Exit status: 0 on success, 1 if the run failed, 2 on usage errors.
     Perf(perf::Args),
-    /// Ping-pong SENDs over an RC QP: a drop-in peer for rdma-core's `ibv_rc_pingpong`.
+    /// Ping-pong SENDs over an RC, UC or UD QP: a drop-in peer for rdma-core's
+    /// `ibv_rc_pingpong`, `ibv_uc_pingpong` and `ibv_ud_pingpong` (--transport).
     ///
     /// Without SERVER it waits for a client; with SERVER it connects to it. Exit status 0 on
     /// success, 1 on any failure (including a `-c` data mismatch).

@@ -1,4 +1,5 @@
-//! `softrdma pingpong`: a drop-in peer for rdma-core's `ibv_rc_pingpong` (rdma-core 44).
+//! `softrdma pingpong`: a drop-in peer for rdma-core's `ibv_rc_pingpong`, and with
+//! `--transport UC` / `--transport UD` for `ibv_uc_pingpong` / `ibv_ud_pingpong` (rdma-core 44).
 //!
 //! Same out-of-band exchange (TCP 18515, `LID:QPN:PSN:GID`, via [`softrdma_cm::pingpong`]),
 //! same flags where they make sense, same protocol on the wire and the same output lines, so
@@ -15,6 +16,21 @@
 //! - QP attributes as rc_pingpong sets them: access flags 0, `max_dest_rd_atomic` 1,
 //!   `min_rnr_timer` 12, timeout 14, `retry_cnt` 7, `rnr_retry` 7, `max_rd_atomic` 1, the
 //!   path MTU from `-m`.
+//!
+//! UC (`ibv_uc_pingpong`) is the RC program on a UC QP: the same flags, defaults, output and
+//! traffic; RTR sets only the path, MTU, remote QPN and PSN, RTS only the send PSN.
+//!
+//! UD (`ibv_ud_pingpong`) differs where the program does:
+//! - `-s` (default 1024) is the payload; the buffer is `size + 40` bytes, receives take all of
+//!   it (the first 40 bytes get the GRH area) and sends go from offset 40, so the payload of a
+//!   received message lands where the next send reads it;
+//! - a `-s` above the port's active MTU fails with `Requested size larger than port MTU (N)`;
+//!   there is no `-m`;
+//! - the Q_Key is the program's constant [`pingpong::UD_QKEY`], both on the QP and in every
+//!   send; the peer is reached through an address handle made from its GID (when its GID has
+//!   an interface ID, as rdma-core decides; otherwise from its TCP address, see below);
+//! - the local address line reads `PSN 0x...: GID` (a colon where the others print a comma),
+//!   as ud_pingpong prints it.
 //!
 //! Deliberate differences, all documented in `--help`:
 //! - `-g` defaults to 1 (the IPv4-mapped GID, as on rxe) instead of none: RoCE needs a GID.
@@ -43,12 +59,14 @@ use std::time::{Duration, Instant};
 
 use clap::Args as ClapArgs;
 use softrdma::{
-    wr, AccessFlags, CompletionQueue, ConnectOptions, Device, DeviceConfig, Gid, MemoryRegion, Mtu,
-    QpCaps, QpEndpoint, QpInitAttr, QueuePair, WcStatus, WorkCompletion,
+    wr, AccessFlags, AddressHandle, AhAttr, CompletionQueue, ConnectOptions, Device, DeviceConfig,
+    Gid, MemoryRegion, Mtu, QpCaps, QpEndpoint, QpInitAttr, QueuePair, WcStatus, WorkCompletion,
+    GRH_LEN,
 };
 use softrdma_cm::pingpong::{self, PingpongDest};
 
 use crate::route;
+use crate::transport::Transport;
 
 /// `wr_id` of receives (rc_pingpong's `PINGPONG_RECV_WRID`).
 const RECV_WRID: u64 = 1;
@@ -80,13 +98,14 @@ pub(crate) struct Args {
     /// Port of the device (only 1 exists).
     #[arg(short = 'i', long = "ib-port", default_value_t = 1)]
     ib_port: u8,
-    /// Size of each message in bytes (0..8388608, the device's max_msg_sz).
-    #[arg(short = 's', long = "size", default_value_t = 4096,
+    /// Size of each message in bytes (0..8388608, the device's max_msg_sz) [default: 4096;
+    /// UD: 1024, the payload without the GRH].
+    #[arg(short = 's', long = "size",
           value_parser = clap::value_parser!(u32).range(..=i64::from(softrdma::MAX_MSG_SZ)))]
-    size: u32,
-    /// Path MTU: 256, 512, 1024, 2048 or 4096.
-    #[arg(short = 'm', long = "mtu", default_value = "1024", value_parser = path_mtu)]
-    mtu: Mtu,
+    size: Option<u32>,
+    /// Path MTU: 256, 512, 1024, 2048 or 4096 [default: 1024; not with UD].
+    #[arg(short = 'm', long = "mtu", value_parser = path_mtu)]
+    mtu: Option<Mtu>,
     /// Number of receives to post at a time (1..32766: the completion queue holds one more).
     #[arg(short = 'r', long = "rx-depth", default_value_t = 500,
           value_parser = clap::value_parser!(u32).range(1..i64::from(softrdma::MAX_CQE)))]
@@ -134,6 +153,9 @@ pub(crate) struct Args {
     #[arg(long, value_name = "SECS", default_value = "0",
           value_parser = crate::limits::wait_seconds)]
     timeout: Duration,
+    /// The transport: RC (ibv_rc_pingpong), UC (ibv_uc_pingpong) or UD (ibv_ud_pingpong).
+    #[arg(long, value_enum, default_value = "RC", ignore_case = true)]
+    transport: Transport,
 }
 
 /// clap value parser of `-m`.
@@ -163,6 +185,14 @@ fn fail<T>(msg: impl Into<String>) -> Result<T, Fail> {
 
 /// Runs `softrdma pingpong`.
 pub(crate) fn run(args: &Args) -> ExitCode {
+    if args.transport == Transport::UD && args.mtu.is_some() {
+        // ibv_ud_pingpong has no -m (getopt refuses it): a UD message is one packet.
+        eprintln!(
+            "softrdma pingpong: error: -m does not apply to UD (ibv_ud_pingpong has no -m): \
+             a UD message is one packet of at most the port's active MTU"
+        );
+        return ExitCode::from(2);
+    }
     match run_inner(args) {
         Ok(code) => code,
         Err(Fail(msg)) => {
@@ -196,12 +226,24 @@ pub(crate) fn invalid_pages(buf: &[u8]) -> Vec<usize> {
         .collect()
 }
 
-/// The `  local address:  LID 0x0000, QPN 0x000011, PSN 0x..., GID ...` line.
-fn address_line(label: &str, d: &PingpongDest) -> String {
+/// The `  local address:  LID 0x0000, QPN 0x000011, PSN 0x..., GID ...` line
+/// (`ibv_ud_pingpong` prints `PSN 0x...: GID` in its local line).
+fn address_line(label: &str, d: &PingpongDest, psn_gid_sep: char) -> String {
     format!(
-        "  {label} LID 0x{:04x}, QPN 0x{:06x}, PSN 0x{:06x}, GID {}",
+        "  {label} LID 0x{:04x}, QPN 0x{:06x}, PSN 0x{:06x}{psn_gid_sep} GID {}",
         d.lid, d.qpn, d.psn, d.gid
     )
+}
+
+/// The local address line of `transport`'s program.
+fn local_line(d: &PingpongDest, transport: Transport) -> String {
+    let sep = if transport == Transport::UD { ':' } else { ',' };
+    address_line("local address: ", d, sep)
+}
+
+/// The remote address line (the same in every program).
+fn remote_line(d: &PingpongDest) -> String {
+    address_line("remote address:", d, ',')
 }
 
 /// The device side of one run: everything rc_pingpong's `pp_init_ctx` creates.
@@ -210,20 +252,41 @@ struct Ctx {
     mr: MemoryRegion,
     cq: CompletionQueue,
     qp: QueuePair,
+    transport: Transport,
+    /// The message size (`-s`; UD: the payload).
     size: u32,
+    /// Where the payload starts in the buffer: 0, or the GRH area's 40 bytes with UD.
+    grh: u32,
     rx_depth: u32,
+    gid_idx: i32,
+    /// UD: the peer's address handle and QPN, once connected.
+    ud_peer: Option<(AddressHandle, u32)>,
 }
 
 impl Ctx {
-    fn open(args: &Args, ip: IpAddr) -> Result<Ctx, Fail> {
+    fn open(args: &Args, ip: IpAddr, size: u32) -> Result<Ctx, Fail> {
+        let transport = args.transport;
         let mut config = DeviceConfig::new(ip).gso(!args.no_gso);
         if let Some(p) = &args.pcap {
             config = config.pcap(p);
         }
         let device = Device::open(config)
             .map_err(|e| Fail(format!("Couldn't get context for {ip}: {e}")))?;
+        let grh = if transport == Transport::UD {
+            let mtu = device
+                .query_port(1)
+                .map_err(|_| Fail("Unable to query port info for port 1".into()))?
+                .active_mtu
+                .bytes();
+            if size > mtu {
+                return fail(format!("Requested size larger than port MTU ({mtu})"));
+            }
+            GRH_LEN as u32
+        } else {
+            0
+        };
         let pd = device.alloc_pd();
-        let len = args.size.max(1) as usize;
+        let len = (size + grh).max(1) as usize;
         let mr = pd
             .reg_mr(len, AccessFlags::LOCAL_WRITE)
             .map_err(|e| Fail(format!("Couldn't register MR: {e}")))?;
@@ -241,28 +304,52 @@ impl Ctx {
                 ..QpCaps::default()
             },
             sq_sig_all: false,
-            ..QpInitAttr::rc(&cq)
+            ..QpInitAttr::new(transport.qp_type(), &cq)
         };
         let qp = pd
             .create_qp(&init)
             .map_err(|e| Fail(format!("Couldn't create QP: {e}")))?;
-        qp.to_init(AccessFlags::empty())
-            .map_err(|e| Fail(format!("Failed to modify QP to INIT: {e}")))?;
+        // ud_pingpong moves its QP to INIT with the Q_Key here and on to RTS when it connects;
+        // a softrdma UD QP goes to RTS at once (nothing reaches it before the peer knows its
+        // QPN, and receives may be posted in any state from INIT on).
+        match transport {
+            Transport::UD => qp.ready_ud(pingpong::UD_QKEY),
+            _ => qp.to_init(AccessFlags::empty()),
+        }
+        .map_err(|e| Fail(format!("Failed to modify QP to INIT: {e}")))?;
         Ok(Ctx {
             device,
             mr,
             cq,
             qp,
-            size: args.size,
+            transport,
+            size,
+            grh,
             rx_depth: args.rx_depth,
+            gid_idx: args.gid_idx,
+            ud_peer: None,
         })
     }
 
-    /// `pp_post_recv`: posts up to `n` receives, returns how many were posted.
+    /// Opens the device, posts the receives and prints the local address line, as every
+    /// pingpong program does before it talks to its peer.
+    fn prepare(args: &Args, ip: IpAddr, size: u32) -> Result<(Ctx, PingpongDest), Fail> {
+        let ctx = Ctx::open(args, ip, size)?;
+        let routs = ctx.post_recv(ctx.rx_depth);
+        if routs < ctx.rx_depth {
+            return fail(format!("Couldn't post receive ({routs})"));
+        }
+        let local = ctx.local_dest()?;
+        println!("{}", local_line(&local, ctx.transport));
+        Ok((ctx, local))
+    }
+
+    /// `pp_post_recv`: posts up to `n` receives (UD: room for the GRH area too), returns how
+    /// many were posted.
     fn post_recv(&self, n: u32) -> u32 {
         let mut posted = 0;
         for _ in 0..n {
-            let r = wr::recv(RECV_WRID, vec![self.mr.sge(0, self.size)]);
+            let r = wr::recv(RECV_WRID, vec![self.mr.sge(0, self.grh + self.size)]);
             if self.qp.post_recv([r]).is_err() {
                 break;
             }
@@ -271,17 +358,37 @@ impl Ctx {
         posted
     }
 
-    /// `pp_post_send`: one signaled SEND of the whole buffer.
+    /// `pp_post_send`: one signaled SEND of the payload (UD: to the peer's QPN through its
+    /// address handle, with the program's Q_Key).
     fn post_send(&self) -> Result<(), Fail> {
-        let mut s = wr::send(SEND_WRID, vec![self.mr.sge(0, self.size)]);
-        s.flags = s.flags | softrdma::SendFlags::SIGNALED;
+        let sge = self.mr.sge(self.grh as usize, self.size);
+        let s = match &self.ud_peer {
+            Some((ah, qpn)) => wr::ud_send(SEND_WRID, vec![sge], ah, *qpn, pingpong::UD_QKEY),
+            None => {
+                let mut s = wr::send(SEND_WRID, vec![sge]);
+                s.flags = s.flags | softrdma::SendFlags::SIGNALED;
+                s
+            }
+        };
         self.qp
             .post_send([s])
             .map_err(|e| Fail(format!("Couldn't post send: {e}")))
     }
 
-    /// `pp_connect_ctx`: INIT → RTR → RTS towards `remote`.
-    fn connect(&self, remote: &QpEndpoint, mtu: Mtu) -> Result<(), Fail> {
+    /// `pp_connect_ctx`: INIT → RTR → RTS towards `remote` (UD: the address handle).
+    fn connect(&mut self, remote: &QpEndpoint, mtu: Mtu) -> Result<(), Fail> {
+        if self.transport == Transport::UD {
+            // The source GID: the advertised one, or the device's own without -g.
+            let sgid = u32::try_from(self.gid_idx).unwrap_or(self.device.gid_index());
+            let attr = AhAttr::new(remote.gid, sgid as u8);
+            let ah = self
+                .qp
+                .pd()
+                .create_ah(&attr)
+                .map_err(|e| Fail(format!("Failed to create AH: {e}")))?;
+            self.ud_peer = Some((ah, remote.qpn));
+            return Ok(());
+        }
         let opts = ConnectOptions {
             access: AccessFlags::empty(),
             path_mtu: Some(mtu),
@@ -301,7 +408,8 @@ impl Ctx {
             .map_err(|e| Fail(format!("Failed to modify QP to RTS: {e}")))
     }
 
-    fn local_dest(&self, gid_idx: i32) -> Result<PingpongDest, Fail> {
+    fn local_dest(&self) -> Result<PingpongDest, Fail> {
+        let gid_idx = self.gid_idx;
         let gid = if gid_idx >= 0 {
             self.device
                 .query_gid(1, gid_idx as u32)
@@ -315,6 +423,11 @@ impl Ctx {
             psn: self.qp.local_psn(),
             gid,
         })
+    }
+
+    /// The payload part of the buffer (what `-c` checks).
+    fn payload(&self) -> Result<Vec<u8>, Fail> {
+        Ok(self.mr.read_vec(self.grh as usize, self.size as usize)?)
     }
 }
 
@@ -340,34 +453,33 @@ fn set_stream_timeout(s: &TcpStream, t: Option<Duration>) -> Result<(), Fail> {
 }
 
 fn run_inner(args: &Args) -> Result<ExitCode, Fail> {
-    let mtu = args.mtu;
+    let mtu = args.mtu.unwrap_or(Mtu::Mtu1024);
+    let size = args.size.unwrap_or(match args.transport {
+        Transport::UD => 1024,
+        Transport::RC | Transport::UC => 4096,
+    });
     if args.ib_port != 1 {
         return fail("Couldn't get port info");
     }
     let timeout = crate::limits::limit(args.timeout);
     let _ = (&args.ib_dev, args.sl);
 
-    let ctx;
+    let mut ctx;
     let remote;
     if let Some(host) = &args.server {
         let server = route::resolve(host, args.port)
             .map_err(|e| Fail(format!("{e} for {host}:{}", args.port)))?;
         let ip = route::device_ip(args.bind, server.ip())
             .map_err(|e| Fail(format!("no local address towards {server}: {e}")))?;
-        ctx = Ctx::open(args, ip)?;
-        let routs = ctx.post_recv(ctx.rx_depth);
-        if routs < ctx.rx_depth {
-            return fail(format!("Couldn't post receive ({routs})"));
-        }
-        let local = ctx.local_dest(args.gid_idx)?;
-        println!("{}", address_line("local address: ", &local));
+        let (c, local) = Ctx::prepare(args, ip, size)?;
+        ctx = c;
         let mut stream = softrdma_cm::connect(server, timeout)
             .map_err(|_| Fail(format!("Couldn't connect to {host}:{}", args.port)))?;
         set_stream_timeout(&stream, timeout)?;
         let dest = pingpong::client_exchange(&mut stream, &local)
             .map_err(|e| Fail(format!("Couldn't read/write remote address: {e}")))?;
         drop(stream);
-        println!("{}", address_line("remote address:", &dest));
+        println!("{}", remote_line(&dest));
         ctx.connect(&remote_endpoint(&dest, server.ip()), mtu)?;
         remote = dest;
         return pingpong_loop(args, &ctx, &remote, true, timeout);
@@ -378,15 +490,8 @@ fn run_inner(args: &Args) -> Result<ExitCode, Fail> {
     let mut early = None;
     if let Some(ip) = args.bind {
         // Like rc_pingpong: device, receives and the local address line before listening.
-        let c = Ctx::open(args, ip)?;
-        let routs = c.post_recv(c.rx_depth);
-        if routs < c.rx_depth {
-            return fail(format!("Couldn't post receive ({routs})"));
-        }
-        let local = c.local_dest(args.gid_idx)?;
-        println!("{}", address_line("local address: ", &local));
+        early = Some(Ctx::prepare(args, ip, size)?);
         let _ = std::io::stdout().flush();
-        early = Some((c, local));
     }
     let listener = match listen_addr {
         Some(a) => TcpListener::bind(a),
@@ -410,14 +515,7 @@ fn run_inner(args: &Args) -> Result<ExitCode, Fail> {
         Some(e) => e,
         None => {
             let ip = stream.local_addr()?.ip().to_canonical();
-            let c = Ctx::open(args, ip)?;
-            let routs = c.post_recv(c.rx_depth);
-            if routs < c.rx_depth {
-                return fail(format!("Couldn't post receive ({routs})"));
-            }
-            let local = c.local_dest(args.gid_idx)?;
-            println!("{}", address_line("local address: ", &local));
-            (c, local)
+            Ctx::prepare(args, ip, size)?
         }
     };
     ctx = c;
@@ -429,7 +527,7 @@ fn run_inner(args: &Args) -> Result<ExitCode, Fail> {
         .and_then(|()| pingpong::server_wait_done(&mut stream))
         .map_err(|e| Fail(format!("Couldn't send/recv local address: {e}")))?;
     drop(stream);
-    println!("{}", address_line("remote address:", &dest));
+    println!("{}", remote_line(&dest));
     remote = dest;
     pingpong_loop(args, &ctx, &remote, false, timeout)
 }
@@ -446,8 +544,8 @@ fn pingpong_loop(
     let mut pending = RECV_WRID;
     if client {
         if args.chk {
-            for i in (0..args.size as usize).step_by(PAGE) {
-                ctx.mr.write(i, &[0])?;
+            for i in (0..ctx.size as usize).step_by(PAGE) {
+                ctx.mr.write(ctx.grh as usize + i, &[0])?;
             }
         }
         ctx.post_send()?;
@@ -518,7 +616,7 @@ fn pingpong_loop(
 
     // rc_pingpong computes in float microseconds.
     let usec = elapsed.as_secs_f64() * 1e6;
-    let bytes = u64::from(args.size) * iters * 2;
+    let bytes = u64::from(ctx.size) * iters * 2;
     println!(
         "{bytes} bytes in {:.2} seconds = {:.2} Mbit/sec",
         usec / 1e6,
@@ -531,8 +629,7 @@ fn pingpong_loop(
     );
     let mut code = ExitCode::SUCCESS;
     if args.chk {
-        let buf = ctx.mr.read_vec(0, args.size as usize)?;
-        let bad = invalid_pages(&buf);
+        let bad = invalid_pages(&ctx.payload()?);
         for page in &bad {
             println!("invalid data in page {page}");
         }
@@ -604,11 +701,17 @@ mod tests {
             gid: Gid::from_ip("10.88.0.11".parse().unwrap()),
         };
         assert_eq!(
-            address_line("local address: ", &d),
+            local_line(&d, Transport::RC),
             "  local address:  LID 0x0000, QPN 0x000011, PSN 0x000abc, GID ::ffff:10.88.0.11"
         );
+        assert_eq!(local_line(&d, Transport::UC), local_line(&d, Transport::RC));
+        // ud_pingpong's local line has a colon before the GID.
         assert_eq!(
-            address_line("remote address:", &PingpongDest::default()),
+            local_line(&d, Transport::UD),
+            "  local address:  LID 0x0000, QPN 0x000011, PSN 0x000abc: GID ::ffff:10.88.0.11"
+        );
+        assert_eq!(
+            remote_line(&PingpongDest::default()),
             "  remote address: LID 0x0000, QPN 0x000000, PSN 0x000000, GID ::"
         );
     }

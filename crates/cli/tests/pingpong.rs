@@ -230,6 +230,115 @@ fn validation_failure_is_reported() {
     );
 }
 
+/// Every packet line of `softrdma decode FILE` (which must be clean).
+fn decoded_lines(file: &Path) -> Vec<String> {
+    decode_clean(file);
+    let o = Command::new(BIN).arg("decode").arg(file).output().unwrap();
+    text(&o.stdout)
+        .lines()
+        .filter(|l| !l.starts_with("packets:"))
+        .map(str::to_owned)
+        .collect()
+}
+
+/// Runs a loopback pair with `--transport T` and `args` on both sides, the client's traffic
+/// captured to `pcap`; returns both outputs.
+fn transport_pair(t: &str, args: &[&str], ips: (&str, &str), pcap: &Path) -> (Output, Output) {
+    let mut server = vec!["--transport", t, "--bind", ips.1];
+    server.extend(args);
+    let mut client = vec!["--transport", t, "--bind", ips.0];
+    client.extend(args);
+    client.extend(["--pcap", pcap.to_str().unwrap(), ips.1]);
+    pair(&server, &client)
+}
+
+/// `--transport UD` as ibv_ud_pingpong: the payload sizes below and at the port MTU (4096 on
+/// loopback), -c checked on both sides, one UD SEND ONLY per message carrying the program's
+/// Q_Key in its DETH, ud_pingpong's local line (`PSN 0x...: GID`).
+#[test]
+fn loopback_ud_pingpong_like_ibv_ud_pingpong() {
+    for (i, size) in [64u64, 4096].into_iter().enumerate() {
+        let port = (19_791 + i).to_string();
+        let s = size.to_string();
+        let pcap = tmp(&format!("pp-ud-{size}.pcap"));
+        let args = ["-c", "-s", &s, "-n", "20", "-p", &port, "--timeout", "20"];
+        let (so, co) = transport_pair("UD", &args, ("127.0.77.41", "127.0.77.42"), &pcap);
+        for (o, who) in [(&so, "server"), (&co, "client")] {
+            let out = text(&o.stdout);
+            assert!(o.status.success(), "{who}: {out}{}", text(&o.stderr));
+            assert!(
+                out.lines()
+                    .next()
+                    .unwrap()
+                    .contains(": GID ::ffff:127.0.77.4"),
+                "{out}"
+            );
+            assert!(out.contains(&format!("{} bytes in ", size * 40)), "{out}");
+            assert!(!out.contains("invalid data"), "{out}");
+        }
+        let lines = decoded_lines(&pcap);
+        assert_eq!(lines.len(), 40, "{lines:#?}");
+        for l in &lines {
+            assert!(l.contains(" UD_SEND_ONLY "), "{l}");
+            assert!(l.contains("DETH[qkey=0x11111111 "), "{l}");
+            assert!(l.contains(&format!("payload={size} ")), "{l}");
+        }
+    }
+}
+
+/// `--transport UC` as ibv_uc_pingpong: sizes of one packet, several, and not a multiple of
+/// the MTU; -c on both sides; UC packets only, no acknowledgements.
+#[test]
+fn loopback_uc_pingpong_like_ibv_uc_pingpong() {
+    for (i, size) in [64u64, 4096, 10_000].into_iter().enumerate() {
+        let port = (19_795 + i).to_string();
+        let s = size.to_string();
+        let pcap = tmp(&format!("pp-uc-{size}.pcap"));
+        let args = ["-c", "-s", &s, "-n", "20", "-p", &port, "--timeout", "20"];
+        let (so, co) = transport_pair("UC", &args, ("127.0.77.43", "127.0.77.44"), &pcap);
+        assert_report(&so, "server", size, 20);
+        assert_report(&co, "client", size, 20);
+        let lines = decoded_lines(&pcap);
+        assert_eq!(
+            lines.len() as u64,
+            2 * 20 * size.div_ceil(1024),
+            "{lines:#?}"
+        );
+        assert!(lines.iter().all(|l| l.contains(" UC_SEND_")), "{lines:#?}");
+    }
+}
+
+/// ud_pingpong's limits: a payload above the port MTU fails as the program fails, and there is
+/// no -m (a usage error).
+#[test]
+fn ud_pingpong_refuses_a_size_above_the_mtu_and_m() {
+    let o = Command::new(BIN)
+        .args([
+            "pingpong",
+            "--transport",
+            "UD",
+            "-s",
+            "4097",
+            "--bind",
+            "127.0.77.45",
+        ])
+        .args(["-p", "19799", "127.0.77.46"])
+        .output()
+        .unwrap();
+    assert_eq!(o.status.code(), Some(1));
+    assert_eq!(
+        text(&o.stderr),
+        "Requested size larger than port MTU (4096)\n"
+    );
+    assert!(o.stdout.is_empty());
+    let o = Command::new(BIN)
+        .args(["pingpong", "--transport", "UD", "-m", "1024", "127.0.77.46"])
+        .output()
+        .unwrap();
+    assert_eq!(o.status.code(), Some(2));
+    assert!(text(&o.stderr).contains("-m does not apply to UD"));
+}
+
 #[test]
 fn bad_arguments_and_unreachable_server_fail_like_rc_pingpong() {
     let o = Command::new(BIN)

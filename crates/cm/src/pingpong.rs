@@ -16,6 +16,9 @@
 //! a [`PendingServer`]; the caller connects its QP, then [`PendingServer::reply`] answers and
 //! [`ServerConnection::wait_done`] reads the final `done`.
 //!
+//! `ibv_uc_pingpong` and `ibv_ud_pingpong` send the same three messages; for UD the PSN is the
+//! QP's send PSN (no receiver checks it) and the Q_Key is a constant, [`UD_QKEY`].
+//!
 //! Each message is written with one `write` because rdma-core reads each with a single
 //! `read(fd, msg, sizeof msg)` and gives up on a short count.
 
@@ -34,6 +37,10 @@ pub const MSG_LEN: usize = 52;
 
 /// The closing message, including its NUL (`sizeof "done"`).
 pub const DONE: &[u8; 5] = b"done\0";
+
+/// The Q_Key `ibv_ud_pingpong` gives its QP and presents in every send: a constant of the
+/// program, not part of the exchange (a UD peer must use the same one).
+pub const UD_QKEY: u32 = 0x1111_1111;
 
 /// How long each step waits for the peer by default. Generous because the peer may be a
 /// guest under software emulation, but bounded so a stuck peer does not hang a test run.
