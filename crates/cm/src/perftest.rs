@@ -44,6 +44,10 @@ pub const MTU_MSG_LEN: usize = 2;
 /// The closing message, including its NUL.
 pub const DONE: &[u8; 5] = b"done\0";
 
+/// The Q_Key of perftest's UD QPs (`DEF_QKEY`), on the QP and in every send: the key message
+/// carries only the QPN, both sides use this constant.
+pub const DEF_QKEY: u32 = 0x1111_1111;
+
 /// Which end of the TCP connection this is; it decides who writes first at every step.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub enum Role {

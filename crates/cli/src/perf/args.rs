@@ -9,6 +9,8 @@ use clap::ValueEnum;
 use softrdma::Mtu;
 use softrdma_cm::perftest::Test;
 
+use crate::transport::Transport;
+
 /// perftest's `MAX_SIZE`: the largest message, and the top of `-a`'s range (2^23).
 pub(crate) const MAX_SIZE: u64 = 8 * 1024 * 1024;
 /// perftest's `MIN_ITER` / `MAX_ITER`.
@@ -23,6 +25,11 @@ const PEAK_MAX_ITERS: u64 = 20_000;
 pub(crate) const NO_PEAK_WARNING: &str = " WARNING: BW peak won't be measured in this run.";
 /// perftest's `DEF_RX_SEND`: receives posted by the receiving side of SEND tests.
 const DEF_RX_SEND: u32 = 512;
+/// perftest's `UC_MAX_RX`: a UC or UD receiver left at the default `-r` posts a receive for
+/// every message of the run, up to this many (nothing retries a message that found none).
+const UC_MAX_RX: u32 = 16_000;
+/// The largest path MTU: a UD message is one packet, so no `-s` above it can ever fit.
+const MAX_MTU: u64 = 4096;
 /// Outstanding READ/atomic requests, the device's `max_qp_rd_atom` (128, like rxe).
 pub(crate) const MAX_OUT_READS: u16 = 128;
 
@@ -239,6 +246,10 @@ pub(crate) struct Args {
     /// by opcode) after the run; they are printed on a failure in any case.
     #[arg(long = "counters")]
     pub counters: bool,
+    /// Connection type (perftest's -c): RC, UC (WRITE and SEND tests) or UD (SEND tests; a
+    /// message is at most the path MTU, default size the MTU).
+    #[arg(short = 'c', long = "connection", value_enum, default_value = "RC")]
+    pub connection: Transport,
 }
 
 /// What to run, resolved from [`Args`] with perftest's defaults and limits.
@@ -274,12 +285,38 @@ pub(crate) struct Config {
     /// How long the peer may show no sign of life (`None`: as perftest).
     pub timeout: Option<Duration>,
     pub counters: bool,
+    pub transport: Transport,
+    /// Whether `-s` was given (UD: perftest shrinks any size to the path MTU).
+    pub size_given: bool,
 }
 
 impl Config {
     /// The largest message of the run (buffers are sized for it).
     pub(crate) fn max_size(&self) -> u64 {
         self.sizes.iter().copied().max().unwrap_or(2)
+    }
+
+    /// The sizes a UD run really uses once the path MTU is known, as perftest shrinks them
+    /// (`check_link_and_mtu`: a larger size becomes the MTU; `-a` stops at the MTU), and
+    /// perftest's note when it shrinks a size asked for; other transports keep theirs.
+    pub(crate) fn for_path_mtu(&self, mtu: u64) -> (Config, Option<String>) {
+        if self.transport != Transport::UD || self.max_size() <= mtu {
+            return (self.clone(), None);
+        }
+        let sizes: Vec<u64> = if self.run_all {
+            self.sizes.iter().copied().filter(|&s| s <= mtu).collect()
+        } else {
+            vec![mtu]
+        };
+        let note = (self.run_all || self.size_given)
+            .then(|| format!(" Max msg size in UD is MTU {mtu}\n Changing to this MTU"));
+        (
+            Config {
+                sizes,
+                ..self.clone()
+            },
+            note,
+        )
     }
 }
 
@@ -297,6 +334,21 @@ impl Args {
         let t = self.test;
         let verb = t.verb();
         let bw = t.is_bw();
+        // perftest's change_conn_type refuses these while parsing the arguments.
+        match (self.connection, verb) {
+            (Transport::UC, Verb::Read | Verb::Atomic) => {
+                return usage("UC connection not possible in READ/ATOMIC verbs")
+            }
+            (Transport::UD, Verb::Write | Verb::Read | Verb::Atomic) => {
+                return usage("UD connection only possible in SEND verb")
+            }
+            _ => {}
+        }
+        if self.connection == Transport::UD && self.size.is_some_and(|s| s > MAX_MTU) {
+            return usage(format!(
+                "a UD message is one packet: -s must be at most the path MTU ({MAX_MTU} at most)"
+            ));
+        }
         if self.qps == 0 || self.qps > 16384 {
             return usage("-q must be between 1 and 16384");
         }
@@ -445,7 +497,12 @@ impl Args {
             duration,
             qps: self.qps,
             tx_depth,
-            rx_depth: self.rx_depth,
+            rx_depth: match (self.connection, duration) {
+                (Transport::UC | Transport::UD, None) if self.rx_depth == DEF_RX_SEND => {
+                    u32::try_from(iters).unwrap_or(u32::MAX).min(UC_MAX_RX)
+                }
+                _ => self.rx_depth,
+            },
             cq_mod,
             gid_index: self.gid_index,
             mtu,
@@ -463,6 +520,8 @@ impl Args {
             no_peak: bw && (duration.is_some() || iters > PEAK_MAX_ITERS),
             timeout: crate::limits::limit(self.timeout),
             counters: self.counters,
+            transport: self.connection,
+            size_given: self.size.is_some(),
         })
     }
 }

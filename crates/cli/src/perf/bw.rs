@@ -145,6 +145,7 @@ fn build_wr(
         w.inline_data = Some(inline.into());
         w.flags = w.flags | SendFlags::INLINE;
     }
+    w.ud = ctx.ud.get(i).copied();
     Ok(w)
 }
 
@@ -327,12 +328,14 @@ pub(crate) fn post_recvs(
     count: u64,
 ) -> Result<(), PerfError> {
     let slot = ctx.target_off(i);
+    // UD: room for the GRH area before the message.
+    let len = (size + ctx.grh) as u32;
     let wrs = (from..from + count).map(|seq| {
         let sge = match ctx.check_mem.recv_slot(i, seq) {
-            Some((mr, at)) => mr.sge(at, size as u32),
+            Some((mr, at)) => mr.sge(at, len),
             None => ctx
                 .mr
-                .sge((slot + ctx.cycle_off(size, seq)) as usize, size as u32),
+                .sge((slot + ctx.cycle_off(size + ctx.grh, seq)) as usize, len),
         };
         wr::recv(wr_id(i, seq), vec![sge])
     });
@@ -353,10 +356,12 @@ pub(crate) fn prepost(ctx: &Ctx, size: u64) -> Result<u64, PerfError> {
 
 /// Checks a received message against the pattern a softrdma sender uses.
 pub(crate) fn check_recv(ctx: &Ctx, wc: &WorkCompletion, size: u64) -> Result<(), PerfError> {
-    if u64::from(wc.byte_len) != size {
+    // A UD completion counts the GRH area too.
+    if u64::from(wc.byte_len) != size + ctx.grh {
         return Err(PerfError::new(format!(
-            "received {} bytes, expected {size}",
-            wc.byte_len
+            "received {} bytes, expected {}",
+            wc.byte_len,
+            size + ctx.grh
         )));
     }
     if !ctx.softrdma_check() {
@@ -364,10 +369,10 @@ pub(crate) fn check_recv(ctx: &Ctx, wc: &WorkCompletion, size: u64) -> Result<()
     }
     let (i, seq) = split_id(wc.wr_id);
     let got = match ctx.check_mem.recv_slot(i, seq) {
-        Some((mr, at)) => mr.read_vec(at, size as usize)?,
+        Some((mr, at)) => mr.read_vec(at + ctx.grh as usize, size as usize)?,
         None => {
-            let off = (ctx.target_off(i) + ctx.cycle_off(size, seq)) as usize;
-            ctx.mr.read_vec(off, size as usize)?
+            let off = ctx.target_off(i) + ctx.cycle_off(size + ctx.grh, seq) + ctx.grh;
+            ctx.mr.read_vec(off as usize, size as usize)?
         }
     };
     // A softrdma sender stamps each message with its sequence number: the n-th receive must
@@ -451,7 +456,7 @@ pub(crate) fn send_server(
             if seq % 16 == 0 || seq + 1 == iters {
                 check_recv(ctx, wc, size)?;
                 *checks += 1;
-            } else if u64::from(wc.byte_len) != size {
+            } else if u64::from(wc.byte_len) != size + ctx.grh {
                 check_recv(ctx, wc, size)?;
             }
             received[i] += 1;

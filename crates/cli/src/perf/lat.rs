@@ -146,7 +146,7 @@ pub(crate) fn send_lat(
             // Reaped first: the stamp slot of this message is free only once the send that
             // used it last has completed.
             sends.reap(ctx, false)?;
-            let w = if inline {
+            let mut w = if inline {
                 let payload = super::bw::inline_payload(ctx, 0, scnt, size, 0);
                 let mut w = wr::send_inline(wr_id(0, scnt), &payload);
                 w.flags = SendFlags::SIGNALED | SendFlags::INLINE;
@@ -157,6 +157,7 @@ pub(crate) fn send_lat(
                         .stamped_sgl(&ctx.mr, 0, scnt, size, ctx.local_off(0) as usize)?;
                 wr::send(wr_id(0, scnt), sgl)
             };
+            w.ud = ctx.ud.first().copied();
             posted_at.push(Instant::now());
             ctx.qps[0].post_send([w])?;
             sends.outstanding += 1;

@@ -114,7 +114,8 @@ fn traffic(
     let mut checks = Vec::new();
     let mut sampled = 0u64;
     if !passive {
-        for &size in &cfg.sizes {
+        // The sizes of the run (UD: shrunk to the path MTU, see `Config::for_path_mtu`).
+        for size in ctx.cfg.sizes.clone() {
             let pre = if verb == Verb::Send && (role == Role::Server || !test.is_bw()) {
                 bw::prepost(ctx, size)?
             } else {

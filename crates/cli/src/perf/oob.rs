@@ -8,11 +8,11 @@ use std::net::{IpAddr, SocketAddr, TcpListener, TcpStream};
 use std::time::Duration;
 
 use softrdma::{
-    AccessFlags, CompletionQueue, ConnectOptions, Device, DeviceConfig, MemoryRegion, Mtu, QpCaps,
-    QpEndpoint, QpInitAttr, QpType, QueuePair, MAX_CQE,
+    AccessFlags, AhAttr, CompletionQueue, ConnectOptions, Device, DeviceConfig, MemoryRegion, Mtu,
+    QpAttr, QpCaps, QpEndpoint, QpInitAttr, QueuePair, UdDest, GRH_LEN, MAX_CQE,
 };
 use softrdma_cm::perftest::{
-    KeySchedule, PerftestDest, PerftestSession, Role, SysData, DEFAULT_TIMEOUT,
+    KeySchedule, PerftestDest, PerftestSession, Role, SysData, DEFAULT_TIMEOUT, DEF_QKEY,
 };
 
 use super::args::{Config, TestName, Verb};
@@ -20,6 +20,7 @@ use super::check::{self, CheckMemory, VADDR_TAG};
 use super::layout::{pattern, stride};
 use super::output::{PerfError, Printer};
 use super::report;
+use crate::transport::Transport;
 
 /// How this side meets its peer.
 pub(crate) enum Conn {
@@ -69,6 +70,10 @@ pub(crate) struct Ctx {
     pub sent: Vec<u64>,
     /// Sampled READs verified on arrival.
     pub reads_verified: u64,
+    /// UD: where each QP's SENDs go (the peer QP's address, QPN and [`DEF_QKEY`]).
+    pub ud: Vec<UdDest>,
+    /// Bytes before each received message: the GRH area on UD, else 0.
+    pub grh: u64,
 }
 
 impl Ctx {
@@ -212,13 +217,27 @@ pub(crate) fn setup(cfg: &Config, conn: Conn, p: &mut Printer) -> Result<Ctx, Pe
     };
     let mtu = sess.exchange_mtu(local_mtu.ibv_enum())?;
     let mtu = Mtu::from_ibv_enum(mtu).unwrap_or(local_mtu);
+    let (cfg, note) = cfg.for_path_mtu(u64::from(mtu.bytes()));
+    let cfg = &cfg;
+    if let Some(note) = note {
+        eprintln!("{note}");
+    }
     p.line(&report::banner(cfg, role, device.name(), mtu.bytes()));
 
     // Resources, sized for the largest message (perftest's BUFF_SIZE per QP, two halves).
     let q = cfg.qps as usize;
     let cycle_buffer = u64::from(sys.cycle_buffer.max(64));
     let cache_line = u64::from(sys.cache_line_size.clamp(1, 4096));
-    let buf = cfg.max_size().max(cycle_buffer).div_ceil(cycle_buffer) * cycle_buffer;
+    // A UD receive takes the 40-byte GRH area before the message (perftest's UD_ADDITION).
+    let grh = if cfg.transport == Transport::UD {
+        GRH_LEN as u64
+    } else {
+        0
+    };
+    let buf = (cfg.max_size() + grh)
+        .max(cycle_buffer)
+        .div_ceil(cycle_buffer)
+        * cycle_buffer;
     let total = usize::try_from(buf * 2 * q as u64 + VADDR_TAG)
         .map_err(|_| PerfError::new("buffers too large for this machine"))?;
     let pd = device.alloc_pd();
@@ -262,7 +281,7 @@ pub(crate) fn setup(cfg: &Config, conn: Conn, p: &mut Printer) -> Result<Ctx, Pe
         let qp = pd.create_qp(&QpInitAttr {
             send_cq: send_cq.clone(),
             recv_cq: recv_cq.clone(),
-            qp_type: QpType::Rc,
+            qp_type: cfg.transport.qp_type(),
             cap: QpCaps {
                 max_send_wr: tx,
                 max_recv_wr: rx,
@@ -309,6 +328,7 @@ pub(crate) fn setup(cfg: &Config, conn: Conn, p: &mut Printer) -> Result<Ctx, Pe
         max_dest_rd_atomic: cfg.out_reads.clamp(1, super::args::MAX_OUT_READS) as u8,
         ..ConnectOptions::default()
     };
+    let mut ud = Vec::new();
     for ((qp, r), d) in qps.iter().zip(&rem).zip(&my) {
         if !matches!(r.gid.to_ip(), Some(rip) if rip.is_ipv4() == ip.is_ipv4()) {
             return Err(PerfError::new(format!(
@@ -323,17 +343,43 @@ pub(crate) fn setup(cfg: &Config, conn: Conn, p: &mut Printer) -> Result<Ctx, Pe
         };
         // connect() with the PSN advertised (softrdma's mark, see `check`).
         let o = opts(r);
-        let rts = softrdma::QpAttr::rc_rts(
-            softrdma::Psn::new(d.psn),
-            o.timeout,
-            o.retry_cnt,
-            o.rnr_retry,
-            o.max_rd_atomic,
-        );
-        qp.to_init(o.access)
-            .and_then(|()| qp.to_rtr(&ep, &o))
-            .and_then(|()| qp.modify(&rts))
+        let psn = softrdma::Psn::new(d.psn);
+        let connected = match cfg.transport {
+            Transport::RC => qp
+                .to_init(o.access)
+                .and_then(|()| qp.to_rtr(&ep, &o))
+                .and_then(|()| {
+                    qp.modify(&QpAttr::rc_rts(
+                        psn,
+                        o.timeout,
+                        o.retry_cnt,
+                        o.rnr_retry,
+                        o.max_rd_atomic,
+                    ))
+                }),
+            // to_rtr sets only what UC has (path, MTU, remote QPN and PSN).
+            Transport::UC => qp
+                .to_init(o.access)
+                .and_then(|()| qp.to_rtr(&ep, &o))
+                .and_then(|()| qp.modify(&QpAttr::unreliable_rts(psn))),
+            Transport::UD => qp
+                .modify(&QpAttr::ud_init(DEF_QKEY))
+                .and_then(|()| qp.modify(&QpAttr::ud_rtr()))
+                .and_then(|()| qp.modify(&QpAttr::unreliable_rts(psn))),
+        };
+        connected
             .map_err(|e| PerfError::new(format!("cannot connect QP {:#x}: {e}", qp.qp_num())))?;
+        if cfg.transport == Transport::UD {
+            // perftest's AH: the peer's GID from our GID index, hop limit 0xff.
+            let attr = AhAttr {
+                hop_limit: 0xff,
+                ..AhAttr::new(r.gid, cfg.gid_index as u8)
+            };
+            let ah = pd
+                .create_ah(&attr)
+                .map_err(|e| PerfError::new(format!("Failed to create AH: {e}")))?;
+            ud.push(ah.dest(r.qpn, DEF_QKEY));
+        }
     }
     for r in &rem {
         p.line(&report::address("remote", verb, r));
@@ -377,7 +423,7 @@ pub(crate) fn setup(cfg: &Config, conn: Conn, p: &mut Printer) -> Result<Ctx, Pe
         }
         let receives = verb == Verb::Send && (role == Role::Server || !bw);
         if receives {
-            let slot = cfg.max_size();
+            let slot = cfg.max_size() + grh;
             let ring = check::landing_ring(q as u64, u64::from(rx), slot);
             let len = usize::try_from(q as u64 * ring * slot)
                 .map_err(|_| PerfError::new("receive slots too large for this machine"))?;
@@ -429,5 +475,7 @@ pub(crate) fn setup(cfg: &Config, conn: Conn, p: &mut Printer) -> Result<Ctx, Pe
         check_mem,
         sent: vec![0; q],
         reads_verified: 0,
+        ud,
+        grh,
     })
 }

@@ -62,7 +62,11 @@ pub(crate) fn banner(cfg: &Config, role: Role, device: &str, mtu: u32) -> String
     let _ = writeln!(w, "                    {}", title(cfg));
     let _ = writeln!(w, " Dual-port       : OFF\t\tDevice         : {device}");
     let _ = writeln!(w, " Number of qps   : {}\t\tTransport type : IB", cfg.qps);
-    let _ = writeln!(w, " Connection type : RC\t\tUsing SRQ      : OFF");
+    let _ = writeln!(
+        w,
+        " Connection type : {}\t\tUsing SRQ      : OFF",
+        cfg.transport.as_str()
+    );
     if role == Role::Client {
         let _ = writeln!(w, " TX depth        : {}", cfg.tx_depth);
     }
@@ -521,8 +525,9 @@ pub(crate) fn json(cfg: &Config, role: Role, out: &Outcome) -> String {
         None => String::new(),
     };
     format!(
-        "{{\"test\":\"{}\",\"role\":\"{role}\",\"qps\":{},\"mtu\":{},\"tx_depth\":{},\"cq_mod\":{},\"atomic_type\":{atomic},\"check\":{check},\"results\":[{}],\"counters\":{}{device_counters}}}",
+        "{{\"test\":\"{}\",\"connection\":\"{}\",\"role\":\"{role}\",\"qps\":{},\"mtu\":{},\"tx_depth\":{},\"cq_mod\":{},\"atomic_type\":{atomic},\"check\":{check},\"results\":[{}],\"counters\":{}{device_counters}}}",
         cfg.test.as_str(),
+        cfg.transport.as_str(),
         cfg.qps,
         out.mtu,
         cfg.tx_depth,
