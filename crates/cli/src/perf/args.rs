@@ -286,7 +286,8 @@ pub(crate) struct Config {
     pub timeout: Option<Duration>,
     pub counters: bool,
     pub transport: Transport,
-    /// Whether `-s` was given (UD: perftest shrinks any size to the path MTU).
+    /// Whether `-s` was given (UD: perftest shrinks its default size to the path MTU, but
+    /// fails on an `-s` above it).
     pub size_given: bool,
 }
 
@@ -296,27 +297,30 @@ impl Config {
         self.sizes.iter().copied().max().unwrap_or(2)
     }
 
-    /// The sizes a UD run really uses once the path MTU is known, as perftest shrinks them
-    /// (`check_link_and_mtu`: a larger size becomes the MTU; `-a` stops at the MTU), and
-    /// perftest's note when it shrinks a size asked for; other transports keep theirs.
-    pub(crate) fn for_path_mtu(&self, mtu: u64) -> (Config, Option<String>) {
+    /// The sizes a UD run really uses once the path MTU is known, as perftest's `check_mtu`
+    /// decides: the default size (65536) becomes the MTU and `-a` stops at it, with
+    /// perftest's note (returned); an `-s` above the MTU fails, with perftest's message.
+    /// Other transports keep their sizes.
+    pub(crate) fn for_path_mtu(&self, mtu: u64) -> Result<(Config, Option<String>), String> {
         if self.transport != Transport::UD || self.max_size() <= mtu {
-            return (self.clone(), None);
+            return Ok((self.clone(), None));
+        }
+        if self.size_given {
+            return Err("Max message size in UD cannot be greater than MTU".into());
         }
         let sizes: Vec<u64> = if self.run_all {
             self.sizes.iter().copied().filter(|&s| s <= mtu).collect()
         } else {
             vec![mtu]
         };
-        let note = (self.run_all || self.size_given)
-            .then(|| format!(" Max msg size in UD is MTU {mtu}\n Changing to this MTU"));
-        (
+        let note = format!(" Max msg size in UD is MTU {mtu}\n Changing to this MTU");
+        Ok((
             Config {
                 sizes,
                 ..self.clone()
             },
-            note,
-        )
+            Some(note),
+        ))
     }
 }
 

@@ -217,7 +217,9 @@ pub(crate) fn setup(cfg: &Config, conn: Conn, p: &mut Printer) -> Result<Ctx, Pe
     };
     let mtu = sess.exchange_mtu(local_mtu.ibv_enum())?;
     let mtu = Mtu::from_ibv_enum(mtu).unwrap_or(local_mtu);
-    let (cfg, note) = cfg.for_path_mtu(u64::from(mtu.bytes()));
+    let (cfg, note) = cfg
+        .for_path_mtu(u64::from(mtu.bytes()))
+        .map_err(PerfError::new)?;
     let cfg = &cfg;
     if let Some(note) = note {
         eprintln!("{note}");
