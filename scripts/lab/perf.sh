@@ -20,8 +20,10 @@
 #   PERF_TESTS      tests, each TEST[:ATOMIC_KIND][,FLAG...] (extra flags for both sides
 #                   after commas, e.g. write-bw,-q,4; a -n, -s or -D there replaces the
 #                   default); default (TESTS below): every softrdma perf test, both atomic
-#                   kinds, and every perftest flag softrdma perf takes (10 to 15 minutes with
-#                   PERF_ITERS=50)
+#                   kinds, every perftest flag softrdma perf takes, and the connection types
+#                   UD (-c UD: SEND tests; -s at most the guests' MTU of 1024, as perftest
+#                   fails a larger one) and UC (-c UC: WRITE and SEND tests) (15 to 20
+#                   minutes with PERF_ITERS=50)
 #   PERF_ITERS      iterations (default 200: the guests run under TCG, ~10 MB/s; the -a
 #                   runs use -n 5)
 #   PERF_SIZE       message size of the non-atomic tests without -s of their own (default
@@ -50,7 +52,9 @@ TESTS=${PERF_TESTS:-"write-bw read-bw send-bw atomic-bw:FETCH_AND_ADD atomic-bw:
   atomic-lat:CMP_AND_SWAP
   read-bw,-o,4 write-bw,-m,512,-t,16,-Q,10,--report_gbits send-bw,-r,64,-p,18600 send-lat,-I,64
   write-bw,-D,2 read-lat,-D,2
-  write-bw,-a,-n,5 send-bw,-a,-n,5 write-lat,-a,-n,5 read-lat,-a,-n,5 send-lat,-a,-n,5"}
+  write-bw,-a,-n,5 send-bw,-a,-n,5 write-lat,-a,-n,5 read-lat,-a,-n,5 send-lat,-a,-n,5
+  send-bw,-c,UD,-s,1024 send-lat,-c,UD send-lat,-c,UD,-s,1024 send-bw,-c,UD,-a,-n,5
+  write-bw,-c,UC send-bw,-c,UC write-lat,-c,UC send-lat,-c,UC"}
 ITERS=${PERF_ITERS:-200}
 SIZE=${PERF_SIZE:-4096}
 OUT=${PERF_OUT:-$ROOT/target/lab/perf}
