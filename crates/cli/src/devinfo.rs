@@ -329,6 +329,13 @@ pub(crate) fn write_devinfo(
             writeln!(out, "\t\t\tGID[{:>3}]:\t\t{}, RoCE v2", g.index, g.gid)?;
         }
     }
+    // Not in ibv_devinfo (whose readers skip unknown lines): what the QPs of the device do.
+    writeln!(
+        out,
+        "\tsoftrdma_transports:\t\tRC, UC (SEND, RDMA WRITE), UD (SEND, address handles, \
+         multicast: {} groups)",
+        a.max_mcast_grp
+    )?;
     writeln!(out)
 }
 

@@ -383,6 +383,12 @@ fn devinfo_prints_ibv_devinfo_layout() {
     assert!(short.contains("\t\t\tmax_mtu:\t\t4096 (5)\n"));
     assert!(short.contains("\t\t\tlink_layer:\t\tEthernet\n"));
     assert!(!short.contains("GID["), "GIDs only with -v");
+    assert!(
+        short.contains(
+            "\tsoftrdma_transports:\t\tRC, UC (SEND, RDMA WRITE), UD (SEND, address handles, multicast: 8192 groups)\n"
+        ),
+        "{short}"
+    );
 
     let o = Command::new(BIN)
         .args(["devinfo", "--bind", "127.0.77.41", "-v", "--counters"])
