@@ -4,34 +4,11 @@
 //! (which `--loopback` turns on) are verified. Usage errors must be one clean line, exit 2.
 
 use std::path::Path;
-use std::process::{Command, Output};
-use std::sync::Mutex;
+use std::process::Command;
 
-/// The loopback devices bind UDP 4791 on 127.0.0.1 and 127.0.0.2: one run at a time.
-static LOOPBACK: Mutex<()> = Mutex::new(());
-
-fn perf(args: &[&str]) -> Output {
-    Command::new(env!("CARGO_BIN_EXE_softrdma"))
-        .arg("perf")
-        .args(args)
-        .output()
-        .expect("run softrdma")
-}
-
-fn loopback(args: &[&str]) -> (String, String) {
-    let _guard = LOOPBACK.lock().unwrap_or_else(|e| e.into_inner());
-    let mut a = args.to_vec();
-    a.push("--loopback");
-    let out = perf(&a);
-    let stdout = String::from_utf8(out.stdout).expect("utf-8");
-    let stderr = String::from_utf8(out.stderr).expect("utf-8");
-    assert!(
-        out.status.success(),
-        "softrdma perf {args:?} failed ({:?})\nstdout:\n{stdout}\nstderr:\n{stderr}",
-        out.status
-    );
-    (stdout, stderr)
-}
+#[path = "common/perf_run.rs"]
+mod perf_run;
+use perf_run::{loopback, perf, LOOPBACK};
 
 /// The numeric rows of the result table (lines after the `#bytes` header that start with a
 /// number), split into fields.

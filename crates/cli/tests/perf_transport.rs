@@ -5,37 +5,11 @@
 //! errors (exit 2).
 
 use std::path::Path;
-use std::process::{Command, Output};
-use std::sync::Mutex;
+use std::process::Command;
 
-/// The loopback devices bind UDP 4791 on 127.0.0.1 and 127.0.0.2: one run at a time.
-static LOOPBACK: Mutex<()> = Mutex::new(());
-
-const BIN: &str = env!("CARGO_BIN_EXE_softrdma");
-
-fn perf(args: &[&str]) -> Output {
-    Command::new(BIN)
-        .arg("perf")
-        .args(args)
-        .output()
-        .expect("run softrdma")
-}
-
-/// Runs `softrdma perf ARGS --loopback`, which must succeed; returns (stdout, stderr).
-fn loopback(args: &[&str]) -> (String, String) {
-    let _guard = LOOPBACK.lock().unwrap_or_else(|e| e.into_inner());
-    let mut a = args.to_vec();
-    a.push("--loopback");
-    let out = perf(&a);
-    let stdout = String::from_utf8(out.stdout).expect("utf-8");
-    let stderr = String::from_utf8(out.stderr).expect("utf-8");
-    assert!(
-        out.status.success(),
-        "softrdma perf {args:?} failed ({:?})\nstdout:\n{stdout}\nstderr:\n{stderr}",
-        out.status
-    );
-    (stdout, stderr)
-}
+#[path = "common/perf_run.rs"]
+mod perf_run;
+use perf_run::{loopback, perf, LOOPBACK};
 
 /// The (bytes, iterations) of each row of the result table.
 fn rows(stdout: &str) -> Vec<(u64, u64)> {
@@ -108,7 +82,11 @@ fn ud_send_bw_loopback() {
     let (got, posted) = sends_arrived(&out);
     assert_eq!(posted, 400, "{out}");
     assert!(got > 0 && got <= posted, "{out}");
-    let d = Command::new(BIN).arg("decode").arg(&pcap).output().unwrap();
+    let d = Command::new(env!("CARGO_BIN_EXE_softrdma"))
+        .arg("decode")
+        .arg(&pcap)
+        .output()
+        .unwrap();
     assert!(d.status.success());
     let text = String::from_utf8_lossy(&d.stdout);
     let sends: Vec<&str> = text

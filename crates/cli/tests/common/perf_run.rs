@@ -1,0 +1,33 @@
+//! Running `softrdma perf` as a user does, shared by the perf test files (each test binary
+//! includes it with `#[path]`, so each has its own lock).
+
+use std::process::{Command, Output};
+use std::sync::Mutex;
+
+/// The loopback devices bind UDP 4791 on 127.0.0.1 and 127.0.0.2: one run at a time.
+pub(crate) static LOOPBACK: Mutex<()> = Mutex::new(());
+
+/// `softrdma perf ARGS`.
+pub(crate) fn perf(args: &[&str]) -> Output {
+    Command::new(env!("CARGO_BIN_EXE_softrdma"))
+        .arg("perf")
+        .args(args)
+        .output()
+        .expect("run softrdma")
+}
+
+/// `softrdma perf ARGS --loopback`, which must succeed; returns (stdout, stderr).
+pub(crate) fn loopback(args: &[&str]) -> (String, String) {
+    let _guard = LOOPBACK.lock().unwrap_or_else(|e| e.into_inner());
+    let mut a = args.to_vec();
+    a.push("--loopback");
+    let out = perf(&a);
+    let stdout = String::from_utf8(out.stdout).expect("utf-8");
+    let stderr = String::from_utf8(out.stderr).expect("utf-8");
+    assert!(
+        out.status.success(),
+        "softrdma perf {args:?} failed ({:?})\nstdout:\n{stdout}\nstderr:\n{stderr}",
+        out.status
+    );
+    (stdout, stderr)
+}
