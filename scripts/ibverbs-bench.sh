@@ -7,11 +7,12 @@
 #   scripts/ibverbs-bench.sh ib_write_bw write-bw -s 65536 -n 5000
 #   scripts/ibverbs-bench.sh ib_send_lat send-lat -s 8 -n 2000
 #
-# Prints the client's result row of each run. Needs Debian's perftest. ROUNDS (default 3).
+# Prints the client's result row of each run. Needs Debian's perftest. ROUNDS (default 3);
+# CARGO_TARGET_DIR as for cargo.
 set -uo pipefail
 [ $# -ge 2 ] || { echo "usage: $0 PERFTEST_PROGRAM SOFTRDMA_TEST [FLAGS...]"; exit 2; }
 prog=$1; test=$2; shift 2
-R=$(cd "$(dirname "$0")/.." && pwd)/target/release
+R=${CARGO_TARGET_DIR:-$(cd "$(dirname "$0")/.." && pwd)/target}/release
 [ -e "$R/libibverbs.so.1" ] && [ -x "$R/softrdma" ] || { echo "build first: cargo build --release --workspace"; exit 2; }
 out=$(mktemp -d)
 row() { grep -E '^ [0-9]+ ' "$1" | head -1; }

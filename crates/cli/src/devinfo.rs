@@ -316,7 +316,7 @@ pub(crate) fn write_devinfo(
             p.max_vl_num, p.max_vl_num
         )?;
         writeln!(out, "\t\t\tbad_pkey_cntr:\t\t0x0")?;
-        writeln!(out, "\t\t\tqkey_viol_cntr:\t\t0x0")?;
+        writeln!(out, "\t\t\tqkey_viol_cntr:\t\t0x{:x}", p.qkey_viol_cntr)?;
         writeln!(out, "\t\t\tsm_sl:\t\t\t0")?;
         writeln!(out, "\t\t\tpkey_tbl_len:\t\t{}", p.pkey_tbl_len)?;
         writeln!(out, "\t\t\tgid_tbl_len:\t\t{}", p.gid_tbl_len)?;

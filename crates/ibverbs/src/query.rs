@@ -151,7 +151,7 @@ fn port_attr(ctx: &Context, port: u8) -> Result<ibv_port_attr, c_int> {
         port_cap_flags: p.port_cap_flags,
         max_msg_sz: p.max_msg_sz,
         bad_pkey_cntr: 0,
-        qkey_viol_cntr: 0,
+        qkey_viol_cntr: p.qkey_viol_cntr,
         pkey_tbl_len: p.pkey_tbl_len,
         lid: p.lid,
         sm_lid: p.sm_lid,

@@ -259,6 +259,8 @@ pub struct PortAttr {
     pub phys_state: u8,
     /// Virtual lanes.
     pub max_vl_num: u8,
+    /// UD datagrams dropped for a wrong Q_Key, at most 0xffff (rxe counts them here too).
+    pub qkey_viol_cntr: u32,
 }
 
 /// Counters of a device: the engine's protocol counters (drops by reason, NAKs, retries) and
@@ -440,6 +442,7 @@ impl Device {
             active_speed: 1,
             phys_state: 5,
             max_vl_num: 1,
+            qkey_viol_cntr: 0,
         };
         tracing::debug!(%name, %local_addr, "device open");
         Ok(Device {
@@ -481,7 +484,16 @@ impl Device {
         if port_num != 1 {
             return Err(QueryError::NoSuchPort(port_num));
         }
-        Ok(self.shared.port.clone())
+        let mut port = self.shared.port.clone();
+        let bad_qkey = self
+            .shared
+            .inner
+            .lock()
+            .engine
+            .stats()
+            .drops_for(softrdma_proto::DropReason::BadQkey);
+        port.qkey_viol_cntr = u32::try_from(bad_qkey.min(0xffff)).unwrap_or(0xffff);
+        Ok(port)
     }
 
     /// GID `index` of port `port_num` (`ibv_query_gid`).

@@ -155,6 +155,8 @@ fn ud_wrong_qkey_is_dropped_and_counted() {
     assert_eq!(wc.byte_len as usize, GRH_LEN + 9);
     assert_eq!(b.mr.read_vec(GRH_LEN, 9).unwrap(), b"right key");
     assert_eq!(b.dev.stats().engine.drops_for(DropReason::BadQkey), 1);
+    // ... and reported where ibverbs (and rxe) report it: the port's Q_Key violation counter.
+    assert_eq!(b.dev.query_port(1).unwrap().qkey_viol_cntr, 1);
     assert!(b.cq.poll_one().is_none());
 }
 
