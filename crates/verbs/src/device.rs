@@ -372,6 +372,7 @@ impl Device {
         let sock_fd = std::os::fd::AsRawFd::as_raw_fd(&socket.readiness_fd());
         let mut core = Core::new(engine, socket, arena, config.gso, std::time::Instant::now());
         core.allowed_peers = config.allowed_peers.clone();
+        core.gso_any_destination = crate::netdev::kernel_segments_gso(config.ip);
         if let Some(path) = &config.pcap {
             core.tap = Some(crate::tap::Tap::create(path, local_addr).map_err(|source| {
                 OpenDeviceError::Pcap {

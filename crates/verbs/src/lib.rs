@@ -161,6 +161,7 @@ mod event;
 pub mod gid;
 mod limits;
 mod memory;
+mod netdev;
 mod pd;
 mod peers;
 mod progress;

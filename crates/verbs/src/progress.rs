@@ -126,6 +126,9 @@ pub(crate) struct Core {
     tx_scratch: Vec<u8>,
     /// Batch equal-sized packets to one destination into UDP GSO sends (see [`TxGroup`]).
     gso: bool,
+    /// GSO to every destination, not only loopback ones (see
+    /// [`crate::netdev::kernel_segments_gso`]).
+    pub gso_any_destination: bool,
     /// Requested UDP source port -> the port really used.
     ports: HashMap<u16, u16>,
     watches: Vec<CqWatch>,
@@ -158,6 +161,7 @@ impl Core {
             tx_meta: Vec::with_capacity(BATCH_MAX),
             tx_scratch: Vec::with_capacity(4200),
             gso,
+            gso_any_destination: false,
             ports: HashMap::new(),
             watches: Vec::new(),
             arena,
@@ -312,7 +316,7 @@ impl Core {
                     // A packet that starts a datagram is not copied: its buffer becomes the
                     // batch slot (the old slot becomes scratch; the engine clears it first).
                     std::mem::swap(&mut self.tx_bufs[i], &mut self.tx_scratch);
-                    let gso = self.gso && t.dst.ip().is_loopback();
+                    let gso = self.gso && (self.gso_any_destination || t.dst.ip().is_loopback());
                     self.tx_meta.push(TxGroup {
                         dst: t.dst,
                         src_port: port,
@@ -493,10 +497,8 @@ struct TxGroup {
 }
 
 /// Whether the kernel offers GSO on this socket ([`crate::DeviceConfig::gso`] decides whether
-/// to use it). Only datagrams to loopback addresses are batched: on loopback a GSO datagram is
-/// never split, so receivers see it whole (with GRO) or split by their own kernel; on real
-/// links the segment numbering is the kernel's or the NIC's, verified on a tun device but not
-/// yet against rxe.
+/// to use it). Datagrams to loopback addresses are batched, and to any address when the
+/// device sends from a veth interface ([`crate::netdev::kernel_segments_gso`]).
 fn gso_allowed(socket: &RoceSocket) -> bool {
     socket.max_gso_segments() > 1
 }
