@@ -304,6 +304,7 @@ impl Ctx {
                 ..QpCaps::default()
             },
             sq_sig_all: false,
+            srq: None,
             ..QpInitAttr::new(transport.qp_type(), &cq)
         };
         let qp = pd

@@ -90,6 +90,7 @@ fn create(args: &CreateArgs) -> Result<*mut Qp, c_int> {
             max_inline_data: cap.max_inline_data,
         },
         sq_sig_all: args.sq_sig_all != 0,
+        srq: None,
     };
     let qp = pd.pd.create_qp(&init).map_err(|e| match e {
         CreateQpError::InvalidCaps(_) | CreateQpError::WrongDevice => libc::EINVAL,

@@ -192,8 +192,12 @@ pub struct DeviceAttr {
     pub max_qp_init_rd_atom: u32,
     /// Atomic guarantees.
     pub atomic_cap: AtomicCap,
-    /// Most SRQs (0: not implemented yet).
+    /// Most SRQs.
     pub max_srq: u32,
+    /// Most work requests per SRQ.
+    pub max_srq_wr: u32,
+    /// Most SGEs per SRQ work request.
+    pub max_srq_sge: u32,
     /// Most address handles.
     pub max_ah: u32,
     /// Most multicast groups.
@@ -416,7 +420,9 @@ impl Device {
             max_qp_rd_atom: u32::from(softrdma_proto::MAX_RD_ATOMIC),
             max_qp_init_rd_atom: u32::from(softrdma_proto::MAX_RD_ATOMIC),
             atomic_cap: AtomicCap::Hca,
-            max_srq: 0,
+            max_srq: crate::limits::MAX_SRQ,
+            max_srq_wr: crate::limits::MAX_SRQ_WR,
+            max_srq_sge: crate::limits::MAX_SRQ_SGE,
             max_ah: 32767,
             max_mcast_grp: softrdma_proto::MAX_MCAST_GROUPS as u32,
             max_mcast_qp_attach: softrdma_proto::MAX_MCAST_QP_ATTACH as u32,

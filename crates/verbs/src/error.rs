@@ -166,6 +166,31 @@ impl PostErrorKind {
     }
 }
 
+/// Creating or modifying a shared receive queue failed (`ibv_create_srq`, `ibv_modify_srq`);
+/// nothing changed.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[non_exhaustive]
+pub enum SrqError {
+    /// The attributes are out of range (`max_wr`/`max_sge` 0 or beyond the device's limits,
+    /// a limit above `max_wr`, `max_wr` below the work requests held); ibverbs: EINVAL.
+    #[error("invalid SRQ attributes: {0}")]
+    InvalidAttr(&'static str),
+    /// The protection domain is gone (ibverbs: EINVAL).
+    #[error("no such protection domain")]
+    NoSuchPd,
+}
+
+impl SrqError {
+    pub(crate) fn from_engine(e: softrdma_proto::EngineError) -> SrqError {
+        use softrdma_proto::EngineError as E;
+        match e {
+            E::InvalidArgument(s) => SrqError::InvalidAttr(s),
+            E::NoSuchPd => SrqError::NoSuchPd,
+            _ => SrqError::InvalidAttr("refused by the engine"),
+        }
+    }
+}
+
 /// Creating an address handle failed (`ibv_create_ah`); nothing was created.
 #[derive(Debug, thiserror::Error)]
 #[non_exhaustive]

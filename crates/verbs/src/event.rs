@@ -154,24 +154,94 @@ pub enum AsyncEvent {
         /// The CQ's id.
         cq: u32,
     },
+    /// A QP broke down without a work request to report it on (`IBV_EVENT_QP_FATAL`).
+    QpFatal {
+        /// The QP number.
+        qp: u32,
+    },
+    /// An incoming request was invalid and moved the responder QP to the error state
+    /// (`IBV_EVENT_QP_REQ_ERR`).
+    QpRequestError {
+        /// The QP number.
+        qp: u32,
+    },
+    /// An incoming request violated access rights and moved the responder QP to the error
+    /// state (`IBV_EVENT_QP_ACCESS_ERR`).
+    QpAccessError {
+        /// The QP number.
+        qp: u32,
+    },
+    /// A QP on a shared receive queue entered the error state and will take no further
+    /// receive from it (`IBV_EVENT_QP_LAST_WQE_REACHED`).
+    QpLastWqeReached {
+        /// The QP number.
+        qp: u32,
+    },
+    /// A shared receive queue's work requests dropped below its armed limit
+    /// (`IBV_EVENT_SRQ_LIMIT_REACHED`); the limit is disarmed until armed again. Carries
+    /// [`SharedReceiveQueue::id`](crate::SharedReceiveQueue::id).
+    SrqLimitReached {
+        /// The SRQ's id.
+        srq: u32,
+    },
+    /// The port became active (`IBV_EVENT_PORT_ACTIVE`).
+    PortActive,
+    /// The port went down (`IBV_EVENT_PORT_ERR`).
+    PortError,
 }
 
 const EVENT_CQ_OVERRUN: u32 = 1;
+const EVENT_QP_FATAL: u32 = 2;
+const EVENT_QP_REQ_ERR: u32 = 3;
+const EVENT_QP_ACCESS_ERR: u32 = 4;
+const EVENT_QP_LAST_WQE: u32 = 5;
+const EVENT_SRQ_LIMIT: u32 = 6;
+const EVENT_PORT_ACTIVE: u32 = 7;
+const EVENT_PORT_ERR: u32 = 8;
 
 impl AsyncEvent {
     fn encode(self) -> (u32, u64) {
         match self {
             AsyncEvent::CqOverrun { cq } => (EVENT_CQ_OVERRUN, u64::from(cq)),
+            AsyncEvent::QpFatal { qp } => (EVENT_QP_FATAL, u64::from(qp)),
+            AsyncEvent::QpRequestError { qp } => (EVENT_QP_REQ_ERR, u64::from(qp)),
+            AsyncEvent::QpAccessError { qp } => (EVENT_QP_ACCESS_ERR, u64::from(qp)),
+            AsyncEvent::QpLastWqeReached { qp } => (EVENT_QP_LAST_WQE, u64::from(qp)),
+            AsyncEvent::SrqLimitReached { srq } => (EVENT_SRQ_LIMIT, u64::from(srq)),
+            AsyncEvent::PortActive => (EVENT_PORT_ACTIVE, 0),
+            AsyncEvent::PortError => (EVENT_PORT_ERR, 0),
         }
     }
 
     fn decode(kind: u32, value: u64) -> Option<AsyncEvent> {
-        match kind {
-            EVENT_CQ_OVERRUN => Some(AsyncEvent::CqOverrun {
-                cq: u32::try_from(value).ok()?,
-            }),
-            _ => None,
-        }
+        let id = u32::try_from(value).ok()?;
+        Some(match kind {
+            EVENT_CQ_OVERRUN => AsyncEvent::CqOverrun { cq: id },
+            EVENT_QP_FATAL => AsyncEvent::QpFatal { qp: id },
+            EVENT_QP_REQ_ERR => AsyncEvent::QpRequestError { qp: id },
+            EVENT_QP_ACCESS_ERR => AsyncEvent::QpAccessError { qp: id },
+            EVENT_QP_LAST_WQE => AsyncEvent::QpLastWqeReached { qp: id },
+            EVENT_SRQ_LIMIT => AsyncEvent::SrqLimitReached { srq: id },
+            EVENT_PORT_ACTIVE => AsyncEvent::PortActive,
+            EVENT_PORT_ERR => AsyncEvent::PortError,
+            _ => return None,
+        })
+    }
+
+    /// The event the engine raised, as the application sees it (`None` for the CQ error,
+    /// which the device reports from the CQ's own overrun flag).
+    pub(crate) fn from_engine(e: softrdma_proto::AsyncEvent) -> Option<AsyncEvent> {
+        use softrdma_proto::AsyncEvent as E;
+        Some(match e {
+            E::CqError(_) => return None,
+            E::QpFatal(qp) => AsyncEvent::QpFatal { qp },
+            E::QpRequestError(qp) => AsyncEvent::QpRequestError { qp },
+            E::QpAccessError(qp) => AsyncEvent::QpAccessError { qp },
+            E::QpLastWqeReached(qp) => AsyncEvent::QpLastWqeReached { qp },
+            E::SrqLimitReached(srq) => AsyncEvent::SrqLimitReached { srq: srq.0 },
+            E::PortActive => AsyncEvent::PortActive,
+            E::PortError => AsyncEvent::PortError,
+        })
     }
 }
 

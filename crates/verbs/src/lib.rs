@@ -166,6 +166,7 @@ mod pd;
 mod peers;
 mod progress;
 mod qp;
+mod srq;
 mod tap;
 pub mod wr;
 
@@ -176,7 +177,7 @@ pub use device::{
 };
 pub use error::{
     AttachChannelError, CreateAhError, CreateCqError, CreateQpError, McastError, ModifyQpError,
-    OpenDeviceError, PostErrorKind, PostRecvError, PostSendError, QueryError, RegMrError,
+    OpenDeviceError, PostErrorKind, PostRecvError, PostSendError, QueryError, RegMrError, SrqError,
 };
 pub use event::{AsyncEvent, AsyncEvents, CompletionChannel};
 pub use gid::{Gid, GidEntry, GidParseError, GidType};
@@ -185,10 +186,11 @@ pub use pd::{MemoryRegion, OutOfBounds, ProtectionDomain, RemoteRegion};
 pub use peers::{IpNetwork, IpNetworkParseError};
 pub use progress::IoCounters;
 pub use qp::{ConnectOptions, QpEndpoint, QpInfo, QpInitAttr, QueuePair};
+pub use srq::SharedReceiveQueue;
 
 pub use softrdma_proto::{
     AccessFlags, AddressVector, DropReason, Mtu, NakKind, QpAttr, QpCaps, QpConfig, QpState,
-    QpType, RecvWr, SendFlags, SendOp, SendWr, Sge, Stats, UdDest, WcOpcode, WcStatus,
+    QpType, RecvWr, SendFlags, SendOp, SendWr, Sge, SrqAttr, Stats, UdDest, WcOpcode, WcStatus,
     WorkCompletion, GSI_QKEY, MULTICAST_QPN,
 };
 pub use softrdma_wire::Psn;

@@ -9,5 +9,11 @@ pub const MAX_SGE: u32 = 32;
 pub const MAX_CQE: u32 = 32767;
 /// Most outstanding work requests per queue (rxe's `max_qp_wr`).
 pub const MAX_QP_WR: u32 = 1 << 20;
+/// Most work requests one shared receive queue holds (rxe's `max_srq_wr`).
+pub(crate) const MAX_SRQ_WR: u32 = 1 << 20;
+/// Most shared receive queues (rxe's `max_srq`).
+pub(crate) const MAX_SRQ: u32 = 917_503;
+/// Most SGEs per shared receive queue work request (rxe's `max_srq_sge`).
+pub(crate) const MAX_SRQ_SGE: u32 = 27;
 /// Most inline payload bytes per send WR.
 pub const MAX_INLINE_DATA: u32 = 256;

@@ -185,6 +185,15 @@ impl ProtectionDomain {
         })
     }
 
+    /// Creates a shared receive queue (`ibv_create_srq`); a non-zero `attr.srq_limit` is
+    /// armed at once.
+    pub fn create_srq(
+        &self,
+        attr: softrdma_proto::SrqAttr,
+    ) -> Result<crate::SharedReceiveQueue, crate::SrqError> {
+        crate::SharedReceiveQueue::new(self, attr)
+    }
+
     /// Creates a queue pair (`ibv_create_qp`).
     pub fn create_qp(
         &self,

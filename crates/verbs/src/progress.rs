@@ -477,6 +477,13 @@ impl Core {
                 }
             }
         }
+        // The engine's own events (QP and SRQ); dropped unless the application asked for
+        // them, as ibverbs has no events without an async fd reader.
+        while let Some(e) = self.engine.poll_async_event() {
+            if let (Some(events), Some(e)) = (&self.async_events, AsyncEvent::from_engine(e)) {
+                events.push(e);
+            }
+        }
     }
 }
 

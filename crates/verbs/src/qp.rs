@@ -28,6 +28,10 @@ pub struct QpInitAttr {
     pub cap: QpCaps,
     /// Every send WR completes (as if all were posted with `SIGNALED`).
     pub sq_sig_all: bool,
+    /// Take receive work requests from this shared receive queue (of the same protection
+    /// domain) instead of the QP's own receive queue, which then has no capacity
+    /// (`ibv_qp_init_attr.srq`).
+    pub srq: Option<crate::SharedReceiveQueue>,
 }
 
 impl QpInitAttr {
@@ -40,6 +44,7 @@ impl QpInitAttr {
             qp_type,
             cap: QpCaps::default(),
             sq_sig_all: true,
+            srq: None,
         }
     }
 
@@ -137,6 +142,8 @@ struct QpInner {
     // Held so the CQs outlive the QP (the engine refers to them by handle).
     _send_cq: CompletionQueue,
     _recv_cq: CompletionQueue,
+    // Held so the SRQ outlives the QP (dropped after the QP is destroyed, in `drop`).
+    _srq: Option<crate::SharedReceiveQueue>,
     qpn: u32,
     qp_type: QpType,
     cap: QpCaps,
@@ -208,7 +215,15 @@ impl QueuePair {
                 return Err(CreateQpError::WrongDevice);
             }
         }
-        let c = init.cap;
+        let mut c = init.cap;
+        if let Some(srq) = &init.srq {
+            if !Arc::ptr_eq(&srq.pd().device().shared, &device.shared) {
+                return Err(CreateQpError::WrongDevice);
+            }
+            // The QP's own receive queue is unused (ibverbs ignores max_recv_wr/sge here).
+            c.max_recv_wr = 0;
+            c.max_recv_sge = 0;
+        }
         if c.max_send_wr > MAX_QP_WR || c.max_recv_wr > MAX_QP_WR {
             return Err(CreateQpError::InvalidCaps("more WRs than max_qp_wr"));
         }
@@ -222,15 +237,17 @@ impl QueuePair {
             .inner()
             .lock()
             .engine
-            .create_qp(
+            .create_qp_with_srq(
                 pd.handle(),
                 init.send_cq.inner.handle,
                 init.recv_cq.inner.handle,
                 init.qp_type,
                 c,
+                init.srq.as_ref().map(|s| s.inner.handle),
             )
             .map_err(|e| match e {
                 EngineError::InvalidArgument(s) => CreateQpError::InvalidCaps(s),
+                EngineError::NoSuchSrq => CreateQpError::InvalidCaps("no such SRQ"),
                 _ => CreateQpError::InvalidCaps("refused by the engine"),
             })?;
         Ok(QueuePair {
@@ -238,6 +255,7 @@ impl QueuePair {
                 pd,
                 _send_cq: init.send_cq.clone(),
                 _recv_cq: init.recv_cq.clone(),
+                _srq: init.srq.clone(),
                 qpn,
                 qp_type: init.qp_type,
                 cap: c,

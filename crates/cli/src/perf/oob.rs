@@ -293,6 +293,7 @@ pub(crate) fn setup(cfg: &Config, conn: Conn, p: &mut Printer) -> Result<Ctx, Pe
                 max_inline_data: cfg.inline,
             },
             sq_sig_all: false,
+            srq: None,
         })?;
         my.push(PerftestDest {
             lid: 0,
