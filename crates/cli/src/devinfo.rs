@@ -268,8 +268,8 @@ pub(crate) fn write_devinfo(
         writeln!(out, "\tmax_fmr:\t\t\t0")?;
         writeln!(out, "\tmax_srq:\t\t\t{}", a.max_srq)?;
         if a.max_srq != 0 {
-            writeln!(out, "\tmax_srq_wr:\t\t\t{}", a.max_qp_wr)?;
-            writeln!(out, "\tmax_srq_sge:\t\t\t{}", a.max_sge)?;
+            writeln!(out, "\tmax_srq_wr:\t\t\t{}", a.max_srq_wr)?;
+            writeln!(out, "\tmax_srq_sge:\t\t\t{}", a.max_srq_sge)?;
         }
         writeln!(out, "\tmax_pkeys:\t\t\t{}", a.max_pkeys)?;
         writeln!(out, "\tlocal_ca_ack_delay:\t\t{}", a.local_ca_ack_delay)?;
