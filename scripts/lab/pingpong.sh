@@ -8,7 +8,8 @@
 # For each case TRANSPORT:SIZE of PP_CASES (default: RC with each of PP_SIZES, below, at and
 # above the path MTU of 1024; UC 64, 4096 and 10000; UD 64 and 1024, the guests' port MTU) it
 # runs ibv_<transport>_pingpong against `softrdma pingpong --transport TRANSPORT`, with -c
-# validation on both sides:
+# validation on both sides (SRQ: ibv_srq_pingpong -q PP_SRQ_QPS against
+# `softrdma pingpong --srq`, no -c: the tool has none):
 #   1. softrdma client (in the lab namespace, bound to 10.88.0.1) -> the rdma-core server in
 #      guest g1 (10.88.0.11);
 #   2. softrdma server (bound to 10.88.0.1) <- the rdma-core client in guest g1 (rxe-retry).
@@ -20,7 +21,8 @@
 #   SOFTRDMA_LAB    the lab folder (required; without it the script prints why and exits 0)
 #   PP_SIZES        RC message sizes of the default cases (default "64 1024 4096 10000")
 #   PP_CASES        TRANSPORT:SIZE cases (default: RC:<each of PP_SIZES> UC:64 UC:4096
-#                   UC:10000 UD:64 UD:1024), e.g. PP_CASES="UD:1024 UC:10000"
+#                   UC:10000 UD:64 UD:1024 SRQ:64 SRQ:4096), e.g. PP_CASES="UD:1024 SRQ:4096"
+#   PP_SRQ_QPS      QPs of the SRQ cases (default 4)
 #   PP_ITERS        exchanges per run (default 20; the guests run under TCG, keep it small)
 #   PP_OUT          where captures and logs go (default target/lab/pingpong)
 #   GUEST_TIMEOUT   hard limit per guest (default 120 s: a broken peer makes rxe retry forever)
@@ -33,7 +35,8 @@ set -uo pipefail
 . "$(dirname "$0")/common.sh"
 lab_setup pingpong.sh
 SIZES=${PP_SIZES:-"64 1024 4096 10000"}
-CASES=${PP_CASES:-"$(for s in $SIZES; do printf 'RC:%s ' "$s"; done)UC:64 UC:4096 UC:10000 UD:64 UD:1024"}
+CASES=${PP_CASES:-"$(for s in $SIZES; do printf 'RC:%s ' "$s"; done)UC:64 UC:4096 UC:10000 UD:64 UD:1024 SRQ:64 SRQ:4096"}
+SRQ_QPS=${PP_SRQ_QPS:-4}
 ITERS=${PP_ITERS:-20}
 OUT=${PP_OUT:-$ROOT/target/lab/pingpong}
 HOST_IP=10.88.0.1
@@ -60,6 +63,11 @@ for case in $CASES; do
   prog=ibv_${t}_pingpong
   common="-g 1 -c -s $size -n $ITERS"
   mine="--transport $transport $common"
+  if [ "$transport" = SRQ ]; then
+    # ibv_srq_pingpong: PP_SRQ_QPS RC QPs on one SRQ; the tool has no -c.
+    common="-g 1 -q $SRQ_QPS -s $size -n $ITERS"
+    mine="--srq $common"
+  fi
 
   # 1. softrdma client -> rxe server.
   name="softrdma-client $transport s=$size"

@@ -22,6 +22,7 @@ mod perf;
 mod pingpong;
 mod route;
 mod sim;
+mod srq_pingpong;
 mod transport;
 
 use std::process::ExitCode;
@@ -79,6 +80,7 @@ fn main() -> ExitCode {
         Command::Devinfo(args) => devinfo::run(args),
         Command::Exec(args) => exec::run(args),
         Command::Perf(args) => perf::run(args),
+        Command::Pingpong(args) if args.srq => srq_pingpong::run(args),
         Command::Pingpong(args) => pingpong::run(args),
         Command::Sim(args) => sim::run_cmd(args),
     }

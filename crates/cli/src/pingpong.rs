@@ -87,39 +87,39 @@ Either side may be rdma-core's ibv_rc_pingpong on a Soft-RoCE host, e.g.
   softrdma: softrdma pingpong --bind 10.88.0.1 -c -s 4096 -n 100 10.88.0.11")]
 pub(crate) struct Args {
     /// Server to connect to; without it, run as the server.
-    server: Option<String>,
+    pub(crate) server: Option<String>,
     /// Listen on / connect to TCP port PORT for the address exchange.
     #[arg(short = 'p', long = "port", default_value_t = softrdma_cm::DEFAULT_PORT)]
-    port: u16,
+    pub(crate) port: u16,
     /// Device name (accepted for compatibility and ignored: softrdma picks its device by
     /// address, see --bind).
     #[arg(short = 'd', long = "ib-dev", value_name = "DEV")]
-    ib_dev: Option<String>,
+    pub(crate) ib_dev: Option<String>,
     /// Port of the device (only 1 exists).
     #[arg(short = 'i', long = "ib-port", default_value_t = 1)]
-    ib_port: u8,
+    pub(crate) ib_port: u8,
     /// Size of each message in bytes (0..8388608, the device's max_msg_sz) [default: 4096;
     /// UD: 1024, the payload without the GRH].
     #[arg(short = 's', long = "size",
           value_parser = clap::value_parser!(u32).range(..=i64::from(softrdma::MAX_MSG_SZ)))]
-    size: Option<u32>,
+    pub(crate) size: Option<u32>,
     /// Path MTU: 256, 512, 1024, 2048 or 4096 [default: 1024; not with UD].
     #[arg(short = 'm', long = "mtu", value_parser = path_mtu)]
-    mtu: Option<Mtu>,
+    pub(crate) mtu: Option<Mtu>,
     /// Number of receives to post at a time (1..32766: the completion queue holds one more).
     #[arg(short = 'r', long = "rx-depth", default_value_t = 500,
           value_parser = clap::value_parser!(u32).range(1..i64::from(softrdma::MAX_CQE)))]
-    rx_depth: u32,
+    pub(crate) rx_depth: u32,
     /// Number of exchanges (at least 1).
     #[arg(short = 'n', long = "iters", default_value_t = 1000,
           value_parser = clap::value_parser!(u32).range(1..))]
-    iters: u32,
+    pub(crate) iters: u32,
     /// Service level (accepted; RoCEv2 over UDP carries none).
     #[arg(short = 'l', long = "sl", default_value_t = 0)]
-    sl: u8,
+    pub(crate) sl: u8,
     /// Sleep on completion events instead of busy polling.
     #[arg(short = 'e', long = "events")]
-    events: bool,
+    pub(crate) events: bool,
     /// Local GID index to advertise: 1 is the IPv4-mapped GID as on rxe, 0 the link-local one;
     /// -1 advertises no GID (all zeros) like ibv_rc_pingpong without -g. Default 1, because
     /// RoCE cannot work without a GID.
@@ -129,33 +129,41 @@ pub(crate) struct Args {
         default_value_t = 1,
         allow_negative_numbers = true
     )]
-    gid_idx: i32,
+    pub(crate) gid_idx: i32,
     /// Validate the received buffer (rc_pingpong's pattern; see the module docs).
     #[arg(short = 'c', long = "chk")]
-    chk: bool,
+    pub(crate) chk: bool,
     /// Local IP address of the softrdma device. Default: for a client, the address that
     /// routes to the server; for a server, the address the client connects to.
     #[arg(long, value_name = "IP")]
-    bind: Option<IpAddr>,
+    pub(crate) bind: Option<IpAddr>,
     /// Send every packet to loopback peers as a datagram of its own instead of batching
     /// equal-sized ones into UDP GSO sends (for `tcpdump -i lo`, which records those unsplit).
     #[arg(long = "no-gso")]
-    no_gso: bool,
+    pub(crate) no_gso: bool,
     /// Write every RoCEv2 datagram the device sends and receives to this pcap file.
     #[arg(long, value_name = "FILE")]
-    pcap: Option<PathBuf>,
+    pub(crate) pcap: Option<PathBuf>,
     /// Print the device's counters (drops, NAKs, retransmissions, opcodes) at the end.
     #[arg(long)]
-    counters: bool,
+    pub(crate) counters: bool,
     /// Give up after SECS seconds without progress: waiting for a client (server), each
     /// address exchange, each completion. 0 (the default) waits forever, like rc_pingpong,
     /// e.g. for a peer that died; either way the wait sleeps and uses no CPU.
     #[arg(long, value_name = "SECS", default_value = "0",
           value_parser = crate::limits::wait_seconds)]
-    timeout: Duration,
+    pub(crate) timeout: Duration,
     /// The transport: RC (ibv_rc_pingpong), UC (ibv_uc_pingpong) or UD (ibv_ud_pingpong).
     #[arg(long, value_enum, default_value = "RC", ignore_case = true)]
-    transport: Transport,
+    pub(crate) transport: Transport,
+    /// Many RC QPs on one shared receive queue: a peer of rdma-core's `ibv_srq_pingpong`
+    /// (its out-of-band exchange carries 256 addresses each way; no -c).
+    #[arg(long)]
+    pub(crate) srq: bool,
+    /// With --srq: the number of QPs (1..256) [default: 16].
+    #[arg(short = 'q', long = "num-qp", requires = "srq",
+          value_parser = clap::value_parser!(u32).range(1..=256))]
+    pub(crate) num_qp: Option<u32>,
 }
 
 /// clap value parser of `-m`.
@@ -171,7 +179,7 @@ fn path_mtu(s: &str) -> Result<Mtu, String> {
 const SPIN: Duration = Duration::from_millis(1);
 
 /// A fatal error: the message rc_pingpong would print (to stderr), exit status 1.
-struct Fail(String);
+pub(crate) struct Fail(pub(crate) String);
 
 impl<E: std::fmt::Display> From<E> for Fail {
     fn from(e: E) -> Fail {
@@ -179,7 +187,7 @@ impl<E: std::fmt::Display> From<E> for Fail {
     }
 }
 
-fn fail<T>(msg: impl Into<String>) -> Result<T, Fail> {
+pub(crate) fn fail<T>(msg: impl Into<String>) -> Result<T, Fail> {
     Err(Fail(msg.into()))
 }
 
@@ -228,7 +236,7 @@ pub(crate) fn invalid_pages(buf: &[u8]) -> Vec<usize> {
 
 /// The `  local address:  LID 0x0000, QPN 0x000011, PSN 0x..., GID ...` line
 /// (`ibv_ud_pingpong` prints `PSN 0x...: GID` in its local line).
-fn address_line(label: &str, d: &PingpongDest, psn_gid_sep: char) -> String {
+pub(crate) fn address_line(label: &str, d: &PingpongDest, psn_gid_sep: char) -> String {
     format!(
         "  {label} LID 0x{:04x}, QPN 0x{:06x}, PSN 0x{:06x}{psn_gid_sep} GID {}",
         d.lid, d.qpn, d.psn, d.gid
@@ -242,7 +250,7 @@ fn local_line(d: &PingpongDest, transport: Transport) -> String {
 }
 
 /// The remote address line (the same in every program).
-fn remote_line(d: &PingpongDest) -> String {
+pub(crate) fn remote_line(d: &PingpongDest) -> String {
     address_line("remote address:", d, ',')
 }
 
@@ -390,17 +398,7 @@ impl Ctx {
             self.ud_peer = Some((ah, remote.qpn));
             return Ok(());
         }
-        let opts = ConnectOptions {
-            access: AccessFlags::empty(),
-            path_mtu: Some(mtu),
-            timeout: 14,
-            retry_cnt: 7,
-            rnr_retry: 7,
-            min_rnr_timer: 12,
-            max_rd_atomic: 1,
-            max_dest_rd_atomic: 1,
-            ..ConnectOptions::default()
-        };
+        let opts = connect_options(mtu);
         self.qp
             .to_rtr(remote, &opts)
             .map_err(|e| Fail(format!("Failed to modify QP to RTR: {e}")))?;
@@ -434,7 +432,7 @@ impl Ctx {
 
 /// The QP endpoint of a peer: its GID, or the address of its TCP connection when it sent
 /// the all-zero GID.
-fn remote_endpoint(d: &PingpongDest, tcp_peer: IpAddr) -> QpEndpoint {
+pub(crate) fn remote_endpoint(d: &PingpongDest, tcp_peer: IpAddr) -> QpEndpoint {
     let gid = if d.gid.is_zero() {
         Gid::from_ip(tcp_peer)
     } else {
@@ -447,7 +445,7 @@ fn remote_endpoint(d: &PingpongDest, tcp_peer: IpAddr) -> QpEndpoint {
     }
 }
 
-fn set_stream_timeout(s: &TcpStream, t: Option<Duration>) -> Result<(), Fail> {
+pub(crate) fn set_stream_timeout(s: &TcpStream, t: Option<Duration>) -> Result<(), Fail> {
     s.set_read_timeout(t)?;
     s.set_write_timeout(t)?;
     Ok(())
@@ -559,32 +557,15 @@ fn pingpong_loop(
     let mut last_progress = Instant::now();
     while rcnt < iters || scnt < iters {
         wcs.clear();
-        let spin_from = Instant::now();
-        loop {
-            if ctx.cq.poll(2, &mut wcs) > 0 {
-                break;
-            }
-            let left = match timeout {
-                Some(t) => {
-                    let idle = last_progress.elapsed();
-                    if idle >= t {
-                        return fail(format!(
-                            "no completion for {:.1} seconds (sent {scnt}, received {rcnt} of {iters}); giving up",
-                            idle.as_secs_f64()
-                        ));
-                    }
-                    Some(t - idle)
-                }
-                None => None,
-            };
-            // Without -e, poll for a moment as rc_pingpong does; then (and with -e at once)
-            // sleep on the completion queue: a peer that went away costs no CPU.
-            if args.events || spin_from.elapsed() >= SPIN {
-                ctx.cq.wait(left);
-            } else {
-                std::hint::spin_loop();
-            }
-        }
+        wait_completions(
+            &ctx.cq,
+            2,
+            &mut wcs,
+            args.events,
+            timeout,
+            last_progress,
+            || format!("sent {scnt}, received {rcnt} of {iters}"),
+        )?;
         last_progress = Instant::now();
         if wcs.iter().any(|wc| wc.status != WcStatus::Success) {
             return Err(failed_completion(args, ctx, &wcs));
@@ -613,21 +594,7 @@ fn pingpong_loop(
             }
         }
     }
-    let elapsed = start.elapsed();
-
-    // rc_pingpong computes in float microseconds.
-    let usec = elapsed.as_secs_f64() * 1e6;
-    let bytes = u64::from(ctx.size) * iters * 2;
-    println!(
-        "{bytes} bytes in {:.2} seconds = {:.2} Mbit/sec",
-        usec / 1e6,
-        bytes as f64 * 8.0 / usec
-    );
-    println!(
-        "{iters} iters in {:.2} seconds = {:.2} usec/iter",
-        usec / 1e6,
-        usec / iters as f64
-    );
+    report(ctx.size, iters, start.elapsed());
     let mut code = ExitCode::SUCCESS;
     if args.chk {
         let bad = invalid_pages(&ctx.payload()?);
@@ -642,6 +609,75 @@ fn pingpong_loop(
         crate::devinfo::print_counters(&mut std::io::stdout().lock(), &ctx.device.stats())?;
     }
     Ok(code)
+}
+
+/// Polls `cq` for up to `max` completions into `wcs` until some come: without `events`
+/// polling for a moment as the tools do, then (and with `events` at once) sleeping on the
+/// CQ, so a peer that went away costs no CPU. Fails once `timeout` passed since
+/// `last_progress`, saying where the run stood (`progress`).
+pub(crate) fn wait_completions(
+    cq: &CompletionQueue,
+    max: usize,
+    wcs: &mut Vec<WorkCompletion>,
+    events: bool,
+    timeout: Option<Duration>,
+    last_progress: Instant,
+    progress: impl Fn() -> String,
+) -> Result<(), Fail> {
+    let spin_from = Instant::now();
+    while cq.poll(max, wcs) == 0 {
+        let left = match timeout {
+            Some(t) => {
+                let idle = last_progress.elapsed();
+                if idle >= t {
+                    return fail(format!(
+                        "no completion for {:.1} seconds ({}); giving up",
+                        idle.as_secs_f64(),
+                        progress()
+                    ));
+                }
+                Some(t - idle)
+            }
+            None => None,
+        };
+        if events || spin_from.elapsed() >= SPIN {
+            cq.wait(left);
+        } else {
+            std::hint::spin_loop();
+        }
+    }
+    Ok(())
+}
+
+/// The QP attributes every pingpong program connects with (`pp_connect_ctx`).
+pub(crate) fn connect_options(mtu: Mtu) -> ConnectOptions {
+    ConnectOptions {
+        access: AccessFlags::empty(),
+        path_mtu: Some(mtu),
+        timeout: 14,
+        retry_cnt: 7,
+        rnr_retry: 7,
+        min_rnr_timer: 12,
+        max_rd_atomic: 1,
+        max_dest_rd_atomic: 1,
+        ..ConnectOptions::default()
+    }
+}
+
+/// The closing lines every pingpong program prints (in float microseconds, as they compute).
+pub(crate) fn report(size: u32, iters: u64, elapsed: Duration) {
+    let usec = elapsed.as_secs_f64() * 1e6;
+    let bytes = u64::from(size) * iters * 2;
+    println!(
+        "{bytes} bytes in {:.2} seconds = {:.2} Mbit/sec",
+        usec / 1e6,
+        bytes as f64 * 8.0 / usec
+    );
+    println!(
+        "{iters} iters in {:.2} seconds = {:.2} usec/iter",
+        usec / 1e6,
+        usec / iters as f64
+    );
 }
 
 /// The failure for a batch of completions holding an error: rc_pingpong's `Failed status`

@@ -308,6 +308,90 @@ fn loopback_uc_pingpong_like_ibv_uc_pingpong() {
     }
 }
 
+/// `--srq` as ibv_srq_pingpong: four RC QPs per side, all receiving from one SRQ of 8
+/// receives (refilled when no more than 4 are left); an address line per QP each way; `-n`
+/// counts the exchanges of all QPs; every message on the wire is an RC SEND to one of the four
+/// QPs; and the tool's argument rules.
+#[test]
+fn loopback_srq_pingpong_like_ibv_srq_pingpong() {
+    let pcap = tmp("pp-srq.pcap");
+    let args = [
+        "--srq", "-q", "4", "-r", "8", "-s", "2000", "-n", "60", "-p", "19801",
+    ];
+    let mut server = vec!["--bind", "127.0.77.47", "--timeout", "20"];
+    server.extend(&args);
+    let mut client = vec!["--bind", "127.0.77.48", "--timeout", "20"];
+    client.extend(&args);
+    client.extend(["--pcap", pcap.to_str().unwrap(), "127.0.77.47"]);
+    let (so, co) = pair(&server, &client);
+    for (o, who) in [(&so, "server"), (&co, "client")] {
+        let out = text(&o.stdout);
+        assert!(o.status.success(), "{who}: {out}\n{}", text(&o.stderr));
+        let lines: Vec<&str> = out.lines().collect();
+        assert_eq!(lines.len(), 10, "{out}");
+        assert!(
+            lines[..4]
+                .iter()
+                .all(|l| l.starts_with("  local address:  LID 0x0000, QPN 0x")
+                    && l.contains(", GID ::ffff:127.0.77.4")),
+            "{out}"
+        );
+        assert!(
+            lines[4..8]
+                .iter()
+                .all(|l| l.starts_with("  remote address: LID 0x0000, QPN 0x")),
+            "{out}"
+        );
+        assert!(
+            lines[8].starts_with("240000 bytes in ") && lines[9].starts_with("60 iters in "),
+            "{out}"
+        );
+    }
+    // Every SEND the client's device saw: at least 60 each way, 2 packets of 2000 bytes at
+    // MTU 1024, to the four QPs of the other side.
+    let lines = decoded_lines(&pcap);
+    let sends: Vec<&String> = lines.iter().filter(|l| l.contains(" RC_SEND_")).collect();
+    // As in the tool, a QP posts its next SEND while the count of completed ones is below
+    // -n, so each side may send up to -q - 1 messages beyond it.
+    assert!(
+        (2 * 60 * 2..=2 * (60 + 3) * 2).contains(&sends.len()),
+        "{} SEND packets: {lines:#?}",
+        sends.len()
+    );
+    let qps: std::collections::BTreeSet<&str> = sends
+        .iter()
+        .filter_map(|l| l.split_whitespace().find(|w| w.starts_with("qp=")))
+        .collect();
+    // (Both devices number their QPs from 0x11: the same four numbers each way.)
+    let want: std::collections::BTreeSet<&str> =
+        ["qp=0x000011", "qp=0x000012", "qp=0x000013", "qp=0x000014"].into();
+    assert_eq!(qps, want, "four QPs");
+    // The tool's rules: no -c, RC only, -q needs --srq and is 1..=256, one receive per QP.
+    for (bad, code) in [
+        (&["--srq", "-c"][..], 2),
+        (&["--srq", "--transport", "UD"][..], 2),
+        (&["-q", "4"][..], 2),
+        (&["--srq", "-q", "257"][..], 2),
+    ] {
+        let o = Command::new(BIN)
+            .arg("pingpong")
+            .args(bad)
+            .arg("127.0.77.1")
+            .output()
+            .unwrap();
+        assert_eq!(o.status.code(), Some(code), "{bad:?}: {}", text(&o.stderr));
+    }
+    let o = Command::new(BIN)
+        .args(["pingpong", "--srq", "-q", "16", "-r", "8", "127.0.77.1"])
+        .output()
+        .unwrap();
+    assert_eq!(o.status.code(), Some(1));
+    assert_eq!(
+        text(&o.stderr),
+        "rx_depth 8 is too small for 16 QPs -- must have at least one receive per QP.\n"
+    );
+}
+
 /// ud_pingpong's limits: a payload above the port MTU fails as the program fails, and there is
 /// no -m (a usage error).
 #[test]

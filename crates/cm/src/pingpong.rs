@@ -273,10 +273,103 @@ pub fn server_wait_done<S: Read>(s: &mut S) -> Result<()> {
     Ok(())
 }
 
+/// QP addresses `ibv_srq_pingpong` sends each way, whatever its `-q` (`MAX_QP`): the entries
+/// past the QPs in use are all zeros.
+pub const SRQ_MAX_QP: usize = 256;
+
+/// `ibv_srq_pingpong`'s client exchange over a connected stream: [`SRQ_MAX_QP`] messages of
+/// ours (`locals`, then zeros), [`SRQ_MAX_QP`] of the server's, then `done`. Returns the
+/// server's first `locals.len()` addresses.
+pub fn srq_client_exchange<S: Read + Write>(
+    s: &mut S,
+    locals: &[PingpongDest],
+) -> Result<Vec<PingpongDest>> {
+    srq_write_all(s, locals)?;
+    let remote = srq_read_all(s, locals.len())?;
+    net::write_msg(s, DONE, "srq pingpong: send done")?;
+    Ok(remote)
+}
+
+/// `ibv_srq_pingpong`'s server, step 1: the client's [`SRQ_MAX_QP`] addresses, of which the
+/// first `n` are kept.
+pub fn srq_server_read<S: Read>(s: &mut S, n: usize) -> Result<Vec<PingpongDest>> {
+    srq_read_all(s, n)
+}
+
+/// `ibv_srq_pingpong`'s server, step 2 (after connecting its QPs): our addresses, then the
+/// client's `done`.
+pub fn srq_server_reply<S: Read + Write>(s: &mut S, locals: &[PingpongDest]) -> Result<()> {
+    srq_write_all(s, locals)?;
+    server_wait_done(s)
+}
+
+fn srq_write_all<S: Write>(s: &mut S, locals: &[PingpongDest]) -> Result<()> {
+    if locals.len() > SRQ_MAX_QP {
+        return Err(Error::Malformed {
+            step: "srq pingpong: local addresses",
+            source: ParseError::Length {
+                expected: SRQ_MAX_QP,
+                got: locals.len(),
+            },
+        });
+    }
+    let mut all = Vec::with_capacity(SRQ_MAX_QP * MSG_LEN);
+    for i in 0..SRQ_MAX_QP {
+        let d = locals.get(i).copied().unwrap_or_default();
+        all.extend_from_slice(&d.format()?);
+    }
+    net::write_msg(s, &all, "srq pingpong: send local addresses")
+}
+
+fn srq_read_all<S: Read>(s: &mut S, keep: usize) -> Result<Vec<PingpongDest>> {
+    let mut out = Vec::with_capacity(keep);
+    for i in 0..SRQ_MAX_QP {
+        let mut buf = [0u8; MSG_LEN];
+        net::read_msg(s, &mut buf, "srq pingpong: read remote addresses")?;
+        if i < keep {
+            out.push(
+                PingpongDest::parse(&buf).map_err(|source| Error::Malformed {
+                    step: "srq pingpong: remote address",
+                    source,
+                })?,
+            );
+        }
+    }
+    Ok(out)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
     use std::net::Ipv4Addr;
+
+    /// ibv_srq_pingpong's exchange: 256 messages of 52 bytes whatever -q (zeros past the QPs
+    /// in use), read back as the first -q addresses.
+    #[test]
+    fn srq_exchange_sends_256_addresses() {
+        let locals: Vec<PingpongDest> = (0..3)
+            .map(|i| PingpongDest {
+                lid: 0,
+                qpn: 0x11 + i,
+                psn: 0xabc + i,
+                gid: Gid::from_ipv4_mapped(Ipv4Addr::new(10, 0, 0, 1)),
+            })
+            .collect();
+        let mut wire = Vec::new();
+        srq_write_all(&mut wire, &locals).unwrap();
+        assert_eq!(wire.len(), SRQ_MAX_QP * MSG_LEN);
+        assert_eq!(&wire[..MSG_LEN], &locals[0].format().unwrap()[..]);
+        assert_eq!(
+            &wire[3 * MSG_LEN..4 * MSG_LEN],
+            b"0000:000000:000000:00000000000000000000000000000000\0"
+        );
+        let back = srq_read_all(&mut &wire[..], 3).unwrap();
+        assert_eq!(back, locals);
+        // A peer that stops early is an error, not a short list.
+        assert!(srq_read_all(&mut &wire[..100 * MSG_LEN], 3).is_err());
+        // More than 256 QPs cannot be described.
+        assert!(srq_write_all(&mut Vec::new(), &vec![locals[0]; 257]).is_err());
+    }
 
     const CLIENT: &[u8; MSG_LEN] = b"0000:000011:d9d181:00000000000000000000ffff0a58000c\0";
 
