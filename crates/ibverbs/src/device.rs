@@ -281,6 +281,7 @@ pub(crate) unsafe extern "C" fn ibv_close_device(context: *mut ibv_context) -> c
     // are destroyed (children first), so the device's address is free for the next open.
     for kind in [
         Kind::Qp,
+        Kind::Srq,
         Kind::Ah,
         Kind::Mr,
         Kind::Cq,
@@ -292,6 +293,7 @@ pub(crate) unsafe extern "C" fn ibv_close_device(context: *mut ibv_context) -> c
             let _ = unsafe {
                 match kind {
                     Kind::Qp => crate::qp::ibv_destroy_qp(p as *mut ibv_qp),
+                    Kind::Srq => crate::srq::ibv_destroy_srq(p as *mut ibv_srq),
                     Kind::Ah => crate::ah::ibv_destroy_ah(p as *mut ibv_ah),
                     Kind::Mr => crate::pd::ibv_dereg_mr(p as *mut ibv_mr),
                     Kind::Cq => crate::cq::destroy(p as *mut ibv_cq, false),

@@ -46,13 +46,13 @@ exports! {
     "IBVERBS_1.1" fn ibv_create_ah_from_wc(pd: *mut ibv_pd, wc: *mut ibv_wc, grh: *mut ibv_grh, port_num: u8) -> *mut ibv_ah = crate::ah::ibv_create_ah_from_wc;
     "IBVERBS_1.1" fn ibv_create_cq(context: *mut ibv_context, cqe: c_int, cq_context: *mut c_void, channel: *mut ibv_comp_channel, comp_vector: c_int) -> *mut ibv_cq = crate::cq::ibv_create_cq;
     "IBVERBS_1.1" fn ibv_create_qp(pd: *mut ibv_pd, attr: *mut ibv_qp_init_attr) -> *mut ibv_qp = crate::qp::ibv_create_qp;
-    "IBVERBS_1.1" fn ibv_create_srq(pd: *mut ibv_pd, attr: *mut ibv_srq_init_attr) -> *mut ibv_srq = crate::misc::ibv_create_srq;
+    "IBVERBS_1.1" fn ibv_create_srq(pd: *mut ibv_pd, attr: *mut ibv_srq_init_attr) -> *mut ibv_srq = crate::srq::ibv_create_srq;
     "IBVERBS_1.1" fn ibv_dealloc_pd(pd: *mut ibv_pd) -> c_int = crate::pd::ibv_dealloc_pd;
     "IBVERBS_1.1" fn ibv_dereg_mr(mr: *mut ibv_mr) -> c_int = crate::pd::ibv_dereg_mr;
     "IBVERBS_1.1" fn ibv_destroy_ah(ah: *mut ibv_ah) -> c_int = crate::ah::ibv_destroy_ah;
     "IBVERBS_1.1" fn ibv_destroy_cq(cq: *mut ibv_cq) -> c_int = crate::cq::ibv_destroy_cq;
     "IBVERBS_1.1" fn ibv_destroy_qp(qp: *mut ibv_qp) -> c_int = crate::qp::ibv_destroy_qp;
-    "IBVERBS_1.1" fn ibv_destroy_srq(srq: *mut ibv_srq) -> c_int = crate::misc::ibv_destroy_srq;
+    "IBVERBS_1.1" fn ibv_destroy_srq(srq: *mut ibv_srq) -> c_int = crate::srq::ibv_destroy_srq;
     "IBVERBS_1.1" fn ibv_detach_mcast(qp: *mut ibv_qp, gid: *const ibv_gid, lid: u16) -> c_int = crate::ah::ibv_detach_mcast;
     "IBVERBS_1.1" fn ibv_dofork_range(base: *mut c_void, size: usize) -> c_int = crate::misc::ibv_dofork_range;
     "IBVERBS_1.1" fn ibv_dontfork_range(base: *mut c_void, size: usize) -> c_int = crate::misc::ibv_dontfork_range;
@@ -66,7 +66,7 @@ exports! {
     "IBVERBS_1.1" fn ibv_get_device_name(device: *mut ibv_device) -> *const c_char = crate::device::ibv_get_device_name;
     "IBVERBS_1.1" fn ibv_init_ah_from_wc(context: *mut ibv_context, port_num: u8, wc: *mut ibv_wc, grh: *mut ibv_grh, attr: *mut ibv_ah_attr) -> c_int = crate::ah::ibv_init_ah_from_wc;
     "IBVERBS_1.1" fn ibv_modify_qp(qp: *mut ibv_qp, attr: *mut ibv_qp_attr, mask: c_int) -> c_int = crate::qp::ibv_modify_qp;
-    "IBVERBS_1.1" fn ibv_modify_srq(srq: *mut ibv_srq, attr: *mut ibv_srq_attr, mask: c_int) -> c_int = crate::misc::ibv_modify_srq;
+    "IBVERBS_1.1" fn ibv_modify_srq(srq: *mut ibv_srq, attr: *mut ibv_srq_attr, mask: c_int) -> c_int = crate::srq::ibv_modify_srq;
     "IBVERBS_1.1" fn ibv_node_type_str(node_type: c_int) -> *const c_char = crate::misc::ibv_node_type_str;
     "IBVERBS_1.1" fn ibv_open_device(device: *mut ibv_device) -> *mut ibv_context = crate::device::ibv_open_device;
     "IBVERBS_1.1" fn ibv_port_state_str(state: c_int) -> *const c_char = crate::misc::ibv_port_state_str;
@@ -75,7 +75,7 @@ exports! {
     "IBVERBS_1.1" fn ibv_query_pkey(context: *mut ibv_context, port: u8, index: c_int, pkey: *mut u16) -> c_int = crate::query::ibv_query_pkey;
     "IBVERBS_1.1" fn ibv_query_port(context: *mut ibv_context, port: u8, attr: *mut ibv_port_attr) -> c_int = crate::query::ibv_query_port;
     "IBVERBS_1.1" fn ibv_query_qp(qp: *mut ibv_qp, attr: *mut ibv_qp_attr, mask: c_int, init_attr: *mut ibv_qp_init_attr) -> c_int = crate::qp::ibv_query_qp;
-    "IBVERBS_1.1" fn ibv_query_srq(srq: *mut ibv_srq, attr: *mut ibv_srq_attr) -> c_int = crate::misc::ibv_query_srq;
+    "IBVERBS_1.1" fn ibv_query_srq(srq: *mut ibv_srq, attr: *mut ibv_srq_attr) -> c_int = crate::srq::ibv_query_srq;
     "IBVERBS_1.1" fn ibv_rate_to_mbps(rate: c_int) -> c_int = crate::misc::ibv_rate_to_mbps;
     "IBVERBS_1.1" fn ibv_reg_mr(pd: *mut ibv_pd, addr: *mut c_void, length: usize, access: c_int) -> *mut ibv_mr = crate::pd::ibv_reg_mr;
     "IBVERBS_1.1" fn ibv_rereg_mr(mr: *mut ibv_mr, flags: c_int, pd: *mut ibv_pd, addr: *mut c_void, length: usize, access: c_int) -> c_int = crate::pd::ibv_rereg_mr;

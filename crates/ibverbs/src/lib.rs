@@ -51,6 +51,7 @@ mod post;
 mod qp;
 mod qp_object;
 mod query;
+mod srq;
 mod tables;
 mod util;
 mod wr;

@@ -1,11 +1,7 @@
 //! The rest of the exported surface: string helpers, rate conversions, fork support, sysfs
 //! helpers, conversions from the kernel's structs (used by librdmacm), and the verbs whose
-//! objects softrdma's Rust API does not have yet (shared receive queues, imported objects,
-//! dma-buf regions, ECE), which answer `EOPNOTSUPP` truthfully.
-//!
-//! When the Rust API gains SRQs, their verbs move out of the "not yet" section into a module
-//! of their own, and their table slots (`post_srq_recv`, `create_srq_ex`, `get_srq_num`) are
-//! filled in `context.rs`.
+//! objects softrdma's Rust API does not have (imported objects, dma-buf regions, ECE), which
+//! answer `EOPNOTSUPP` truthfully. Shared receive queues are in `srq.rs`.
 
 use std::ffi::{c_char, c_int, c_void, CStr};
 
@@ -466,35 +462,4 @@ pub(crate) unsafe extern "C" fn ibv_set_ece(qp: *mut ibv_qp, ece: *mut ibv_ece) 
 pub(crate) unsafe extern "C" fn ibv_query_ece(qp: *mut ibv_qp, ece: *mut ibv_ece) -> c_int {
     let _ = (qp, ece);
     fail_errno(libc::EOPNOTSUPP)
-}
-
-/// `ibv_create_srq`: shared receive queues are not in softrdma's API yet.
-pub(crate) unsafe extern "C" fn ibv_create_srq(
-    pd: *mut ibv_pd,
-    attr: *mut ibv_srq_init_attr,
-) -> *mut ibv_srq {
-    let _ = (pd, attr);
-    fail_null(libc::EOPNOTSUPP)
-}
-
-/// `ibv_modify_srq`: no SRQ can exist.
-pub(crate) unsafe extern "C" fn ibv_modify_srq(
-    srq: *mut ibv_srq,
-    attr: *mut ibv_srq_attr,
-    mask: c_int,
-) -> c_int {
-    let _ = (srq, attr, mask);
-    fail_errno(libc::EINVAL)
-}
-
-/// `ibv_query_srq`: no SRQ can exist.
-pub(crate) unsafe extern "C" fn ibv_query_srq(srq: *mut ibv_srq, attr: *mut ibv_srq_attr) -> c_int {
-    let _ = (srq, attr);
-    fail_errno(libc::EINVAL)
-}
-
-/// `ibv_destroy_srq`: no SRQ can exist.
-pub(crate) unsafe extern "C" fn ibv_destroy_srq(srq: *mut ibv_srq) -> c_int {
-    let _ = srq;
-    fail_errno(libc::EINVAL)
 }

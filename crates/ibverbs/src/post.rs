@@ -275,6 +275,40 @@ pub(crate) unsafe extern "C" fn post_send(
     })
 }
 
+/// `ibv_context_ops.post_srq_recv` (the inline `ibv_post_srq_recv`).
+pub(crate) unsafe extern "C" fn post_srq_recv(
+    srq: *mut ibv_srq,
+    wr: *mut ibv_recv_wr,
+    bad_wr: *mut *mut ibv_recv_wr,
+) -> c_int {
+    if srq.is_null() {
+        return libc::EINVAL;
+    }
+    // SAFETY: reached through the SRQ's context table: a boxed Srq of this library.
+    let s = unsafe { &*srq.cast::<crate::srq::Srq>() };
+    post_list(
+        wr,
+        bad_wr,
+        |w: &ibv_recv_wr| w.next,
+        recv_wr,
+        |it| {
+            s.srq
+                .post_recv(it)
+                .map_err(|e| (e.bad_wr, post_errno(&e.kind)))
+        },
+    )
+}
+
+/// One receive work request of the program's list.
+fn recv_wr(w: &ibv_recv_wr) -> Result<RecvWr, c_int> {
+    // SAFETY: the program's readable request and SGL.
+    let sg_list = unsafe { sg_list(w.sg_list, w.num_sge) }?;
+    Ok(RecvWr {
+        wr_id: w.wr_id,
+        sg_list,
+    })
+}
+
 /// `ibv_context_ops.post_recv`.
 pub(crate) unsafe extern "C" fn post_recv(
     qp: *mut ibv_qp,
@@ -287,15 +321,7 @@ pub(crate) unsafe extern "C" fn post_recv(
     // SAFETY: as in post_send.
     let q = unsafe { &*qp.cast::<Qp>() };
     let next = |w: &ibv_recv_wr| w.next;
-    let convert = |w: &ibv_recv_wr| {
-        // SAFETY: the program's readable request and SGL.
-        let sg_list = unsafe { sg_list(w.sg_list, w.num_sge) }?;
-        Ok(RecvWr {
-            wr_id: w.wr_id,
-            sg_list,
-        })
-    };
-    post_list(wr, bad_wr, next, convert, |it| {
+    post_list(wr, bad_wr, next, recv_wr, |it| {
         q.qp.post_recv(it)
             .map_err(|e| (e.bad_wr, post_errno(&e.kind)))
     })

@@ -61,10 +61,11 @@ fn create(args: &CreateArgs) -> Result<*mut Qp, c_int> {
     let pd = Pd::from_handle(args.pd)?;
     let send_cq = Cq::from_handle(args.send_cq)?;
     let recv_cq = Cq::from_handle(args.recv_cq)?;
-    if !args.srq.is_null() {
-        // Shared receive queues are not in softrdma's API yet.
-        return Err(libc::EOPNOTSUPP);
-    }
+    let srq = if args.srq.is_null() {
+        None
+    } else {
+        Some(crate::srq::Srq::from_handle(args.srq)?)
+    };
     let qp_type = match args.qp_type {
         IBV_QPT_RC => QpType::Rc,
         IBV_QPT_UC => QpType::Uc,
@@ -90,7 +91,7 @@ fn create(args: &CreateArgs) -> Result<*mut Qp, c_int> {
             max_inline_data: cap.max_inline_data,
         },
         sq_sig_all: args.sq_sig_all != 0,
-        srq: None,
+        srq: srq.map(|s| s.srq.clone()),
     };
     let qp = pd.pd.create_qp(&init).map_err(|e| match e {
         CreateQpError::InvalidCaps(_) | CreateQpError::WrongDevice => libc::EINVAL,
@@ -108,6 +109,9 @@ fn create(args: &CreateArgs) -> Result<*mut Qp, c_int> {
         }
     };
     pd.users.fetch_add(1, Ordering::AcqRel);
+    if let Some(s) = srq {
+        s.users.fetch_add(1, Ordering::AcqRel);
+    }
     send_cq.users.fetch_add(1, Ordering::AcqRel);
     recv_cq.users.fetch_add(1, Ordering::AcqRel);
     let qpn = qp.qp_num();
@@ -119,7 +123,7 @@ fn create(args: &CreateArgs) -> Result<*mut Qp, c_int> {
                 pd: args.pd,
                 send_cq: args.send_cq,
                 recv_cq: args.recv_cq,
-                srq: std::ptr::null_mut(),
+                srq: args.srq,
                 handle: qpn,
                 qp_num: qpn,
                 state: 0,
@@ -468,6 +472,12 @@ pub(crate) unsafe extern "C" fn ibv_destroy_qp(qp: *mut ibv_qp) -> c_int {
     // SAFETY: the PD and CQs cannot go while the QP counts as their user.
     unsafe {
         (*q.pd).users.fetch_sub(1, Ordering::AcqRel);
+        let srq = q.ibv.qp_base.srq;
+        if !srq.is_null() {
+            (*srq.cast::<crate::srq::Srq>())
+                .users
+                .fetch_sub(1, Ordering::AcqRel);
+        }
         (*q.send_cq).users.fetch_sub(1, Ordering::AcqRel);
         (*q.recv_cq).users.fetch_sub(1, Ordering::AcqRel);
     }

@@ -55,10 +55,9 @@ fn device_attr(ctx: &Context) -> ibv_device_attr {
         max_ah: clamp(a.max_ah),
         max_fmr: 0,
         max_map_per_fmr: 0,
-        // The C library has no SRQ verbs yet (ibv_create_srq answers EOPNOTSUPP): say so.
-        max_srq: 0,
-        max_srq_wr: 0,
-        max_srq_sge: 0,
+        max_srq: clamp(a.max_srq),
+        max_srq_wr: clamp(a.max_srq_wr),
+        max_srq_sge: clamp(a.max_srq_sge),
         max_pkeys: a.max_pkeys,
         local_ca_ack_delay: a.local_ca_ack_delay,
         phys_port_cnt: a.phys_port_cnt,

@@ -3,9 +3,9 @@
 //! inline `_ex` verbs and the `ibv_query_port` macro).
 //!
 //! A slot softrdma cannot serve stays null, so the header's inline wrapper answers
-//! `EOPNOTSUPP` itself (`verbs_get_ctx_op` tests the slot). When the Rust API gains shared
-//! receive queues or memory windows, their slots (`post_srq_recv`,
-//! `alloc_mw`/`bind_mw`/`dealloc_mw`, `create_srq_ex`, `get_srq_num`) are filled here.
+//! `EOPNOTSUPP` itself (`verbs_get_ctx_op` tests the slot): memory windows
+//! (`alloc_mw`/`bind_mw`/`dealloc_mw`), `create_srq_ex` beyond the basic type (the inline
+//! `ibv_create_srq_ex` calls the exported `ibv_create_srq` for that) and `get_srq_num` (XRC).
 
 use std::mem::size_of;
 
@@ -78,7 +78,7 @@ pub(crate) fn verbs_context_for(device: *mut ibv_device, async_fd: i32) -> verbs
                 _compat_modify_srq: None,
                 _compat_query_srq: None,
                 _compat_destroy_srq: None,
-                post_srq_recv: None,
+                post_srq_recv: Some(crate::post::post_srq_recv),
                 _compat_create_qp: None,
                 _compat_query_qp: None,
                 _compat_modify_qp: None,

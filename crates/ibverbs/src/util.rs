@@ -41,6 +41,7 @@ pub(crate) enum Kind {
     Channel,
     Qp,
     Ah,
+    Srq,
 }
 
 /// Every handle this library has given out and not yet destroyed, by address. Non-hot-path

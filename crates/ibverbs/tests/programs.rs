@@ -1,6 +1,6 @@
 //! Debian's unmodified binaries (ibverbs-utils 44, perftest 4.5) on softrdma's libibverbs:
 //! `ibv_devices`, `ibv_devinfo -v`, `ibv_rc_pingpong -g 1 -c` (also with completion events),
-//! `ibv_uc_pingpong`, `ibv_ud_pingpong`, and every perftest program with
+//! `ibv_uc_pingpong`, `ibv_ud_pingpong`, `ibv_srq_pingpong`, and every perftest program with
 //! `-x 1` and without `-x`, `-s 65536`, `-a` and `-q 4`, server and client in two processes on
 //! this host (127.0.13.x). Every run must exit 0 on both sides; the tests also check the
 //! output shows softrdma's device, and that the system's libibverbs was not the one used (the
@@ -210,14 +210,23 @@ fn ibv_ud_pingpong_checks_data() {
 }
 
 #[test]
-fn ibv_srq_pingpong_is_refused_cleanly() {
-    // Shared receive queues are not in softrdma yet: ibv_create_srq fails (EOPNOTSUPP) and
-    // the program says so and exits 1, no crash.
-    let mut cmd = Command::new(binary("ibv_srq_pingpong"));
-    cmd.args(["-g", "1", "-p", "18605"]);
-    let out = run_with_softrdma(cmd, "127.0.13.29");
-    assert_eq!(out.status.code(), Some(1), "{}", show(&out));
-    assert!(String::from_utf8_lossy(&out.stderr).contains("Couldn't create SRQ"));
+fn ibv_srq_pingpong_runs_on_shared_receive_queues() {
+    // 4 and the default 16 RC QPs per side, every receive from one SRQ of -r work requests
+    // (the program refills it when no more than -q are left): ibv_create_srq, the SRQ in
+    // ibv_create_qp, the inline ibv_post_srq_recv, ibv_destroy_srq after the QPs.
+    for (qps, port, ips) in [
+        ("4", 18605, ("127.0.13.29", "127.0.13.30")),
+        ("16", 18606, ("127.0.13.31", "127.0.13.32")),
+    ] {
+        let args = ["-g", "1", "-q", qps, "-r", "64", "-n", "200"];
+        let (s, c) = run_pair("ibv_srq_pingpong", &args, port, ips.0, ips.1);
+        for o in [&s, &c] {
+            let text = String::from_utf8_lossy(&o.stdout);
+            assert!(text.contains("200 iters in"), "{text}");
+            let lines = text.matches("  local address:  LID 0x0000, QPN 0x").count();
+            assert_eq!(lines.to_string(), qps, "{text}");
+        }
+    }
 }
 
 /// The perftest configurations of the issue for one program.
