@@ -1,5 +1,6 @@
 #!/bin/bash
-# scripts/lab/ibverbs.sh: this host's unmodified Debian ib_write_bw and ibv_rc_pingpong,
+# scripts/lab/ibverbs.sh: this host's unmodified Debian ib_write_bw, ibv_rc_pingpong and
+# ibv_srq_pingpong (-q 4),
 # run on softrdma through `softrdma exec` (softrdma's libibverbs.so.1), against the same
 # tools on Linux Soft-RoCE (rxe) in a lab guest, in both directions. Opt-in and root only.
 #
@@ -21,7 +22,7 @@ export LAB_TAPS=${LAB_TAPS:-p1 p2}
 . "$(dirname "$0")/common.sh"
 lab_setup ibverbs.sh
 (cd "$ROOT" && cargo build --release -q -p softrdma-ibverbs) || { echo "ibverbs.sh: build failed"; exit 2; }
-for tool in ib_write_bw ibv_rc_pingpong; do
+for tool in ib_write_bw ibv_rc_pingpong ibv_srq_pingpong; do
   command -v "$tool" >/dev/null || { echo "ibverbs.sh: $tool missing (apt-get install perftest ibverbs-utils)"; exit 2; }
 done
 GUEST=${LAB_TAPS%% *}
@@ -77,6 +78,9 @@ run host-client-ib_write_bw client "$BW $GUEST_IP" "$BW -d rxe0"
 run host-server-ib_write_bw server "$BW" "$BW -d rxe0 $HOST_IP"
 run host-client-ibv_rc_pingpong client "$PP $GUEST_IP" "$PP -d rxe0"
 run host-server-ibv_rc_pingpong server "$PP" "$PP -d rxe0 $HOST_IP"
+SRQ="ibv_srq_pingpong -g 1 -q 4 -n $ITERS -s 4096"
+run host-client-ibv_srq_pingpong client "$SRQ $GUEST_IP" "$SRQ -d rxe0"
+run host-server-ibv_srq_pingpong server "$SRQ" "$SRQ -d rxe0 $HOST_IP"
 
 echo
 echo "== libibverbs interop matrix (iters $ITERS; captures and logs in $OUT)"
