@@ -54,7 +54,8 @@ TESTS=${PERF_TESTS:-"write-bw read-bw send-bw atomic-bw:FETCH_AND_ADD atomic-bw:
   write-bw,-D,2 read-lat,-D,2
   write-bw,-a,-n,5 send-bw,-a,-n,5 write-lat,-a,-n,5 read-lat,-a,-n,5 send-lat,-a,-n,5
   send-bw,-c,UD,-s,1024 send-lat,-c,UD send-lat,-c,UD,-s,1024 send-bw,-c,UD,-a,-n,5
-  write-bw,-c,UC send-bw,-c,UC write-lat,-c,UC send-lat,-c,UC"}
+  write-bw,-c,UC send-bw,-c,UC write-lat,-c,UC send-lat,-c,UC
+  send-bw,--use-srq send-lat,--use-srq send-bw,--use-srq,-q,4"}
 ITERS=${PERF_ITERS:-200}
 SIZE=${PERF_SIZE:-4096}
 OUT=${PERF_OUT:-$ROOT/target/lab/perf}

@@ -167,6 +167,36 @@ fn send_bw() {
     );
 }
 
+/// `--use-srq` as perftest's: every QP receives from one shared receive queue, so a message
+/// of any QP may take any QP's receive; the data check still finds each QP's messages in
+/// order (checked by the QP they arrived on), and the banner says SRQ is on.
+#[test]
+fn send_tests_on_a_shared_receive_queue() {
+    for args in [
+        &["send-bw", "--use-srq", "-q", "4", "-s", "4096", "-n", "300"][..],
+        &["send-lat", "--use-srq", "-s", "64", "-n", "200"][..],
+    ] {
+        let (out, _) = loopback(args);
+        assert!(out.contains("Using SRQ      : ON "), "{out}");
+        let r = rows(&out);
+        assert_eq!(r.len(), 1, "{out}");
+        checks_ok(&out);
+        if args[0] == "send-bw" {
+            assert_eq!((r[0][0], r[0][1]), (4096.0, 1200.0), "{out}");
+            assert!(
+                out.contains("OK (all 1200 SENDs the client posted arrived)"),
+                "{out}"
+            );
+        }
+    }
+    let (out, _) = loopback(&["send-bw", "-s", "64", "-n", "50"]);
+    assert!(out.contains("Using SRQ      : OFF"), "{out}");
+    usage_error(
+        &["write-bw", "--use-srq", "--loopback"],
+        "--use-srq applies to the SEND tests",
+    );
+}
+
 #[test]
 fn atomic_bw_both_kinds() {
     bw_test(

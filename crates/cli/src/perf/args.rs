@@ -250,6 +250,9 @@ pub(crate) struct Args {
     /// message is at most the path MTU, default size the MTU).
     #[arg(short = 'c', long = "connection", value_enum, default_value = "RC")]
     pub connection: Transport,
+    /// Receive from one shared receive queue for all QPs (perftest's --use-srq; SEND tests).
+    #[arg(long = "use-srq")]
+    pub use_srq: bool,
 }
 
 /// What to run, resolved from [`Args`] with perftest's defaults and limits.
@@ -286,6 +289,8 @@ pub(crate) struct Config {
     pub timeout: Option<Duration>,
     pub counters: bool,
     pub transport: Transport,
+    /// Receives come from one shared receive queue (`--use-srq`).
+    pub use_srq: bool,
     /// Whether `-s` was given (UD: perftest shrinks its default size to the path MTU, but
     /// fails on an `-s` above it).
     pub size_given: bool,
@@ -347,6 +352,9 @@ impl Args {
                 return usage("UD connection only possible in SEND verb")
             }
             _ => {}
+        }
+        if self.use_srq && self.test.verb() != Verb::Send {
+            return usage("--use-srq applies to the SEND tests (send-bw, send-lat)");
         }
         if self.connection == Transport::UD && self.size.is_some_and(|s| s > MAX_MTU) {
             return usage(format!(
@@ -525,6 +533,7 @@ impl Args {
             timeout: crate::limits::limit(self.timeout),
             counters: self.counters,
             transport: self.connection,
+            use_srq: self.use_srq,
             size_given: self.size.is_some(),
         })
     }

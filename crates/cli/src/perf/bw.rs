@@ -340,7 +340,10 @@ pub(crate) fn post_recvs(
         };
         wr::recv(wr_id(i, seq), vec![sge])
     });
-    ctx.qps[i].post_recv(wrs)?;
+    match &ctx.srq {
+        Some(srq) => srq.post_recv(wrs)?,
+        None => ctx.qps[i].post_recv(wrs)?,
+    }
     Ok(())
 }
 
@@ -355,8 +358,15 @@ pub(crate) fn prepost(ctx: &Ctx, size: u64) -> Result<u64, PerfError> {
     Ok(n)
 }
 
-/// Checks a received message against the pattern a softrdma sender uses.
-pub(crate) fn check_recv(ctx: &Ctx, wc: &WorkCompletion, size: u64) -> Result<(), PerfError> {
+/// Checks a received message against the pattern a softrdma sender uses: the message is
+/// QP `qp`'s `nth` (counted by the QP it arrived on), in the buffer its receive named (with
+/// `--use-srq` any QP's message may land in any QP's receive).
+pub(crate) fn check_recv(
+    ctx: &Ctx,
+    wc: &WorkCompletion,
+    size: u64,
+    (qp, nth): (usize, u64),
+) -> Result<(), PerfError> {
     // A UD completion counts the GRH area too.
     if u64::from(wc.byte_len) != size + ctx.grh {
         return Err(PerfError::new(format!(
@@ -379,15 +389,15 @@ pub(crate) fn check_recv(ctx: &Ctx, wc: &WorkCompletion, size: u64) -> Result<()
     // A softrdma sender stamps each message with its sequence number: the n-th receive must
     // hold message n (none lost, duplicated or reordered). UC and UD may lose messages, so
     // there the n-th receive holds message n or a later one, intact.
-    let mut message = seq;
+    let mut message = nth;
     if ctx.stamped() && ctx.cfg.transport != Transport::RC && got.len() >= 8 {
         let m = u64::from_le_bytes(got[..8].try_into().expect("8 bytes"));
-        if m > seq {
+        if m > nth {
             message = m;
         }
     }
     let want = if ctx.stamped() {
-        check::stamped_payload(i, message, size, 0)
+        check::stamped_payload(qp, message, size, 0)
     } else {
         pattern(0, size as usize)
     };
@@ -400,7 +410,7 @@ pub(crate) fn check_recv(ctx: &Ctx, wc: &WorkCompletion, size: u64) -> Result<()
             format!("byte {at} differs from what was sent")
         };
         return Err(PerfError::check(format!(
-            "message {seq} on QP index {i}: {what}"
+            "message {nth} on QP index {qp}: {what}"
         )));
     }
     Ok(())
@@ -475,15 +485,28 @@ pub(crate) fn send_server(
         ctx.beat();
         check_wcs(&ctx.recv_cq, &wcs, "receive")?;
         for wc in &wcs {
-            let (i, seq) = split_id(wc.wr_id);
+            // The receive's QP slot (`i`) and the QP the message came on (`j`): the same but
+            // with `--use-srq`, where any QP's message takes the SRQ's next receive.
+            let (i, _) = split_id(wc.wr_id);
+            let j = if ctx.srq.is_some() {
+                ctx.qps
+                    .iter()
+                    .position(|qp| qp.qp_num() == wc.qp_num)
+                    .ok_or_else(|| {
+                        PerfError::new(format!("a message on unknown QP {:#x}", wc.qp_num))
+                    })?
+            } else {
+                i
+            };
+            let nth = received[j];
             // Checking every message would measure memcpy; check a sample.
-            if seq % 16 == 0 || seq + 1 == iters {
-                check_recv(ctx, wc, size)?;
+            if nth % 16 == 0 || nth + 1 == iters {
+                check_recv(ctx, wc, size, (j, nth))?;
                 *checks += 1;
             } else if u64::from(wc.byte_len) != size + ctx.grh {
-                check_recv(ctx, wc, size)?;
+                check_recv(ctx, wc, size, (j, nth))?;
             }
-            received[i] += 1;
+            received[j] += 1;
             got += 1;
             if timed || posted[i] < iters {
                 post_recvs(ctx, i, size, posted[i], 1)?;

@@ -135,7 +135,7 @@ pub(crate) fn send_lat(
             wait_one(ctx, &mut rwc)?;
             check_wcs(&ctx.recv_cq, &rwc, "receive")?;
             let wc = &rwc[0];
-            check_recv(ctx, wc, size)?;
+            check_recv(ctx, wc, size, (0, split_id(wc.wr_id).1))?;
             rcnt += 1;
             if rposted < iters {
                 post_recvs(ctx, 0, size, rposted, 1)?;

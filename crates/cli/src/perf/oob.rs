@@ -9,7 +9,8 @@ use std::time::Duration;
 
 use softrdma::{
     AccessFlags, AhAttr, CompletionQueue, ConnectOptions, Device, DeviceConfig, MemoryRegion, Mtu,
-    QpAttr, QpCaps, QpEndpoint, QpInitAttr, QueuePair, UdDest, GRH_LEN, MAX_CQE,
+    QpAttr, QpCaps, QpEndpoint, QpInitAttr, QueuePair, SharedReceiveQueue, SrqAttr, UdDest,
+    GRH_LEN, MAX_CQE,
 };
 use softrdma_cm::perftest::{
     KeySchedule, PerftestDest, PerftestSession, Role, SysData, DEFAULT_TIMEOUT, DEF_QKEY,
@@ -58,6 +59,8 @@ pub(crate) struct Ctx {
     pub send_cq: CompletionQueue,
     pub recv_cq: CompletionQueue,
     pub qps: Vec<QueuePair>,
+    /// The shared receive queue of `--use-srq`.
+    pub srq: Option<SharedReceiveQueue>,
     pub my: Vec<PerftestDest>,
     pub rem: Vec<PerftestDest>,
     pub mtu: Mtu,
@@ -277,6 +280,16 @@ pub(crate) fn setup(cfg: &Config, conn: Conn, p: &mut Printer) -> Result<Ctx, Pe
     let cqe = |per_qp: u32| (per_qp.saturating_mul(cfg.qps)).clamp(1, MAX_CQE);
     let send_cq = device.create_cq(cqe(tx))?;
     let recv_cq = device.create_cq(cqe(rx))?;
+    // --use-srq: every QP receives from one SRQ, holding what the QPs' queues would have.
+    let srq = if cfg.use_srq {
+        Some(pd.create_srq(SrqAttr {
+            max_wr: rx.saturating_mul(cfg.qps).max(1),
+            max_sge: 1,
+            srq_limit: 0,
+        })?)
+    } else {
+        None
+    };
     let mut qps = Vec::with_capacity(q);
     let mut my = Vec::with_capacity(q);
     for i in 0..q {
@@ -293,7 +306,7 @@ pub(crate) fn setup(cfg: &Config, conn: Conn, p: &mut Printer) -> Result<Ctx, Pe
                 max_inline_data: cfg.inline,
             },
             sq_sig_all: false,
-            srq: None,
+            srq: srq.clone(),
         })?;
         my.push(PerftestDest {
             lid: 0,
@@ -470,6 +483,7 @@ pub(crate) fn setup(cfg: &Config, conn: Conn, p: &mut Printer) -> Result<Ctx, Pe
         send_cq,
         recv_cq,
         qps,
+        srq,
         my,
         rem,
         mtu,

@@ -64,8 +64,9 @@ pub(crate) fn banner(cfg: &Config, role: Role, device: &str, mtu: u32) -> String
     let _ = writeln!(w, " Number of qps   : {}\t\tTransport type : IB", cfg.qps);
     let _ = writeln!(
         w,
-        " Connection type : {}\t\tUsing SRQ      : OFF",
-        cfg.transport.as_str()
+        " Connection type : {}\t\tUsing SRQ      : {}",
+        cfg.transport.as_str(),
+        if cfg.use_srq { "ON " } else { "OFF" }
     );
     if role == Role::Client {
         let _ = writeln!(w, " TX depth        : {}", cfg.tx_depth);
