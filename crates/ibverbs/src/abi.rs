@@ -971,5 +971,12 @@ pub(crate) const IBV_REREG_MR_CHANGE_ACCESS: c_int = 1 << 2;
 pub(crate) const IBV_REREG_MR_ERR_INPUT: c_int = -1;
 
 pub(crate) const IBV_EVENT_CQ_ERR: c_int = 0;
+pub(crate) const IBV_EVENT_QP_FATAL: c_int = 1;
+pub(crate) const IBV_EVENT_QP_REQ_ERR: c_int = 2;
+pub(crate) const IBV_EVENT_QP_ACCESS_ERR: c_int = 3;
+pub(crate) const IBV_EVENT_PORT_ACTIVE: c_int = 9;
+pub(crate) const IBV_EVENT_PORT_ERR: c_int = 10;
+pub(crate) const IBV_EVENT_SRQ_LIMIT_REACHED: c_int = 15;
+pub(crate) const IBV_EVENT_QP_LAST_WQE_REACHED: c_int = 16;
 
 pub(crate) const IBV_FORK_UNNEEDED: c_int = 2;

@@ -20,6 +20,40 @@ pub(crate) struct Context {
     pub async_events: AsyncEvents,
     /// CQ id → `ibv_cq` address, to name the CQ of an asynchronous event.
     pub cqs: Mutex<std::collections::HashMap<u32, usize>>,
+    /// QP number → `ibv_qp` address, likewise.
+    pub qps: Mutex<std::collections::HashMap<u32, usize>>,
+    /// SRQ id → `ibv_srq` address, likewise.
+    pub srqs: Mutex<std::collections::HashMap<u32, usize>>,
+}
+
+impl Context {
+    /// Remembers (or, with `None`, forgets) the handle an asynchronous event names.
+    pub(crate) fn name_object(
+        map: &Mutex<std::collections::HashMap<u32, usize>>,
+        id: u32,
+        handle: Option<usize>,
+    ) {
+        let mut m = map.lock().unwrap_or_else(|e| e.into_inner());
+        match handle {
+            Some(h) => {
+                m.insert(id, h);
+            }
+            None => {
+                m.remove(&id);
+            }
+        }
+    }
+
+    /// The handle `id` names in `map`, if still alive.
+    pub(crate) fn named(
+        map: &Mutex<std::collections::HashMap<u32, usize>>,
+        id: u32,
+    ) -> Option<usize> {
+        map.lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .get(&id)
+            .copied()
+    }
 }
 
 impl Context {

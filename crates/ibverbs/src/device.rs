@@ -264,6 +264,8 @@ pub(crate) unsafe extern "C" fn ibv_open_device(device: *mut ibv_device) -> *mut
         device: dev,
         async_events,
         cqs: Mutex::new(Default::default()),
+        qps: Mutex::new(Default::default()),
+        srqs: Mutex::new(Default::default()),
     });
     let ctx = Box::into_raw(ctx);
     // SAFETY: just allocated.
@@ -345,7 +347,45 @@ pub(crate) unsafe extern "C" fn ibv_get_async_event(
                 };
                 return 0;
             }
-            Ok(_) => continue,
+            Ok(other) => {
+                use softrdma::AsyncEvent as E;
+                let (map, id, event_type) = match other {
+                    E::QpFatal { qp } => (&ctx.qps, qp, IBV_EVENT_QP_FATAL),
+                    E::QpRequestError { qp } => (&ctx.qps, qp, IBV_EVENT_QP_REQ_ERR),
+                    E::QpAccessError { qp } => (&ctx.qps, qp, IBV_EVENT_QP_ACCESS_ERR),
+                    E::QpLastWqeReached { qp } => (&ctx.qps, qp, IBV_EVENT_QP_LAST_WQE_REACHED),
+                    E::SrqLimitReached { srq } => (&ctx.srqs, srq, IBV_EVENT_SRQ_LIMIT_REACHED),
+                    E::PortActive | E::PortError => {
+                        let event_type = if other == E::PortActive {
+                            IBV_EVENT_PORT_ACTIVE
+                        } else {
+                            IBV_EVENT_PORT_ERR
+                        };
+                        // SAFETY: the caller passes a writable event; the union's port_num
+                        // (an int) shares the first bytes with the pointer.
+                        unsafe {
+                            event.write(ibv_async_event {
+                                element: 1usize as *mut c_void,
+                                event_type,
+                            })
+                        };
+                        return 0;
+                    }
+                    _ => continue,
+                };
+                // An object destroyed since: its event is stale.
+                let Some(handle) = Context::named(map, id) else {
+                    continue;
+                };
+                // SAFETY: the caller passes a writable event.
+                unsafe {
+                    event.write(ibv_async_event {
+                        element: handle as *mut c_void,
+                        event_type,
+                    })
+                };
+                return 0;
+            }
             Err(e) => return fail_minus_one(e.raw_os_error().unwrap_or(libc::EIO)),
         }
     }

@@ -146,6 +146,9 @@ fn create(args: &CreateArgs) -> Result<*mut Qp, c_int> {
         send_ops: args.send_ops,
         batch: Mutex::new(WrBatch::default()),
     }));
+    if let Ok(ctx) = Context::from_handle(pd.ibv.context) {
+        Context::name_object(&ctx.qps, qpn, Some(p as usize));
+    }
     register(p.cast::<ibv_qp>(), Kind::Qp, pd.ibv.context);
     Ok(p)
 }
@@ -469,6 +472,9 @@ pub(crate) unsafe extern "C" fn ibv_destroy_qp(qp: *mut ibv_qp) -> c_int {
     }
     // SAFETY: was live (a boxed Qp), now unregistered: freed once.
     let q = unsafe { Box::from_raw(qp.cast::<Qp>()) };
+    if let Ok(ctx) = Context::from_handle(q.ibv.qp_base.context) {
+        Context::name_object(&ctx.qps, q.ibv.qp_base.qp_num, None);
+    }
     // SAFETY: the PD and CQs cannot go while the QP counts as their user.
     unsafe {
         (*q.pd).users.fetch_sub(1, Ordering::AcqRel);

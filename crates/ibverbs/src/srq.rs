@@ -9,6 +9,7 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use softrdma::{SharedReceiveQueue, SrqAttr, SrqError};
 
 use crate::abi::*;
+use crate::context::Context;
 use crate::pd::Pd;
 use crate::util::{fail_errno, fail_null, is_live, register, unregister, Kind};
 
@@ -97,6 +98,10 @@ pub(crate) unsafe extern "C" fn ibv_create_srq(
         users: AtomicUsize::new(0),
     }));
     let h = b.cast::<ibv_srq>();
+    if let Ok(ctx) = Context::from_handle(p.ibv.context) {
+        // SAFETY: just allocated.
+        Context::name_object(&ctx.srqs, unsafe { (*b).srq.id() }, Some(h as usize));
+    }
     register(h, Kind::Srq, p.ibv.context);
     h
 }
@@ -151,6 +156,9 @@ pub(crate) unsafe extern "C" fn ibv_destroy_srq(srq: *mut ibv_srq) -> c_int {
     }
     // SAFETY: the handle was live and is now unregistered: no verb reaches it any more.
     let b = unsafe { Box::from_raw(srq.cast::<Srq>()) };
+    if let Ok(ctx) = Context::from_handle(b.ibv.context) {
+        Context::name_object(&ctx.srqs, b.srq.id(), None);
+    }
     // SAFETY: the PD outlives its SRQs (it counts them as users).
     unsafe { (*b.pd).users.fetch_sub(1, Ordering::AcqRel) };
     drop(b);

@@ -501,6 +501,48 @@ int main(void)
 	ibv_ack_async_event(&ae);
 	CHECK(tiny->async_events_completed == 1, "acknowledged");
 
+	/* A shared receive queue: receives posted through the inline ibv_post_srq_recv, taken
+	   by a QP created on it; its armed limit raises IBV_EVENT_SRQ_LIMIT_REACHED once, naming
+	   the SRQ; destroying it while a QP uses it is refused with EBUSY. */
+	struct ibv_srq_init_attr sia = { .attr = { .max_wr = 8, .max_sge = 1 } };
+	struct ibv_srq *srq = ibv_create_srq(pd, &sia);
+	CHECK(srq && sia.attr.max_wr == 8, "create_srq");
+	struct ibv_qp_init_attr sa = ia;
+	sa.send_cq = sa.recv_cq = cq_b;
+	sa.srq = srq;
+	struct ibv_qp *qp_e = ibv_create_qp(pd, &ia), *qp_f = ibv_create_qp(pd, &sa);
+	CHECK(qp_e && qp_f && qp_f->srq == srq, "QP on the SRQ");
+	connect_pair(qp_e, qp_f);
+	for (int i = 0; i < 3; i++) {
+		struct ibv_sge rs = { .addr = (uintptr_t)(buf_b + 256 * i), .length = 256,
+				      .lkey = mr_b->lkey };
+		struct ibv_recv_wr rw = { .wr_id = 50 + i, .sg_list = &rs, .num_sge = 1 }, *rbad;
+		CHECK(ibv_post_srq_recv(srq, &rw, &rbad) == 0, "post_srq_recv");
+	}
+	struct ibv_srq_attr lim = { .srq_limit = 2 };
+	CHECK(ibv_modify_srq(srq, &lim, IBV_SRQ_LIMIT) == 0, "arm the limit");
+	CHECK(ibv_destroy_srq(srq) == EBUSY, "an SRQ in use is not destroyed");
+	struct ibv_sge ss = { .addr = (uintptr_t)buf_a, .length = 16, .lkey = mr_a->lkey };
+	for (int i = 0; i < 2; i++) {
+		struct ibv_send_wr sw = { .wr_id = 60 + i, .sg_list = &ss, .num_sge = 1,
+					  .opcode = IBV_WR_SEND, .send_flags = IBV_SEND_SIGNALED };
+		post_one(qp_e, &sw);
+		wc = poll_one(cq_b);
+		CHECK(wc.status == IBV_WC_SUCCESS && wc.wr_id == 50 + (uint64_t)i &&
+			      wc.qp_num == qp_f->qp_num, "SRQ receive %d in order", i);
+		poll_one(cq_a);
+	}
+	CHECK(poll(&afd, 1, 10000) == 1, "async_fd readable for the SRQ limit");
+	CHECK(ibv_get_async_event(ctx, &ae) == 0, "get_async_event");
+	CHECK(ae.event_type == IBV_EVENT_SRQ_LIMIT_REACHED && ae.element.srq == srq,
+	      "SRQ limit event names the SRQ");
+	ibv_ack_async_event(&ae);
+	struct ibv_srq_attr q;
+	CHECK(ibv_query_srq(srq, &q) == 0 && q.max_wr == 8 && q.srq_limit == 0,
+	      "the limit fired and is disarmed");
+	CHECK(ibv_destroy_qp(qp_f) == 0 && ibv_destroy_qp(qp_e) == 0, "destroy QPs");
+	CHECK(ibv_destroy_srq(srq) == 0, "destroy_srq");
+
 	/* UD: two UD QPs, an address handle, a datagram with its GRH area, an AH from the
 	   received completion, and refusals. */
 	struct ibv_qp_init_attr ua = ia;
