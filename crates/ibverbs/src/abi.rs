@@ -44,6 +44,10 @@ pub(crate) struct ibv_device {
     pub ibdev_path: [c_char; IBV_SYSFS_PATH_MAX],
 }
 
+pub(crate) type AllocMwFn = unsafe extern "C" fn(*mut ibv_pd, c_int) -> *mut ibv_mw;
+pub(crate) type BindMwFn =
+    unsafe extern "C" fn(*mut ibv_qp, *mut ibv_mw, *mut ibv_mw_bind) -> c_int;
+pub(crate) type DeallocMwFn = unsafe extern "C" fn(*mut ibv_mw) -> c_int;
 pub(crate) type PollCqFn = unsafe extern "C" fn(*mut ibv_cq, c_int, *mut ibv_wc) -> c_int;
 pub(crate) type ReqNotifyFn = unsafe extern "C" fn(*mut ibv_cq, c_int) -> c_int;
 pub(crate) type PostSendFn =
@@ -69,9 +73,9 @@ pub(crate) struct ibv_context_ops {
     pub _compat_reg_mr: Slot,
     pub _compat_rereg_mr: Slot,
     pub _compat_dereg_mr: Slot,
-    pub alloc_mw: Slot,
-    pub bind_mw: Slot,
-    pub dealloc_mw: Slot,
+    pub alloc_mw: Option<AllocMwFn>,
+    pub bind_mw: Option<BindMwFn>,
+    pub dealloc_mw: Option<DeallocMwFn>,
     pub _compat_create_cq: Slot,
     pub poll_cq: Option<PollCqFn>,
     pub req_notify_cq: Option<ReqNotifyFn>,
@@ -471,6 +475,28 @@ pub(crate) union send_wr_wr {
     pub ud: wr_ud,
 }
 
+/// `struct ibv_mw`.
+#[repr(C)]
+pub(crate) struct ibv_mw {
+    pub context: *mut ibv_context,
+    pub pd: *mut ibv_pd,
+    pub rkey: u32,
+    pub handle: u32,
+    /// `enum ibv_mw_type`.
+    pub type_: c_int,
+}
+
+/// `struct ibv_mw_bind` (what `ibv_bind_mw` takes).
+#[repr(C)]
+pub(crate) struct ibv_mw_bind {
+    pub wr_id: u64,
+    pub send_flags: u32,
+    pub bind_info: ibv_mw_bind_info,
+}
+
+pub(crate) const IBV_MW_TYPE_1: c_int = 1;
+pub(crate) const IBV_MW_TYPE_2: c_int = 2;
+
 /// `struct ibv_mw_bind_info`.
 #[repr(C)]
 #[derive(Clone, Copy)]
@@ -678,8 +704,9 @@ pub(crate) struct ibv_qp_ex {
     pub wr_flags: u32,
     pub wr_atomic_cmp_swp: Option<QpExFn<unsafe extern "C" fn(*mut ibv_qp_ex, u32, u64, u64, u64)>>,
     pub wr_atomic_fetch_add: Option<unsafe extern "C" fn(*mut ibv_qp_ex, u32, u64, u64)>,
-    pub wr_bind_mw: Slot,
-    pub wr_local_inv: Slot,
+    pub wr_bind_mw:
+        Option<unsafe extern "C" fn(*mut ibv_qp_ex, *mut ibv_mw, u32, *const ibv_mw_bind_info)>,
+    pub wr_local_inv: Option<unsafe extern "C" fn(*mut ibv_qp_ex, u32)>,
     pub wr_rdma_read: Option<unsafe extern "C" fn(*mut ibv_qp_ex, u32, u64)>,
     pub wr_rdma_write: Option<unsafe extern "C" fn(*mut ibv_qp_ex, u32, u64)>,
     pub wr_rdma_write_imm: Option<unsafe extern "C" fn(*mut ibv_qp_ex, u32, u64, u32)>,
@@ -891,6 +918,8 @@ pub(crate) const IBV_QP_EX_WITH_SEND_WITH_IMM: u64 = 1 << 3;
 pub(crate) const IBV_QP_EX_WITH_RDMA_READ: u64 = 1 << 4;
 pub(crate) const IBV_QP_EX_WITH_ATOMIC_CMP_AND_SWP: u64 = 1 << 5;
 pub(crate) const IBV_QP_EX_WITH_ATOMIC_FETCH_AND_ADD: u64 = 1 << 6;
+pub(crate) const IBV_QP_EX_WITH_LOCAL_INV: u64 = 1 << 7;
+pub(crate) const IBV_QP_EX_WITH_BIND_MW: u64 = 1 << 8;
 pub(crate) const IBV_QP_EX_WITH_SEND_WITH_INV: u64 = 1 << 9;
 pub(crate) const IBV_QP_EX_WITH_ATOMIC_WRITE: u64 = 1 << 12;
 
@@ -923,6 +952,8 @@ pub(crate) const IBV_WR_SEND_WITH_IMM: c_int = 3;
 pub(crate) const IBV_WR_RDMA_READ: c_int = 4;
 pub(crate) const IBV_WR_ATOMIC_CMP_AND_SWP: c_int = 5;
 pub(crate) const IBV_WR_ATOMIC_FETCH_AND_ADD: c_int = 6;
+pub(crate) const IBV_WR_LOCAL_INV: c_int = 7;
+pub(crate) const IBV_WR_BIND_MW: c_int = 8;
 pub(crate) const IBV_WR_SEND_WITH_INV: c_int = 9;
 pub(crate) const IBV_WR_ATOMIC_WRITE: c_int = 15;
 

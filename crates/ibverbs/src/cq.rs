@@ -298,6 +298,8 @@ fn wc_opcode(o: WcOpcode) -> c_int {
         WcOpcode::RdmaRead => 2,
         WcOpcode::CompSwap => 3,
         WcOpcode::FetchAdd => 4,
+        WcOpcode::BindMw => 5,
+        WcOpcode::LocalInv => 6,
         // IBV_WC_ATOMIC_WRITE.
         WcOpcode::AtomicWrite => 9,
         // rdma-core 44 has no FLUSH verb (45 adds IBV_WR_FLUSH and IBV_WC_FLUSH = 8), so no

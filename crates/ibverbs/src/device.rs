@@ -285,6 +285,7 @@ pub(crate) unsafe extern "C" fn ibv_close_device(context: *mut ibv_context) -> c
         Kind::Qp,
         Kind::Srq,
         Kind::Ah,
+        Kind::Mw,
         Kind::Mr,
         Kind::Cq,
         Kind::Channel,
@@ -297,6 +298,7 @@ pub(crate) unsafe extern "C" fn ibv_close_device(context: *mut ibv_context) -> c
                     Kind::Qp => crate::qp::ibv_destroy_qp(p as *mut ibv_qp),
                     Kind::Srq => crate::srq::ibv_destroy_srq(p as *mut ibv_srq),
                     Kind::Ah => crate::ah::ibv_destroy_ah(p as *mut ibv_ah),
+                    Kind::Mw => crate::mw::dealloc_mw(p as *mut ibv_mw),
                     Kind::Mr => crate::pd::ibv_dereg_mr(p as *mut ibv_mr),
                     Kind::Cq => crate::cq::destroy(p as *mut ibv_cq, false),
                     Kind::Channel => {

@@ -256,6 +256,15 @@ fn entries() -> Vec<LayoutEntry> {
         ],
         struct_layout!(ibv_recv_wr; wr_id, next, sg_list, num_sge),
         struct_layout!(ibv_mw_bind_info; mr, addr, length, mw_access_flags),
+        struct_layout!(ibv_mw_bind; wr_id, send_flags, bind_info),
+        [
+            size!(ibv_mw),
+            off!(ibv_mw, context),
+            off!(ibv_mw, pd),
+            off!(ibv_mw, rkey),
+            off!(ibv_mw, handle),
+            off!(ibv_mw, "type", offset_of!(ibv_mw, type_))
+        ],
         struct_layout!(ibv_global_route; dgid, flow_label, sgid_index, hop_limit, traffic_class),
         struct_layout!(ibv_ah_attr; grh, dlid, sl, src_path_bits, static_rate, is_global,
             port_num),

@@ -32,11 +32,11 @@
 //! point answers truthfully that the device is not an mlx5 or EFA device, so the program
 //! loads and takes its generic path.
 //!
-//! # What is not there yet
-//! Shared receive queues and memory windows are not in softrdma's Rust API yet: their verbs
-//! fail with `EOPNOTSUPP` (creation) or `EINVAL` (objects that cannot exist), and their
-//! function-table slots are NULL, which the header's inline wrappers turn into
-//! `EOPNOTSUPP`. RC, UC and UD queue pairs, address handles and multicast are there.
+//! # What is not there
+//! XRC, TSO, on-demand paging, flow steering, counters and the other vendor-leaning verbs:
+//! they fail with `EOPNOTSUPP`, or their function-table slots are NULL, which the header's
+//! inline wrappers turn into `EOPNOTSUPP`. RC, UC and UD queue pairs, SRQs, address
+//! handles, multicast and memory windows are there.
 
 mod abi;
 mod ah;
@@ -46,6 +46,7 @@ mod device;
 mod exports;
 mod layout;
 mod misc;
+mod mw;
 mod pd;
 mod post;
 mod qp;

@@ -89,13 +89,15 @@ fn access_flags(access: u32) -> Result<AccessFlags, c_int> {
     if access & IBV_ACCESS_ON_DEMAND != 0 {
         return Err(libc::EOPNOTSUPP);
     }
-    // Memory windows do not exist yet, so binding rights grant nothing; a zero-based region
-    // is just iova 0 with ibv_reg_mr_iova2; huge pages change nothing for softrdma.
+    // A zero-based region is just iova 0 with ibv_reg_mr_iova2; huge pages change nothing
+    // for softrdma.
     let known = 0xf | IBV_ACCESS_MW_BIND | IBV_ACCESS_ZERO_BASED | IBV_ACCESS_HUGETLB;
     if access & !known != 0 {
         return Err(libc::EINVAL);
     }
-    Ok(AccessFlags::from_bits_truncate(access & 0xf))
+    Ok(AccessFlags::from_bits_truncate(
+        access & (0xf | IBV_ACCESS_MW_BIND),
+    ))
 }
 
 fn reg_errno(e: &RegMrError) -> c_int {
@@ -267,8 +269,21 @@ pub(crate) unsafe extern "C" fn ibv_rereg_mr(
     0
 }
 
-/// `ibv_dereg_mr`: after it returns, softrdma never touches the memory again.
+/// `ibv_dereg_mr`: after it returns, softrdma never touches the memory again. `EINVAL`
+/// while memory windows are bound to the region (IBTA 10.6.7.2.6, as rxe).
 pub(crate) unsafe extern "C" fn ibv_dereg_mr(mr: *mut ibv_mr) -> c_int {
+    if is_live(mr, Kind::Mr) {
+        // SAFETY: live MR handles are boxed `Mr`s until ibv_dereg_mr.
+        let m = unsafe { &*mr.cast::<Mr>() };
+        if m.mr
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .bound_windows()
+            > 0
+        {
+            return fail_errno(libc::EINVAL);
+        }
+    }
     if !unregister(mr, Kind::Mr) {
         return fail_errno(libc::EINVAL);
     }

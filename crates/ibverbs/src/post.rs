@@ -7,13 +7,16 @@
 
 use std::ffi::c_int;
 
-use softrdma::{PostErrorKind, QpType, RecvWr, SendFlags, SendOp, SendWr, Sge};
+use softrdma::{
+    AccessFlags, MwBind, PostErrorKind, QpType, RecvWr, SendFlags, SendOp, SendWr, Sge,
+};
 
 use crate::ah::Ah;
 
 use crate::abi::*;
+use crate::pd::Mr;
 use crate::qp_object::Qp;
-use crate::util::set_errno;
+use crate::util::{is_live, set_errno, Kind};
 
 /// The errno of a refused post.
 pub(crate) fn post_errno(kind: &PostErrorKind) -> c_int {
@@ -150,7 +153,14 @@ unsafe fn send_wr(qp: &Qp, wr: &ibv_send_wr) -> Result<SendWr, c_int> {
             remote_addr: rdma.remote_addr,
             rkey: rdma.rkey,
         },
-        // LOCAL_INV, BIND_MW, TSO, driver opcodes: not softrdma operations.
+        // `invalidate_rkey` shares the word of `imm_data`, in host order.
+        IBV_WR_LOCAL_INV => SendOp::LocalInv { rkey: wr.imm_data },
+        IBV_WR_BIND_MW => {
+            // SAFETY: the member the opcode selects; plain integers and pointers.
+            let b = unsafe { wr.ext.bind_mw };
+            bind_op(b.mw.cast(), b.rkey, &b.bind_info)?
+        }
+        // TSO, driver opcodes: not softrdma operations.
         _ => return Err(libc::EINVAL),
     };
     let flags = send_flags(wr.send_flags)?;
@@ -325,4 +335,41 @@ pub(crate) unsafe extern "C" fn post_recv(
         q.qp.post_recv(it)
             .map_err(|e| (e.bad_wr, post_errno(&e.kind)))
     })
+}
+
+/// The operation of an `IBV_WR_BIND_MW` request (`mw` the window, `rkey` the new rkey).
+pub(crate) fn bind_op(
+    mw: *mut ibv_mw,
+    rkey: u32,
+    info: &ibv_mw_bind_info,
+) -> Result<SendOp, c_int> {
+    if !is_live(mw, Kind::Mw) {
+        return Err(libc::EINVAL);
+    }
+    // SAFETY: live MW handles are boxed `Mw`s until dealloc_mw.
+    let mw_rkey = unsafe { (*mw).rkey };
+    if info.mw_access_flags & IBV_ACCESS_ZERO_BASED != 0 {
+        return Err(libc::EINVAL);
+    }
+    let mr_lkey = if info.mr.is_null() {
+        if info.addr != 0 || info.length != 0 {
+            return Err(libc::EINVAL);
+        }
+        0
+    } else {
+        if !is_live(info.mr, Kind::Mr) {
+            return Err(libc::EINVAL);
+        }
+        // SAFETY: live MR handles are boxed `Mr`s until ibv_dereg_mr.
+        unsafe { (*info.mr.cast::<Mr>()).ibv.lkey }
+    };
+    Ok(SendOp::BindMw(MwBind {
+        mw_rkey,
+        new_rkey: rkey,
+        mr_lkey,
+        addr: info.addr,
+        length: info.length,
+        // Rights beyond remote read/write/atomic make the bind fail (MW_BIND_ERR), as rxe.
+        access: AccessFlags::from_bits_truncate(info.mw_access_flags),
+    }))
 }

@@ -20,6 +20,8 @@ pub(crate) const DEFAULT_SEND_OPS: u64 = IBV_QP_EX_WITH_RDMA_WRITE
     | IBV_QP_EX_WITH_ATOMIC_CMP_AND_SWP
     | IBV_QP_EX_WITH_ATOMIC_FETCH_AND_ADD
     | IBV_QP_EX_WITH_SEND_WITH_INV
+    | IBV_QP_EX_WITH_LOCAL_INV
+    | IBV_QP_EX_WITH_BIND_MW
     | IBV_QP_EX_WITH_ATOMIC_WRITE;
 
 /// The requests of one `ibv_wr_start` … `ibv_wr_complete` sequence, and the first error

@@ -3,8 +3,8 @@
 //! inline `_ex` verbs and the `ibv_query_port` macro).
 //!
 //! A slot softrdma cannot serve stays null, so the header's inline wrapper answers
-//! `EOPNOTSUPP` itself (`verbs_get_ctx_op` tests the slot): memory windows
-//! (`alloc_mw`/`bind_mw`/`dealloc_mw`), `create_srq_ex` beyond the basic type (the inline
+//! `EOPNOTSUPP` itself (`verbs_get_ctx_op` tests the slot): `create_srq_ex` beyond the
+//! basic type (the inline
 //! `ibv_create_srq_ex` calls the exported `ibv_create_srq` for that) and `get_srq_num` (XRC).
 
 use std::mem::size_of;
@@ -65,9 +65,9 @@ pub(crate) fn verbs_context_for(device: *mut ibv_device, async_fd: i32) -> verbs
                 _compat_reg_mr: None,
                 _compat_rereg_mr: None,
                 _compat_dereg_mr: None,
-                alloc_mw: None,
-                bind_mw: None,
-                dealloc_mw: None,
+                alloc_mw: Some(crate::mw::alloc_mw),
+                bind_mw: Some(crate::mw::bind_mw),
+                dealloc_mw: Some(crate::mw::dealloc_mw),
                 _compat_create_cq: None,
                 poll_cq: Some(crate::cq::poll_cq),
                 req_notify_cq: Some(crate::cq::req_notify_cq),

@@ -42,6 +42,7 @@ pub(crate) enum Kind {
     Qp,
     Ah,
     Srq,
+    Mw,
 }
 
 /// Every handle this library has given out and not yet destroyed, by address. Non-hot-path

@@ -26,8 +26,8 @@ pub(crate) fn builder_table() -> ibv_qp_ex {
         wr_flags: 0,
         wr_atomic_cmp_swp: Some(wr_atomic_cmp_swp),
         wr_atomic_fetch_add: Some(wr_atomic_fetch_add),
-        wr_bind_mw: None,
-        wr_local_inv: None,
+        wr_bind_mw: Some(wr_bind_mw),
+        wr_local_inv: Some(wr_local_inv),
         wr_rdma_read: Some(wr_rdma_read),
         wr_rdma_write: Some(wr_rdma_write),
         wr_rdma_write_imm: Some(wr_rdma_write_imm),
@@ -178,6 +178,29 @@ unsafe extern "C" fn wr_send_inv(qp: *mut ibv_qp_ex, rkey: u32) {
         IBV_QP_EX_WITH_SEND_WITH_INV,
         SendOp::SendWithInv { rkey },
     );
+}
+
+unsafe extern "C" fn wr_local_inv(qp: *mut ibv_qp_ex, rkey: u32) {
+    push(qp, IBV_QP_EX_WITH_LOCAL_INV, SendOp::LocalInv { rkey });
+}
+
+/// `ibv_wr_bind_mw`: binds `mw` with the new `rkey` (the program keeps it, as with a
+/// BIND_MW request).
+unsafe extern "C" fn wr_bind_mw(
+    qp: *mut ibv_qp_ex,
+    mw: *mut ibv_mw,
+    rkey: u32,
+    info: *const ibv_mw_bind_info,
+) {
+    if info.is_null() {
+        with_batch(qp, |_, b| b.error = b.error.or(Some(libc::EINVAL)));
+        return;
+    }
+    // SAFETY: checked non-null; the program's bind description.
+    match crate::post::bind_op(mw, rkey, unsafe { &*info }) {
+        Ok(op) => push(qp, IBV_QP_EX_WITH_BIND_MW, op),
+        Err(e) => with_batch(qp, |_, b| b.error = b.error.or(Some(e))),
+    }
 }
 
 unsafe extern "C" fn wr_atomic_cmp_swp(

@@ -22,6 +22,9 @@ pub enum EngineError {
     /// No such shared receive queue.
     #[error("no such shared receive queue")]
     NoSuchSrq,
+    /// No such memory window.
+    #[error("no such memory window")]
+    NoSuchMw,
     /// The object is still used by others (QPs on a CQ, MRs or QPs in a PD).
     #[error("object still in use")]
     Busy,

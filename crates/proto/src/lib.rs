@@ -23,6 +23,8 @@ pub mod error;
 pub mod event;
 pub mod io;
 pub mod mr;
+pub mod mw;
+pub mod pd;
 pub mod qp;
 pub mod srq;
 pub mod stats;
@@ -37,6 +39,7 @@ pub use error::EngineError;
 pub use event::AsyncEvent;
 pub use io::{DatagramMeta, Transmit};
 pub use mr::{AccessError, MemoryRegion, MrTable, PdHandle, RegionMemory, VecMemory};
+pub use mw::{MemoryWindow, MwBinding, MwError, MwType};
 pub use qp::{
     rxe_source_port, ud_source_port, AddressVector, ModifyQpError, Mtu, QpAttr, QpCaps, QpConfig,
     QpState, QpType, QueuePair, GSI_QKEY,
@@ -45,8 +48,8 @@ pub use srq::{SharedReceiveQueue, SrqAttr, SrqHandle};
 pub use stats::{DropReason, NakKind, Stats};
 pub use time::{Duration, Instant};
 pub use wr::{
-    FlushLevel, RecvWr, SendFlags, SendOp, SendWr, Sge, UdDest, WcOpcode, WcStatus, WorkCompletion,
-    FLUSH_GLOBAL, FLUSH_PERSISTENT, MULTICAST_QPN,
+    FlushLevel, MwBind, RecvWr, SendFlags, SendOp, SendWr, Sge, UdDest, WcOpcode, WcStatus,
+    WorkCompletion, FLUSH_GLOBAL, FLUSH_PERSISTENT, MULTICAST_QPN,
 };
 
 /// The most READ/atomic requests a QP may have outstanding in either direction (rxe: 128).

@@ -174,6 +174,9 @@ pub struct Stats {
     pub selective_repeats: u64,
     /// Times a QP held a new packet back for the device's in-flight budget.
     pub budget_waits: u64,
+    /// SEND_WITH_INV messages whose rkey could not be invalidated (no bound type 2 window):
+    /// the receive completed with a remote invalid request error.
+    pub invalid_invalidations: u64,
 }
 
 impl Stats {

@@ -96,6 +96,36 @@ pub enum SendOp {
         /// Selectivity level.
         level: FlushLevel,
     },
+    /// Binds a memory window to part of a memory region (ibverbs `IBV_WR_BIND_MW`; a type 1
+    /// window's `ibv_bind_mw` is this WR too, as in rdma-core). Executes locally when the
+    /// requester reaches it, in order with the QP's other work; nothing goes on the wire.
+    /// A failure completes with [`WcStatus::MwBindErr`] and moves the QP to the error state.
+    BindMw(MwBind),
+    /// Invalidates the rkey of a type 2 memory window bound through this QP's protection
+    /// domain (ibverbs `IBV_WR_LOCAL_INV`), locally, in order. A failure completes with
+    /// [`WcStatus::LocQpOpErr`], as on rxe.
+    LocalInv {
+        /// The rkey to invalidate.
+        rkey: u32,
+    },
+}
+
+/// The operands of a memory window bind (ibverbs `struct ibv_mw_bind_info` plus the window).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub struct MwBind {
+    /// The window's current rkey.
+    pub mw_rkey: u32,
+    /// The rkey the window has once bound: its index part must be the window's; its low
+    /// byte (the key) is the caller's choice (rdma-core's `ibv_inc_rkey` for type 1).
+    pub new_rkey: u32,
+    /// Local key of the region the window exposes part of (ignored when `length` is 0).
+    pub mr_lkey: u32,
+    /// First byte the window exposes (in the region's virtual address space).
+    pub addr: u64,
+    /// Bytes exposed; 0 unbinds a type 1 window (type 2 windows are unbound by invalidation).
+    pub length: u64,
+    /// Rights granted to remote peers (remote read / write / atomic).
+    pub access: AccessFlags,
 }
 
 /// FLUSH placement type bit: global visibility (`IBV_FLUSH_GLOBAL`).
@@ -125,7 +155,15 @@ impl SendOp {
             SendOp::AtomicFetchAdd { .. } => WcOpcode::FetchAdd,
             SendOp::AtomicWrite { .. } => WcOpcode::AtomicWrite,
             SendOp::Flush { .. } => WcOpcode::Flush,
+            SendOp::BindMw(_) => WcOpcode::BindMw,
+            SendOp::LocalInv { .. } => WcOpcode::LocalInv,
         }
+    }
+
+    /// Operations the requester executes itself, on its own memory tables, without a packet
+    /// (ibverbs' local work requests: `BIND_MW`, `LOCAL_INV`).
+    pub fn is_local(&self) -> bool {
+        matches!(self, SendOp::BindMw(_) | SendOp::LocalInv { .. })
     }
 
     /// Operations answered from a responder resource (READ, the atomics, ATOMIC_WRITE and
@@ -277,6 +315,8 @@ pub enum WcStatus {
     LocProtErr,
     /// The WR was flushed because the QP entered the error state.
     WrFlushErr,
+    /// A memory window bind failed (window state or type, region rights or bounds, PD).
+    MwBindErr,
     /// The responder answered with something the requester did not expect.
     BadRespErr,
     /// Local access error on an incoming request (e.g. a WRITE with immediate hit a bad rkey).
@@ -304,6 +344,7 @@ impl WcStatus {
             WcStatus::LocQpOpErr => 2,
             WcStatus::LocProtErr => 4,
             WcStatus::WrFlushErr => 5,
+            WcStatus::MwBindErr => 6,
             WcStatus::BadRespErr => 7,
             WcStatus::LocAccessErr => 8,
             WcStatus::RemInvReqErr => 9,
@@ -323,6 +364,7 @@ impl WcStatus {
             WcStatus::LocQpOpErr => "local QP operation error",
             WcStatus::LocProtErr => "local protection error",
             WcStatus::WrFlushErr => "Work Request Flushed Error",
+            WcStatus::MwBindErr => "memory bind operation error",
             WcStatus::BadRespErr => "bad response error",
             WcStatus::LocAccessErr => "local access error",
             WcStatus::RemInvReqErr => "remote invalid request error",
@@ -352,6 +394,10 @@ pub enum WcOpcode {
     AtomicWrite,
     /// A FLUSH completed at the requester.
     Flush,
+    /// A memory window bind completed.
+    BindMw,
+    /// A local invalidation completed.
+    LocalInv,
     /// A SEND was received.
     Recv,
     /// An RDMA WRITE with immediate was received (consumed a receive WQE).

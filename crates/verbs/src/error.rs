@@ -59,6 +59,14 @@ pub enum RegMrError {
     TooMany,
 }
 
+/// Allocating a memory window failed (`ibv_alloc_mw`).
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum AllocMwError {
+    /// The device's key space (regions and windows together) is full.
+    #[error("too many memory regions and windows")]
+    TooMany,
+}
+
 /// Creating a completion queue failed (`ibv_create_cq`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
 pub enum CreateCqError {

@@ -161,6 +161,7 @@ mod event;
 pub mod gid;
 mod limits;
 mod memory;
+mod mw;
 mod netdev;
 mod pd;
 mod peers;
@@ -176,12 +177,14 @@ pub use device::{
     AtomicCap, Device, DeviceAttr, DeviceConfig, DeviceStats, LinkLayer, PortAttr, PortState,
 };
 pub use error::{
-    AttachChannelError, CreateAhError, CreateCqError, CreateQpError, McastError, ModifyQpError,
-    OpenDeviceError, PostErrorKind, PostRecvError, PostSendError, QueryError, RegMrError, SrqError,
+    AllocMwError, AttachChannelError, CreateAhError, CreateCqError, CreateQpError, McastError,
+    ModifyQpError, OpenDeviceError, PostErrorKind, PostRecvError, PostSendError, QueryError,
+    RegMrError, SrqError,
 };
 pub use event::{AsyncEvent, AsyncEvents, CompletionChannel};
 pub use gid::{Gid, GidEntry, GidParseError, GidType};
 pub use limits::{MAX_CQE, MAX_INLINE_DATA, MAX_MSG_SZ, MAX_QP_WR, MAX_SGE};
+pub use mw::{MemoryWindow, MwBindInfo};
 pub use pd::{MemoryRegion, OutOfBounds, ProtectionDomain, RemoteRegion};
 pub use peers::{IpNetwork, IpNetworkParseError};
 pub use progress::IoCounters;
@@ -189,9 +192,10 @@ pub use qp::{ConnectOptions, QpEndpoint, QpInfo, QpInitAttr, QueuePair};
 pub use srq::SharedReceiveQueue;
 
 pub use softrdma_proto::{
-    AccessFlags, AddressVector, DropReason, Mtu, NakKind, QpAttr, QpCaps, QpConfig, QpState,
-    QpType, RecvWr, SendFlags, SendOp, SendWr, Sge, SrqAttr, Stats, UdDest, WcOpcode, WcStatus,
-    WorkCompletion, GSI_QKEY, MULTICAST_QPN,
+    AccessFlags, AddressVector, DropReason, FlushLevel, Mtu, MwBind, MwType, NakKind, QpAttr,
+    QpCaps, QpConfig, QpState, QpType, RecvWr, SendFlags, SendOp, SendWr, Sge, SrqAttr, Stats,
+    UdDest, WcOpcode, WcStatus, WorkCompletion, FLUSH_GLOBAL, FLUSH_PERSISTENT, GSI_QKEY,
+    MULTICAST_QPN,
 };
 pub use softrdma_wire::Psn;
 pub use softrdma_wire::GRH_LEN;

@@ -223,7 +223,14 @@ impl Drop for MrInner {
     fn drop(&mut self) {
         // After this, the engine never touches the memory again (it accesses regions only
         // through its table, under the same lock).
-        let _ = self.pd.device().inner().lock().engine.dereg_mr(self.key);
+        // Windows bound to the region are revoked with it (see `MemoryWindow`).
+        let _ = self
+            .pd
+            .device()
+            .inner()
+            .lock()
+            .engine
+            .dereg_mr_revoking_windows(self.key);
     }
 }
 
@@ -306,6 +313,18 @@ impl MemoryRegion {
     /// Remote key (for peers' RDMA and atomic operations).
     pub fn rkey(&self) -> u32 {
         self.inner.key
+    }
+
+    /// Memory windows bound to the region now (while there are any, the C library's
+    /// `ibv_dereg_mr` refuses, as rxe does; dropping the region revokes them).
+    pub fn bound_windows(&self) -> usize {
+        self.pd()
+            .device()
+            .inner()
+            .lock()
+            .engine
+            .mrs()
+            .windows_bound_to(self.lkey())
     }
 
     /// Granted access.

@@ -1,7 +1,7 @@
 //! Shorthands for building work requests. Each returns a `SIGNALED`, non-inline request;
 //! change the public fields of the result for anything else.
 
-use softrdma_proto::{RecvWr, SendFlags, SendOp, SendWr, Sge};
+use softrdma_proto::{FlushLevel, RecvWr, SendFlags, SendOp, SendWr, Sge};
 
 use crate::AddressHandle;
 
@@ -24,6 +24,49 @@ pub fn send(wr_id: u64, sg_list: Vec<Sge>) -> SendWr {
 /// A SEND with immediate data.
 pub fn send_with_imm(wr_id: u64, sg_list: Vec<Sge>, imm: u32) -> SendWr {
     signaled(wr_id, SendOp::SendWithImm { imm }, sg_list)
+}
+
+/// A SEND that asks the receiver to invalidate `rkey` (`IBV_WR_SEND_WITH_INV`): a type 2
+/// memory window the receiver bound through the receiving QP. The receiver's completion
+/// names the rkey; anything else there is to invalidate fails the receive (remote invalid
+/// request) and the receiver's QP, as on rxe.
+pub fn send_with_inv(wr_id: u64, sg_list: Vec<Sge>, rkey: u32) -> SendWr {
+    signaled(wr_id, SendOp::SendWithInv { rkey }, sg_list)
+}
+
+/// A local invalidation (`IBV_WR_LOCAL_INV`) of a type 2 memory window's rkey, in order
+/// with the QP's other work; nothing goes on the wire.
+pub fn local_inv(wr_id: u64, rkey: u32) -> SendWr {
+    signaled(wr_id, SendOp::LocalInv { rkey }, Vec::new())
+}
+
+/// An 8-byte atomic RDMA WRITE (`ibv_wr_atomic_write`): the 8 bytes the SGE names are
+/// stored at `remote_addr` (8-aligned) at once, after every earlier operation of the QP.
+pub fn atomic_write(wr_id: u64, sge: Sge, remote_addr: u64, rkey: u32) -> SendWr {
+    signaled(wr_id, SendOp::AtomicWrite { remote_addr, rkey }, vec![sge])
+}
+
+/// A FLUSH (`ibv_wr_flush`) of `len` bytes at `remote_addr` ([`FlushLevel::Range`]) or of
+/// the whole region `rkey` names ([`FlushLevel::Region`]), for the placement types in
+/// `placement` ([`softrdma_proto::FLUSH_GLOBAL`] and/or
+/// [`softrdma_proto::FLUSH_PERSISTENT`]): it completes once what earlier operations placed
+/// there is visible (or persistent).
+pub fn flush(
+    wr_id: u64,
+    remote_addr: u64,
+    rkey: u32,
+    len: u32,
+    placement: u8,
+    level: FlushLevel,
+) -> SendWr {
+    let op = SendOp::Flush {
+        remote_addr,
+        rkey,
+        len,
+        placement,
+        level,
+    };
+    signaled(wr_id, op, Vec::new())
 }
 
 /// A SEND whose payload is copied now (`IBV_SEND_INLINE`): the buffer may be reused at once.

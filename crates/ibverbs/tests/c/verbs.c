@@ -270,7 +270,8 @@ int main(void)
 	ia.send_cq = NULL;
 	CHECK(!ibv_create_qp(pd, &ia) && errno == EINVAL, "create_qp without a CQ");
 	ia.send_cq = cq_a;
-	CHECK(!ibv_alloc_mw(pd, IBV_MW_TYPE_1) && errno == EOPNOTSUPP, "memory windows");
+	struct ibv_mw *mw_x = ibv_alloc_mw(pd, IBV_MW_TYPE_1);
+	CHECK(mw_x && mw_x->context == ctx && ibv_dealloc_mw(mw_x) == 0, "alloc_mw, dealloc_mw");
 	CHECK(ibv_destroy_cq(cq_a) == EBUSY, "a CQ in use");
 	CHECK(ibv_dealloc_pd(pd) == EBUSY, "a PD in use");
 	CHECK(ibv_destroy_comp_channel(ch) == EBUSY, "a channel in use");
@@ -542,6 +543,150 @@ int main(void)
 	      "the limit fired and is disarmed");
 	CHECK(ibv_destroy_qp(qp_f) == 0 && ibv_destroy_qp(qp_e) == 0, "destroy QPs");
 	CHECK(ibv_destroy_srq(srq) == 0, "destroy_srq");
+
+	/* Memory windows through the header's inlines and ibv_post_send: a type 2 window bound
+	   by a BIND_MW request, written through, revoked by the peer's SEND_WITH_INV, then a
+	   remote access error; a type 1 window bound with ibv_bind_mw; the region pinned while
+	   windows are bound. */
+	{
+		struct ibv_qp *qp_g = ibv_create_qp(pd, &ia), *qp_h = ibv_create_qp(pd, &ia);
+		CHECK(qp_g && qp_h, "QPs for windows");
+		connect_pair(qp_g, qp_h);
+		uint8_t *wbuf = calloc(1, 4096);
+		struct ibv_mr *wmr = ibv_reg_mr(pd, wbuf, 4096,
+						IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_REMOTE_WRITE |
+							IBV_ACCESS_MW_BIND);
+		CHECK(wmr, "reg_mr with MW_BIND");
+		struct ibv_mw *mw2 = ibv_alloc_mw(pd, IBV_MW_TYPE_2);
+		CHECK(mw2 && mw2->pd == pd && mw2->type == IBV_MW_TYPE_2, "alloc_mw type 2");
+		CHECK(!ibv_alloc_mw(pd, 3) && errno == EINVAL, "alloc_mw of an unknown type");
+		uint32_t rkey = ibv_inc_rkey(mw2->rkey);
+		struct ibv_send_wr bw = { .wr_id = 70, .opcode = IBV_WR_BIND_MW,
+					  .send_flags = IBV_SEND_SIGNALED };
+		bw.bind_mw.mw = mw2;
+		bw.bind_mw.rkey = rkey;
+		bw.bind_mw.bind_info = (struct ibv_mw_bind_info){
+			.mr = wmr, .addr = (uintptr_t)wbuf + 512, .length = 256,
+			.mw_access_flags = IBV_ACCESS_REMOTE_WRITE };
+		post_one(qp_h, &bw);
+		struct ibv_wc w = poll_one(cq_a);
+		CHECK(w.wr_id == 70 && w.status == IBV_WC_SUCCESS && w.opcode == IBV_WC_BIND_MW,
+		      "bind completion: %s opcode %d", ibv_wc_status_str(w.status), w.opcode);
+		mw2->rkey = rkey;
+		CHECK(ibv_dereg_mr(wmr) == EINVAL, "a region with windows bound stays");
+
+		memset(buf_a, 0x5c, 256);
+		struct ibv_sge ws = { (uintptr_t)buf_a, 256, mr_a->lkey };
+		struct ibv_send_wr wr = { .wr_id = 71, .sg_list = &ws, .num_sge = 1,
+					  .opcode = IBV_WR_RDMA_WRITE,
+					  .send_flags = IBV_SEND_SIGNALED };
+		wr.wr.rdma.remote_addr = (uintptr_t)wbuf + 512;
+		wr.wr.rdma.rkey = rkey;
+		post_one(qp_g, &wr);
+		w = poll_one(cq_a);
+		CHECK(w.wr_id == 71 && w.status == IBV_WC_SUCCESS, "WRITE through the window: %s",
+		      ibv_wc_status_str(w.status));
+		CHECK(wbuf[512] == 0x5c && wbuf[767] == 0x5c && wbuf[768] == 0, "window bytes");
+
+		post_recv(qp_h, 72, buf_b + 30000, 64, mr_b->lkey);
+		struct ibv_send_wr iw = { .wr_id = 73, .sg_list = &ws, .num_sge = 1,
+					  .opcode = IBV_WR_SEND_WITH_INV,
+					  .send_flags = IBV_SEND_SIGNALED };
+		ws.length = 8;
+		iw.invalidate_rkey = rkey;
+		post_one(qp_g, &iw);
+		struct ibv_wc two[2];
+		int got = 0;
+		time_t t0 = time(NULL);
+		while (got < 2) {
+			int n = ibv_poll_cq(cq_a, 2 - got, two + got);
+			CHECK(n >= 0 && time(NULL) - t0 < 10, "SEND_WITH_INV completions");
+			got += n;
+		}
+		struct ibv_wc *rv = two[0].wr_id == 72 ? &two[0] : &two[1];
+		CHECK(rv->wr_id == 72 && rv->status == IBV_WC_SUCCESS &&
+			      (rv->wc_flags & IBV_WC_WITH_INV) && rv->invalidated_rkey == rkey,
+		      "receive names the invalidated rkey (flags %u)", rv->wc_flags);
+		memset(buf_a, 0x77, 256);
+		ws.length = 256;
+		post_one(qp_g, &wr);
+		w = poll_one(cq_a);
+		CHECK(w.wr_id == 71 && w.status == IBV_WC_REM_ACCESS_ERR,
+		      "WRITE after invalidation: %s", ibv_wc_status_str(w.status));
+		CHECK(wbuf[512] == 0x5c, "nothing written after invalidation");
+		CHECK(ibv_dealloc_mw(mw2) == 0, "dealloc_mw");
+
+		/* Type 1 on a fresh pair: ibv_bind_mw posts the bind and updates mw->rkey. */
+		struct ibv_qp *qp_i = ibv_create_qp(pd, &ia), *qp_j = ibv_create_qp(pd, &ia);
+		CHECK(qp_i && qp_j, "QPs for type 1");
+		connect_pair(qp_i, qp_j);
+		struct ibv_mw *mw1 = ibv_alloc_mw(pd, IBV_MW_TYPE_1);
+		CHECK(mw1, "alloc_mw type 1");
+		uint32_t before = mw1->rkey;
+		struct ibv_mw_bind mb = { .wr_id = 80, .send_flags = IBV_SEND_SIGNALED,
+					  .bind_info = { .mr = wmr, .addr = (uintptr_t)wbuf,
+							 .length = 64,
+							 .mw_access_flags = IBV_ACCESS_REMOTE_WRITE } };
+		CHECK(ibv_bind_mw(qp_j, mw1, &mb) == 0, "ibv_bind_mw");
+		CHECK(mw1->rkey == ibv_inc_rkey(before), "the window's rkey moved on");
+		w = poll_one(cq_a);
+		CHECK(w.wr_id == 80 && w.opcode == IBV_WC_BIND_MW && w.status == IBV_WC_SUCCESS,
+		      "type 1 bind: %s", ibv_wc_status_str(w.status));
+		wr.wr.rdma.remote_addr = (uintptr_t)wbuf;
+		wr.wr.rdma.rkey = mw1->rkey;
+		ws.length = 64;
+		wr.wr_id = 81;
+		post_one(qp_i, &wr);
+		w = poll_one(cq_a);
+		CHECK(w.wr_id == 81 && w.status == IBV_WC_SUCCESS && wbuf[0] == 0x77,
+		      "WRITE through the type 1 window");
+		CHECK(ibv_bind_mw(qp_j, mw2 = ibv_alloc_mw(pd, IBV_MW_TYPE_2), &mb) == EINVAL,
+		      "ibv_bind_mw is for type 1 windows");
+		struct ibv_send_wr li = { .wr_id = 82, .opcode = IBV_WR_LOCAL_INV,
+					  .send_flags = IBV_SEND_SIGNALED,
+					  .invalidate_rkey = mw1->rkey };
+		post_one(qp_j, &li);
+		w = poll_one(cq_a);
+		CHECK(w.wr_id == 82 && w.opcode == IBV_WC_LOCAL_INV &&
+			      w.status == IBV_WC_LOC_QP_OP_ERR,
+		      "type 1 windows cannot be invalidated: %s", ibv_wc_status_str(w.status));
+		/* The ibv_wr_* builders: bind a type 2 window, then invalidate it, in one batch. */
+		struct ibv_qp_init_attr_ex wx = {
+			.send_cq = cq_a, .recv_cq = cq_a,
+			.cap = { .max_send_wr = 8, .max_recv_wr = 8, .max_send_sge = 1,
+				 .max_recv_sge = 1 },
+			.qp_type = IBV_QPT_RC,
+			.comp_mask = IBV_QP_INIT_ATTR_PD | IBV_QP_INIT_ATTR_SEND_OPS_FLAGS,
+			.pd = pd,
+			.send_ops_flags = IBV_QP_EX_WITH_BIND_MW | IBV_QP_EX_WITH_LOCAL_INV,
+		};
+		struct ibv_qp *qp_k = ibv_create_qp_ex(ctx, &wx), *qp_l = ibv_create_qp(pd, &ia);
+		CHECK(qp_k && qp_l, "QPs for ibv_wr_bind_mw");
+		connect_pair(qp_k, qp_l);
+		struct ibv_qp_ex *kx = ibv_qp_to_qp_ex(qp_k);
+		struct ibv_mw_bind_info kinfo = { .mr = wmr, .addr = (uintptr_t)wbuf, .length = 8,
+						  .mw_access_flags = IBV_ACCESS_REMOTE_WRITE };
+		uint32_t krkey = ibv_inc_rkey(mw2->rkey);
+		ibv_wr_start(kx);
+		kx->wr_id = 90;
+		kx->wr_flags = IBV_SEND_SIGNALED;
+		ibv_wr_bind_mw(kx, mw2, krkey, &kinfo);
+		kx->wr_id = 91;
+		ibv_wr_local_inv(kx, krkey);
+		CHECK(ibv_wr_complete(kx) == 0, "ibv_wr_complete");
+		w = poll_one(cq_a);
+		CHECK(w.wr_id == 90 && w.opcode == IBV_WC_BIND_MW && w.status == IBV_WC_SUCCESS,
+		      "ibv_wr_bind_mw: %s", ibv_wc_status_str(w.status));
+		w = poll_one(cq_a);
+		CHECK(w.wr_id == 91 && w.opcode == IBV_WC_LOCAL_INV && w.status == IBV_WC_SUCCESS,
+		      "ibv_wr_local_inv: %s", ibv_wc_status_str(w.status));
+		CHECK(ibv_destroy_qp(qp_k) == 0 && ibv_destroy_qp(qp_l) == 0, "destroy");
+		CHECK(ibv_dealloc_mw(mw1) == 0 && ibv_dealloc_mw(mw2) == 0, "dealloc_mw");
+		CHECK(ibv_dereg_mr(wmr) == 0, "dereg_mr once no window is bound");
+		for (struct ibv_qp **q = (struct ibv_qp *[]){ qp_g, qp_h, qp_i, qp_j, NULL }; *q; q++)
+			CHECK(ibv_destroy_qp(*q) == 0, "destroy window QPs");
+		free(wbuf);
+	}
 
 	/* UD: two UD QPs, an address handle, a datagram with its GRH area, an AH from the
 	   received completion, and refusals. */

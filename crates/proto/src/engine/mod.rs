@@ -13,6 +13,7 @@
 //! replay a failing run from its seed.
 
 mod demux;
+mod memory;
 mod peers;
 
 pub use crate::qp::validate::MAX_MESSAGE_BYTES;
@@ -25,16 +26,14 @@ pub const MAX_MCAST_QP_ATTACH: usize = 56;
 
 use std::collections::{BTreeMap, BTreeSet, VecDeque};
 use std::net::IpAddr;
-use std::sync::Arc;
 
-use crate::access::AccessFlags;
 use crate::budget::InflightBudget;
 use crate::config::EngineConfig;
 use crate::cq::{CompletionQueue, CqHandle};
 use crate::error::EngineError;
 use crate::event::AsyncEvent;
 use crate::io::Transmit;
-use crate::mr::{MrTable, PdHandle, RegionMemory};
+use crate::mr::{MrTable, PdHandle};
 use crate::qp::{Ctx, QpAttr, QpCaps, QpState, QpType, QueuePair};
 use crate::srq::{SharedReceiveQueue, SrqAttr, SrqHandle};
 use crate::stats::Stats;
@@ -62,7 +61,7 @@ impl Shared {
         Ctx {
             now,
             config: &self.config,
-            mrs: &self.mrs,
+            mrs: &mut self.mrs,
             cqs: &mut self.cqs,
             srqs: &mut self.srqs,
             events: &mut self.events,
@@ -174,52 +173,6 @@ impl Engine {
         }
         self.pds.remove(&pd.0);
         Ok(())
-    }
-
-    /// Registers `length` bytes of `memory` at virtual address `iova`; returns the key
-    /// (lkey = rkey). As in ibverbs, remote write or atomic access requires local write.
-    pub fn reg_mr(
-        &mut self,
-        pd: PdHandle,
-        iova: u64,
-        length: u64,
-        access: AccessFlags,
-        memory: Arc<dyn RegionMemory>,
-    ) -> Result<u32, EngineError> {
-        if !self.pds.contains(&pd.0) {
-            return Err(EngineError::NoSuchPd);
-        }
-        let needs_local_write = access.contains(AccessFlags::REMOTE_WRITE)
-            || access.contains(AccessFlags::REMOTE_ATOMIC);
-        if needs_local_write && !access.contains(AccessFlags::LOCAL_WRITE) {
-            return Err(EngineError::InvalidArgument(
-                "remote write/atomic access requires local write",
-            ));
-        }
-        if (memory.len() as u64) < length {
-            return Err(EngineError::InvalidArgument(
-                "memory shorter than the region",
-            ));
-        }
-        if iova.checked_add(length).is_none() {
-            return Err(EngineError::InvalidArgument(
-                "region wraps the address space",
-            ));
-        }
-        self.shared
-            .mrs
-            .register(pd, iova, length, access, memory)
-            .ok_or(EngineError::Exhausted("memory regions"))
-    }
-
-    /// Deregisters a memory region. Requests already in flight that name it fail their
-    /// access checks from now on.
-    pub fn dereg_mr(&mut self, key: u32) -> Result<(), EngineError> {
-        if self.shared.mrs.deregister(key) {
-            Ok(())
-        } else {
-            Err(EngineError::NoSuchMr)
-        }
     }
 
     /// Creates a completion queue of `capacity` entries.
@@ -357,6 +310,7 @@ impl Engine {
             return Err(EngineError::Busy);
         }
         let mut qp = self.qps.remove(&qpn).ok_or(EngineError::NoSuchQp)?;
+        self.shared.mrs.unbind_qp_windows(qpn);
         self.shared.reorder_bytes -= qp.resp.early.clear();
         self.inflight -= qp.counted_inflight;
         self.wake_starved();

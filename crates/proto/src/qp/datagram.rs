@@ -18,6 +18,7 @@ use softrdma_wire::{Bth, Deth, ExtHeaders, ImmDt, Opcode, PacketRepr, GRH_LEN};
 use super::attr::{QpState, GSI_QKEY};
 use super::{Ctx, QueuePair};
 use crate::io::Transmit;
+use crate::mr::MrTable;
 use crate::stats::DropReason;
 use crate::wr::{SendFlags, SendOp, WcOpcode, WcStatus, WorkCompletion};
 
@@ -73,8 +74,8 @@ impl QueuePair {
         };
         let dst = SocketAddr::new(dest.av.dest_ip, ctx.config.remote_udp_port);
         let len = wqe.len as usize;
-        let (pd, mrs, wr) = (self.pd, ctx.mrs, &wqe.wr);
-        let fill = |buf: &mut [u8]| match &wr.inline_data {
+        let (pd, wr) = (self.pd, &wqe.wr);
+        let fill = |mrs: &MrTable, buf: &mut [u8]| match &wr.inline_data {
             Some(data) => {
                 buf.copy_from_slice(&data[..buf.len()]);
                 true

@@ -47,7 +47,7 @@ use timers::TimerTable;
 pub(crate) struct Ctx<'a> {
     pub now: Instant,
     pub config: &'a EngineConfig,
-    pub mrs: &'a MrTable,
+    pub mrs: &'a mut MrTable,
     pub cqs: &'a mut BTreeMap<CqHandle, CompletionQueue>,
     pub srqs: &'a mut BTreeMap<SrqHandle, SharedReceiveQueue>,
     pub events: &'a mut VecDeque<AsyncEvent>,
@@ -379,7 +379,7 @@ impl QueuePair {
     }
 
     /// Builds one packet into `out`: headers from `bth` and `ext`, then `payload_len` bytes
-    /// written by `fill` straight into the buffer, then pad and ICRC. `fill` returns `false`
+    /// written by `fill` (given the region table) straight into the buffer, then pad and ICRC. `fill` returns `false`
     /// if the payload could not be produced (memory became inaccessible), which abandons the
     /// packet.
     pub(crate) fn build_packet(
@@ -389,7 +389,7 @@ impl QueuePair {
         bth: Bth,
         ext: &ExtHeaders,
         payload_len: usize,
-        fill: impl FnOnce(&mut [u8]) -> bool,
+        fill: impl FnOnce(&MrTable, &mut [u8]) -> bool,
     ) -> Option<Transmit> {
         let dst = self.peer(ctx)?;
         self.build_packet_to(ctx, out, dst, bth, ext, payload_len, fill)
@@ -405,13 +405,13 @@ impl QueuePair {
         bth: Bth,
         ext: &ExtHeaders,
         payload_len: usize,
-        fill: impl FnOnce(&mut [u8]) -> bool,
+        fill: impl FnOnce(&MrTable, &mut [u8]) -> bool,
     ) -> Option<Transmit> {
         let len = packet_len(bth.opcode, payload_len);
         out.clear();
         out.resize(len, 0);
         let hlen = emit_headers(&bth, ext, payload_len, out);
-        if !fill(&mut out[hlen..hlen + payload_len]) {
+        if !fill(ctx.mrs, &mut out[hlen..hlen + payload_len]) {
             return None;
         }
         // pad and ICRC slot are already zero from resize

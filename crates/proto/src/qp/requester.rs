@@ -12,6 +12,7 @@ use super::timers::Timer;
 use super::{Ctx, QueuePair};
 use crate::config::EngineConfig;
 use crate::io::Transmit;
+use crate::mr::MrTable;
 use crate::wr::{FlushLevel, SendFlags, SendOp, WcStatus};
 
 impl QueuePair {
@@ -35,6 +36,12 @@ impl QueuePair {
             let wqe = self.req.sq.get(cursor)?;
             if !wqe.started && !self.may_start(wqe) {
                 return None;
+            }
+            if wqe.wr.op.is_local() {
+                if !wqe.started && !self.execute_local(ctx, cursor) {
+                    return None;
+                }
+                continue;
             }
             // UC has no acknowledgements to open a window with.
             let psn = if wqe.started {
@@ -311,6 +318,8 @@ impl QueuePair {
                     dma_len: len,
                 });
             }
+            // Local operations have no packets (`npkts` 0): the test above skipped them.
+            SendOp::BindMw(_) | SendOp::LocalInv { .. } => return Err(RequestBuild::Skip),
         }
         let request_end = request_pkts.map(|n| k + n);
         let ends_message = last || request_end == Some(wqe.npkts);
@@ -345,8 +354,8 @@ impl QueuePair {
         bth.solicited = ends_message && wqe.wr.flags.contains(SendFlags::SOLICITED);
 
         let offset = u64::from(k) * u64::from(mtu);
-        let (pd, mrs, wr) = (self.pd, ctx.mrs, &self.req.sq[idx].wr);
-        let fill = |buf: &mut [u8]| match &wr.inline_data {
+        let (pd, wr) = (self.pd, &self.req.sq[idx].wr);
+        let fill = |mrs: &MrTable, buf: &mut [u8]| match &wr.inline_data {
             Some(data) => {
                 let start = offset as usize;
                 buf.copy_from_slice(&data[start..start + buf.len()]);
@@ -386,6 +395,34 @@ impl QueuePair {
             }
         }
         Ok(t)
+    }
+
+    /// Executes the local operation (BIND_MW, LOCAL_INV) at the cursor, in its place in the
+    /// send queue, as rxe's requester does when it reaches one: nothing goes on the wire, and
+    /// it completes as soon as every older WQE has. A failure moves the QP to the error
+    /// state (rxe: `IB_WC_MW_BIND_ERR` for a bind, `IB_WC_LOC_QP_OP_ERR` for an
+    /// invalidation). Returns whether it succeeded.
+    fn execute_local(&mut self, ctx: &mut Ctx<'_>, idx: usize) -> bool {
+        let result = match self.req.sq[idx].wr.op {
+            SendOp::BindMw(bind) => ctx
+                .mrs
+                .bind_window(self.pd, self.qpn, &bind)
+                .map_err(|_| WcStatus::MwBindErr),
+            SendOp::LocalInv { rkey } => ctx.mrs.invalidate(rkey).map_err(|_| WcStatus::LocQpOpErr),
+            _ => Err(WcStatus::LocQpOpErr),
+        };
+        if let Err(status) = result {
+            self.fail_wqe(ctx, idx, status);
+            return false;
+        }
+        let wqe = &mut self.req.sq[idx];
+        wqe.started = true;
+        wqe.first_psn = self.req.next_psn;
+        wqe.status = Some(WcStatus::Success);
+        self.req.cursor += 1;
+        self.req.cursor_pkt = 0;
+        self.retire_completed(ctx);
+        true
     }
 
     /// Records `status` for WQE `idx` (its index in the send queue as the caller sees it) and

@@ -22,7 +22,7 @@ pub(crate) struct SendWqe {
     pub len: u32,
     /// Payload bytes per packet when the WQE was posted.
     pub mtu: u32,
-    /// PSNs the WQE consumes.
+    /// PSNs the WQE consumes (none for a local operation).
     pub npkts: u32,
     /// First PSN, once started.
     pub first_psn: Psn,
@@ -37,7 +37,9 @@ impl SendWqe {
     pub(crate) fn new(wr: SendWr, mtu: Mtu) -> SendWqe {
         let len = u32::try_from(wr.length()).unwrap_or(u32::MAX);
         let mtu = mtu.bytes();
-        let npkts = if wr.op.is_atomic() {
+        let npkts = if wr.op.is_local() {
+            0
+        } else if wr.op.is_atomic() {
             1
         } else {
             len.div_ceil(mtu).max(1)
@@ -54,9 +56,10 @@ impl SendWqe {
         }
     }
 
-    /// Last PSN of the WQE.
+    /// Last PSN of the WQE (the one before `first_psn` for a local operation, which
+    /// consumes none).
     pub(crate) fn last_psn(&self) -> Psn {
-        self.first_psn.add(self.npkts - 1)
+        self.first_psn.add(self.npkts).sub(1)
     }
 
     /// Whether `psn` is one of the WQE's PSNs.

@@ -67,6 +67,12 @@ impl QueuePair {
                     return invalid("FLUSH placement type is GLOBAL and/or PERSISTENT");
                 }
             }
+            // As rdma-core's rxe provider: a local operation carries no data.
+            SendOp::BindMw(_) | SendOp::LocalInv { .. }
+                if !wr.sg_list.is_empty() || wr.inline_data.is_some() =>
+            {
+                return invalid("BIND_MW and LOCAL_INV carry no scatter/gather list");
+            }
             _ => {}
         }
         if wr.op.is_read_or_atomic() && self.cfg.max_rd_atomic == 0 && self.qp_type == QpType::Rc {
@@ -86,15 +92,20 @@ impl QueuePair {
                 if wr.ud.is_some() {
                     return invalid("a UD destination on a connected QP");
                 }
-                // IBTA 9.3.1: UC carries SEND and RDMA WRITE (with immediate), nothing else.
+                // IBTA 9.3.1: UC carries SEND and RDMA WRITE (with immediate), nothing else;
+                // the local operations (window binds, invalidation) are the QP's own.
                 if !matches!(
                     wr.op,
                     SendOp::Send
                         | SendOp::SendWithImm { .. }
                         | SendOp::RdmaWrite { .. }
                         | SendOp::RdmaWriteWithImm { .. }
+                        | SendOp::BindMw(_)
+                        | SendOp::LocalInv { .. }
                 ) {
-                    return invalid("UC QPs offer only SEND and RDMA WRITE (with immediate)");
+                    return invalid(
+                        "UC QPs offer only SEND, RDMA WRITE (with immediate), BIND_MW and LOCAL_INV",
+                    );
                 }
             }
             QpType::Ud => {

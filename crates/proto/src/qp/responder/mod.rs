@@ -79,8 +79,9 @@ impl RespError {
 
 /// The one check every incoming RDMA access passes (IBTA 9.7.4.1.4/C9-88ff, 10.6.3): the QP
 /// grants the right (`qp_access_flags`), the R_Key names a region of the QP's protection
-/// domain that grants it, and `[va, va + len)` lies inside the region. Any failure is a remote
-/// access error, whatever the detail — the requester learns nothing more, as on rxe.
+/// domain that grants it, or a bound window of that domain serving this QP (see
+/// [`crate::mw`]), and `[va, va + len)` lies inside the region or window. Any failure is a
+/// remote access error, whatever the detail — the requester learns nothing more, as on rxe.
 pub(super) fn check_remote<'m>(
     qp: &QueuePair,
     mrs: &'m crate::mr::MrTable,
@@ -92,7 +93,7 @@ pub(super) fn check_remote<'m>(
     if !qp.cfg.access.contains(right) {
         return Err(RespError::RemoteAccess);
     }
-    mrs.check(qp.pd, rkey, va, len, right)
+    mrs.check_remote(qp.pd, qp.qpn, rkey, va, len, right)
         .map_err(|_| RespError::RemoteAccess)
 }
 
@@ -287,7 +288,7 @@ impl QueuePair {
                         ..ExtHeaders::default()
                     };
                     let bth = Bth::new(Opcode::RC_ACKNOWLEDGE, self.cfg.dest_qpn, psn);
-                    self.build_packet(ctx, out, bth, &ext, 0, |_| true)
+                    self.build_packet(ctx, out, bth, &ext, 0, |_, _| true)
                 }
                 Output::AtomicAck { psn, orig, msn } => {
                     self.resp.output.pop_front();
@@ -300,7 +301,7 @@ impl QueuePair {
                         ..ExtHeaders::default()
                     };
                     let bth = Bth::new(Opcode::RC_ATOMIC_ACKNOWLEDGE, self.cfg.dest_qpn, psn);
-                    self.build_packet(ctx, out, bth, &ext, 0, |_| true)
+                    self.build_packet(ctx, out, bth, &ext, 0, |_, _| true)
                 }
                 Output::Read { .. } => self.next_read_response(ctx, out),
                 Output::PlacementAck { psn, msn } => {
@@ -313,7 +314,7 @@ impl QueuePair {
                         ..ExtHeaders::default()
                     };
                     let bth = Bth::new(Opcode::RC_RDMA_READ_RESPONSE_ONLY, self.cfg.dest_qpn, psn);
-                    self.build_packet(ctx, out, bth, &ext, 0, |_| true)
+                    self.build_packet(ctx, out, bth, &ext, 0, |_, _| true)
                 }
             };
             if self.resp.fatal && self.resp.output.is_empty() {

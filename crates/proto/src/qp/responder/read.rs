@@ -125,7 +125,7 @@ impl QueuePair {
             }
         };
         let bth = Bth::new(opcode, self.cfg.dest_qpn, psn);
-        let t = self.build_packet(ctx, out, bth, &ext, n as usize, |buf| {
+        let t = self.build_packet(ctx, out, bth, &ext, n as usize, |_, buf| {
             if let Some((memory, off)) = source {
                 memory.read(off, buf);
             }

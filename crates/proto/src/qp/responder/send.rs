@@ -52,12 +52,31 @@ impl QueuePair {
             return Err(RespError::RemoteOperational);
         }
         msg.offset += len;
-        if position.ends() {
-            self.complete_recv(ctx, &msg, WcStatus::Success, pkt);
-        } else {
+        if !position.ends() {
             self.resp.send = Some(msg);
+            self.request_done(pkt, 1, false);
+            return Ok(());
         }
-        self.request_done(pkt, 1, position.ends());
+        let invalidated = match pkt.ext.ieth {
+            Some(ieth) => ctx.mrs.invalidate(ieth.rkey).is_ok(),
+            None => true,
+        };
+        if invalidated {
+            self.complete_recv(ctx, &msg, WcStatus::Success, pkt);
+            self.request_done(pkt, 1, true);
+        } else {
+            // SEND_WITH_INV naming something that cannot be invalidated (no bound type 2
+            // window: a region, a type 1 window, a free or foreign key). As rxe (IBTA class
+            // J): the data is placed, the receive completes with a remote invalid request
+            // error, the message is acknowledged — the sender's SEND succeeds — and this QP
+            // then enters the error state.
+            ctx.stats.invalid_invalidations += 1;
+            self.complete_recv(ctx, &msg, WcStatus::RemInvReqErr, pkt);
+            self.request_done(pkt, 1, true);
+            self.resp
+                .push_ack(pkt.bth.psn, softrdma_wire::Syndrome::ACK);
+            self.resp.fatal = true;
+        }
         Ok(())
     }
 

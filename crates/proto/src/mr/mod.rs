@@ -11,7 +11,12 @@ use std::fmt;
 use std::sync::Arc;
 
 use crate::access::AccessFlags;
+use crate::mw::MemoryWindow;
 use crate::wr::Sge;
+
+mod windows;
+
+pub use crate::pd::PdHandle;
 
 /// The bytes behind a memory region.
 ///
@@ -36,10 +41,6 @@ pub trait RegionMemory: Send + Sync {
     /// Atomically adds `add` to the 8-byte word at `offset`; returns the original value.
     fn fetch_add(&self, offset: usize, add: u64) -> u64;
 }
-
-/// A protection domain handle.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
-pub struct PdHandle(pub u32);
 
 /// The engine's record of one registered memory region.
 #[derive(Clone)]
@@ -102,6 +103,9 @@ pub enum AccessError {
     /// An atomic target is not 8-byte aligned.
     #[error("atomic target not 8-byte aligned")]
     Misaligned,
+    /// A type 2 memory window used through a QP other than the one that bound it.
+    #[error("memory window bound to another queue pair")]
+    WrongQp,
 }
 
 /// The most memory regions one engine holds at a time: keys carry a 24-bit index, and index 0
@@ -135,7 +139,7 @@ pub const MAX_MEMORY_REGIONS: usize = (1 << 24) - 1;
 /// is counted (`Stats::naks_sent`, kind `remote_access`), so probing shows.
 pub struct MrTable {
     /// By slot number; the slot whose index would be 0 is never used.
-    slots: Vec<MrSlot>,
+    pub(crate) slots: Vec<MrSlot>,
     free: Vec<u32>,
     keys: KeyGen,
 }
@@ -148,9 +152,16 @@ impl Default for MrTable {
 }
 
 #[derive(Default)]
-struct MrSlot {
-    key_byte: u8,
-    region: Option<MemoryRegion>,
+pub(crate) struct MrSlot {
+    pub(crate) key_byte: u8,
+    pub(crate) object: Option<KeyObject>,
+}
+
+/// What a key names: regions and windows share one key space, as their rkeys travel in the
+/// same RETH field and must never collide.
+pub(crate) enum KeyObject {
+    Region(MemoryRegion),
+    Window(MemoryWindow),
 }
 
 /// Bits of the index part of a key.
@@ -228,6 +239,22 @@ impl MrTable {
         access: AccessFlags,
         memory: Arc<dyn RegionMemory>,
     ) -> Option<u32> {
+        self.insert(|key| {
+            KeyObject::Region(MemoryRegion {
+                lkey: key,
+                rkey: key,
+                pd,
+                iova,
+                length,
+                access,
+                memory,
+            })
+        })
+    }
+
+    /// Puts the object `make` builds from its new key into a free slot; `None` when every
+    /// slot is taken.
+    pub(crate) fn insert(&mut self, make: impl FnOnce(u32) -> KeyObject) -> Option<u32> {
         let slot = match self.free.pop() {
             Some(s) => s,
             None => loop {
@@ -250,54 +277,61 @@ impl MrTable {
         let key = (self.keys.index_of(slot) << 8) | u32::from(key_byte);
         self.slots[slot as usize] = MrSlot {
             key_byte,
-            region: Some(MemoryRegion {
-                lkey: key,
-                rkey: key,
-                pd,
-                iova,
-                length,
-                access,
-                memory,
-            }),
+            object: Some(make(key)),
         };
         Some(key)
     }
 
+    /// Empties the slot `key`'s index names (whatever its key byte) and frees it.
+    pub(crate) fn remove_slot(&mut self, key: u32) {
+        let slot = self.slot(key);
+        if let Some(s) = self.slots.get_mut(slot) {
+            if s.object.take().is_some() {
+                self.free.push(slot as u32);
+            }
+        }
+    }
+
     /// The slot a key's index names.
     #[inline]
-    fn slot(&self, key: u32) -> usize {
+    pub(crate) fn slot(&self, key: u32) -> usize {
         self.keys.slot_of(key >> 8) as usize
     }
 
-    /// Removes a region; `false` if the key was unknown.
+    /// Removes a region; `false` if the key was unknown. A region that memory windows are
+    /// bound to stays (see [`MrTable::windows_bound_to`]); the caller checks first.
     pub fn deregister(&mut self, key: u32) -> bool {
         if self.get(key).is_none() {
             return false;
         }
-        let slot = self.slot(key);
-        self.slots[slot].region = None;
-        self.free.push(slot as u32);
+        self.remove_slot(key);
         true
     }
 
     /// The region with this key.
     #[inline]
     pub fn get(&self, key: u32) -> Option<&MemoryRegion> {
-        self.slots
-            .get(self.slot(key))?
-            .region
-            .as_ref()
-            .filter(|r| r.lkey == key)
+        match self.slots.get(self.slot(key))?.object.as_ref()? {
+            KeyObject::Region(r) if r.lkey == key => Some(r),
+            _ => None,
+        }
     }
 
     /// Every registered region, in slot order (not key order: keys are scrambled).
     pub fn iter(&self) -> impl Iterator<Item = &MemoryRegion> {
-        self.slots.iter().filter_map(|s| s.region.as_ref())
+        self.slots.iter().filter_map(|s| match s.object.as_ref()? {
+            KeyObject::Region(r) => Some(r),
+            KeyObject::Window(_) => None,
+        })
     }
 
-    /// Whether any region still belongs to `pd`.
+    /// Whether any region or window still belongs to `pd`.
     pub fn pd_in_use(&self, pd: PdHandle) -> bool {
-        self.iter().any(|r| r.pd == pd)
+        self.slots.iter().any(|s| match &s.object {
+            Some(KeyObject::Region(r)) => r.pd == pd,
+            Some(KeyObject::Window(w)) => w.pd == pd,
+            None => false,
+        })
     }
 
     /// Checks an access of `len` bytes at `addr` through `key` from protection domain `pd`
