@@ -3,8 +3,10 @@
 #
 #   SOFTRDMA_LAB=/work/shared/rxe-lab scripts/lab/interop.sh
 #
-# Runs scripts/lab/pingpong.sh, then scripts/lab/perf.sh if it exists. Without SOFTRDMA_LAB
-# each part prints why it skips and exits 0. Exit status: 0 if every part passed.
+# Runs scripts/lab/pingpong.sh, perf.sh, ibverbs.sh (unmodified programs through softrdma
+# exec), cm.sh (the CM machine's probe against ucmatose) and rping.sh (softrdma rping against
+# librdmacm's rping), one after the other. Without SOFTRDMA_LAB each part prints why it skips
+# and exits 0. Exit status: 0 if every part passed.
 set -uo pipefail
 HERE=$(cd "$(dirname "$0")" && pwd)
 if [ -z "${SOFTRDMA_LAB:-}" ]; then
@@ -12,13 +14,8 @@ if [ -z "${SOFTRDMA_LAB:-}" ]; then
   exit 0
 fi
 rc=0
-"$HERE/pingpong.sh" || rc=1
-if [ -x "$HERE/perf.sh" ]; then
-  "$HERE/perf.sh" || rc=1
-elif [ -f "$HERE/perf.sh" ]; then
-  bash "$HERE/perf.sh" || rc=1
-else
-  echo "interop.sh: no scripts/lab/perf.sh yet: perf matrix skipped"
-fi
+for part in pingpong perf ibverbs cm rping; do
+  bash "$HERE/$part.sh" || rc=1
+done
 [ $rc = 0 ] && echo "interop: PASS" || echo "interop: FAIL"
 exit $rc

@@ -21,6 +21,7 @@ mod oob;
 mod perf;
 mod pingpong;
 mod route;
+mod rping;
 mod sim;
 mod srq_pingpong;
 mod transport;
@@ -65,6 +66,11 @@ enum Command {
     /// Without SERVER it waits for a client; with SERVER it connects to it. Exit status 0 on
     /// success, 1 on any failure (including a `-c` data mismatch).
     Pingpong(pingpong::Args),
+    /// A peer of librdmacm's rping: RDMA READ/WRITE/SEND pings over an rdma_cm connection.
+    ///
+    /// Exit status: 0 when every ping completed (and, with -V, verified) and the connection
+    /// closed; 1 on any failure; 2 on usage errors.
+    Rping(rping::Args),
     /// Run a randomized RC workload over a simulated faulty fabric and check every result
     /// against a reference model.
     ///
@@ -82,6 +88,7 @@ fn main() -> ExitCode {
         Command::Perf(args) => perf::run(args),
         Command::Pingpong(args) if args.srq => srq_pingpong::run(args),
         Command::Pingpong(args) => pingpong::run(args),
+        Command::Rping(args) => rping::run(args),
         Command::Sim(args) => sim::run_cmd(args),
     }
 }

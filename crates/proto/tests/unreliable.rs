@@ -652,3 +652,45 @@ fn uc_refuses_read_and_atomics_at_post() {
         ));
     }
 }
+
+#[test]
+fn the_gsi_qp_is_qp1_and_takes_only_the_gsi_qkey() {
+    let mut net = Net::new(2);
+    let gsi = [0, 1].map(|i| {
+        let n = &mut net.nodes[i];
+        let qpn = n
+            .engine
+            .create_gsi_qp(n.pd, n.cq, n.cq, QpCaps::default())
+            .unwrap();
+        n.engine.modify_qp(qpn, &QpAttr::ud_init(0)).unwrap();
+        n.engine.modify_qp(qpn, &QpAttr::ud_rtr()).unwrap();
+        n.engine
+            .modify_qp(qpn, &QpAttr::unreliable_rts(Psn::new(0)))
+            .unwrap();
+        qpn
+    });
+    assert_eq!(gsi, [1, 1]);
+    let n = &mut net.nodes[0];
+    assert_eq!(
+        n.engine.create_gsi_qp(n.pd, n.cq, n.cq, QpCaps::default()),
+        Err(EngineError::Busy)
+    );
+    // A 256-byte MAD with the GSI Q_Key arrives, from QP 1; one with another Q_Key does not.
+    net.recv(1, 1, 7, 0x1000, (GRH_LEN + 256) as u32);
+    net.recv(1, 1, 8, 0x2000, (GRH_LEN + 256) as u32);
+    net.write_mem(0, 0, &pattern(4, 256));
+    let mad = net.sge(0, 0, 256);
+    for (id, qkey) in [(1, GSI_QKEY), (2, 0x1234)] {
+        let w = ud_send(id, mad, 1, 1, qkey, None);
+        net.nodes[0].engine.post_send(net.now, 1, w).unwrap();
+    }
+    net.run();
+    let got = net.completions(1);
+    assert_eq!(got.len(), 1);
+    assert_eq!(
+        (got[0].wr_id, got[0].src_qp, got[0].byte_len),
+        (7, 1, (GRH_LEN + 256) as u32)
+    );
+    assert_eq!(net.read_mem(1, 0x1000 + GRH_LEN, 256), pattern(4, 256));
+    assert_eq!(net.drops(1, DropReason::BadQkey), 1);
+}

@@ -199,7 +199,17 @@ impl ProtectionDomain {
         &self,
         init: &crate::QpInitAttr,
     ) -> Result<crate::QueuePair, crate::CreateQpError> {
-        crate::QueuePair::new(self.clone(), init)
+        crate::QueuePair::new(self.clone(), init, false)
+    }
+
+    /// Creates the device's general services QP, QP 1 (`init.qp_type` must be UD): what a
+    /// connection manager sends and receives its MADs on (Q_Key 0x80010000, the well-known
+    /// GSI Q_Key, whatever `ready_ud` is given). One per device; a second is refused.
+    pub fn create_gsi_qp(
+        &self,
+        init: &crate::QpInitAttr,
+    ) -> Result<crate::QueuePair, crate::CreateQpError> {
+        crate::QueuePair::new(self.clone(), init, true)
     }
 }
 

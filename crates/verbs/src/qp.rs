@@ -208,7 +208,13 @@ fn random_psn(qpn: u32) -> u32 {
 }
 
 impl QueuePair {
-    pub(crate) fn new(pd: ProtectionDomain, init: &QpInitAttr) -> Result<QueuePair, CreateQpError> {
+    /// A new QP of `pd`; QP 1, the general services QP, when `gsi` (a UD QP, one per
+    /// device: [`ProtectionDomain::create_gsi_qp`]).
+    pub(crate) fn new(
+        pd: ProtectionDomain,
+        init: &QpInitAttr,
+        gsi: bool,
+    ) -> Result<QueuePair, CreateQpError> {
         let device = pd.device();
         for cq in [&init.send_cq, &init.recv_cq] {
             if !Arc::ptr_eq(&cq.device().shared, &device.shared) {
@@ -233,23 +239,32 @@ impl QueuePair {
         if c.max_inline_data > MAX_INLINE_DATA {
             return Err(CreateQpError::InvalidCaps("max_inline_data too large"));
         }
-        let qpn = device
-            .inner()
-            .lock()
-            .engine
-            .create_qp_with_srq(
+        if gsi && (init.qp_type != QpType::Ud || init.srq.is_some()) {
+            return Err(CreateQpError::InvalidCaps(
+                "the GSI QP is a UD QP without an SRQ",
+            ));
+        }
+        let (send_cq, recv_cq) = (init.send_cq.inner.handle, init.recv_cq.inner.handle);
+        let mut core = device.inner().lock();
+        let created = if gsi {
+            core.engine.create_gsi_qp(pd.handle(), send_cq, recv_cq, c)
+        } else {
+            core.engine.create_qp_with_srq(
                 pd.handle(),
-                init.send_cq.inner.handle,
-                init.recv_cq.inner.handle,
+                send_cq,
+                recv_cq,
                 init.qp_type,
                 c,
                 init.srq.as_ref().map(|s| s.inner.handle),
             )
-            .map_err(|e| match e {
-                EngineError::InvalidArgument(s) => CreateQpError::InvalidCaps(s),
-                EngineError::NoSuchSrq => CreateQpError::InvalidCaps("no such SRQ"),
-                _ => CreateQpError::InvalidCaps("refused by the engine"),
-            })?;
+        };
+        drop(core);
+        let qpn = created.map_err(|e| match e {
+            EngineError::InvalidArgument(s) => CreateQpError::InvalidCaps(s),
+            EngineError::NoSuchSrq => CreateQpError::InvalidCaps("no such SRQ"),
+            EngineError::Busy => CreateQpError::InvalidCaps("the device has its GSI QP already"),
+            _ => CreateQpError::InvalidCaps("refused by the engine"),
+        })?;
         Ok(QueuePair {
             inner: Arc::new(QpInner {
                 pd,

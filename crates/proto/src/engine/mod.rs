@@ -276,6 +276,31 @@ impl Engine {
         Ok(qpn)
     }
 
+    /// Creates the device's general services QP, QP 1 (IBTA 13.5.1, what Linux's MAD layer
+    /// opens on every port): a UD QP whose Q_Key is the GSI Q_Key, through which connection
+    /// management MADs travel. One per engine; move it to RTS like any UD QP.
+    pub fn create_gsi_qp(
+        &mut self,
+        pd: PdHandle,
+        send_cq: CqHandle,
+        recv_cq: CqHandle,
+        caps: QpCaps,
+    ) -> Result<u32, EngineError> {
+        const GSI_QPN: u32 = 1;
+        if self.qps.contains_key(&GSI_QPN) {
+            return Err(EngineError::Busy);
+        }
+        if !self.pds.contains(&pd.0) {
+            return Err(EngineError::NoSuchPd);
+        }
+        if !self.shared.cqs.contains_key(&send_cq) || !self.shared.cqs.contains_key(&recv_cq) {
+            return Err(EngineError::NoSuchCq);
+        }
+        let qp = QueuePair::new(GSI_QPN, QpType::Ud, pd, send_cq, recv_cq, caps);
+        self.qps.insert(GSI_QPN, qp);
+        Ok(GSI_QPN)
+    }
+
     /// Changes QP state and attributes (ibverbs `ibv_modify_qp`). Refused changes change
     /// nothing.
     pub fn modify_qp(&mut self, qpn: u32, attr: &QpAttr) -> Result<(), EngineError> {

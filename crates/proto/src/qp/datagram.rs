@@ -60,7 +60,7 @@ impl QueuePair {
         let mut bth = Bth::new(opcode, dest.remote_qpn, psn);
         bth.solicited = wqe.wr.flags.contains(SendFlags::SOLICITED);
         let qkey = if dest.remote_qkey & 0x8000_0000 != 0 {
-            self.cfg.qkey
+            self.own_qkey()
         } else {
             dest.remote_qkey
         };
@@ -94,6 +94,16 @@ impl QueuePair {
         Some(t)
     }
 
+    /// The QP's Q_Key: QP 1's is the GSI Q_Key whatever was set (IBTA 13.5.1: the GSI's
+    /// well-known Q_Key, which is "controlled", so a MAD sent with it carries it too).
+    fn own_qkey(&self) -> u32 {
+        if self.qpn == 1 {
+            GSI_QKEY
+        } else {
+            self.cfg.qkey
+        }
+    }
+
     /// Delivers one UD datagram (the transport and the QP's state are already checked) into
     /// the next receive WQE, `grh` first.
     pub(crate) fn handle_datagram_request(
@@ -106,12 +116,7 @@ impl QueuePair {
             ctx.stats.drop(DropReason::Malformed);
             return;
         };
-        let qkey = if self.qpn == 1 {
-            GSI_QKEY
-        } else {
-            self.cfg.qkey
-        };
-        if deth.qkey != qkey {
+        if deth.qkey != self.own_qkey() {
             ctx.stats.drop(DropReason::BadQkey);
             return;
         }

@@ -1,0 +1,438 @@
+//! Event channels and CM ids: librdmacm's `rdma_event_channel` and `rdma_cm_id`.
+
+use std::collections::VecDeque;
+use std::net::SocketAddr;
+use std::sync::{Arc, Condvar, Mutex, MutexGuard, Weak};
+use std::time::{Duration, Instant as WallClock};
+
+use softrdma::{ProtectionDomain, QpAttr, QpInitAttr, QpState, QueuePair};
+use softrdma_cm::rdma::{ConnParam, RdmaCm, RdmaId, RdmaQpType, Route};
+use softrdma_wire::mad::cma::PortSpace;
+
+use crate::error::CmError;
+use crate::event::CmEventKind;
+use crate::service::{route_source, Endpoint, Service};
+
+fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(|e| e.into_inner())
+}
+
+/// Where a CM id's events are delivered (`rdma_create_event_channel`): a queue one or more
+/// threads take events from, in order, blocking or not.
+#[derive(Clone, Default)]
+pub struct EventChannel {
+    inner: Arc<ChannelInner>,
+}
+
+#[derive(Default)]
+struct ChannelInner {
+    queue: Mutex<VecDeque<CmEvent>>,
+    ready: Condvar,
+}
+
+impl std::fmt::Debug for EventChannel {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("EventChannel")
+            .field("pending", &lock(&self.inner.queue).len())
+            .finish()
+    }
+}
+
+impl EventChannel {
+    /// A new channel.
+    pub fn new() -> EventChannel {
+        EventChannel::default()
+    }
+
+    /// The next event (`rdma_get_cm_event`), waiting up to `timeout` (`None`: forever);
+    /// `None` when none came in time.
+    pub fn get_event(&self, timeout: Option<Duration>) -> Option<CmEvent> {
+        let deadline = timeout.map(|t| WallClock::now() + t);
+        let mut q = lock(&self.inner.queue);
+        loop {
+            if let Some(e) = q.pop_front() {
+                return Some(e);
+            }
+            match deadline {
+                None => q = self.inner.ready.wait(q).unwrap_or_else(|e| e.into_inner()),
+                Some(d) => {
+                    let left = d.saturating_duration_since(WallClock::now());
+                    if left.is_zero() {
+                        return None;
+                    }
+                    q = self
+                        .inner
+                        .ready
+                        .wait_timeout(q, left)
+                        .unwrap_or_else(|e| e.into_inner())
+                        .0;
+                }
+            }
+        }
+    }
+
+    /// The next event if one is waiting.
+    pub fn try_get_event(&self) -> Option<CmEvent> {
+        lock(&self.inner.queue).pop_front()
+    }
+
+    fn push(&self, e: CmEvent) {
+        lock(&self.inner.queue).push_back(e);
+        self.inner.ready.notify_all();
+    }
+}
+
+/// An event (`struct rdma_cm_event`; librdmacm's acknowledgement is dropping it).
+#[derive(Debug, Clone)]
+pub struct CmEvent {
+    /// The id it is about; for a connect request, the new id to accept or reject.
+    pub id: CmId,
+    /// For a connect request: the listener it came to.
+    pub listen_id: Option<CmId>,
+    /// What happened.
+    pub kind: CmEventKind,
+}
+
+/// An rdma_cm identifier (`struct rdma_cm_id`): one endpoint of one connection, or a
+/// listener. Cheap to clone; the connection is torn down (as `rdma_destroy_id`) when the
+/// last handle is dropped.
+#[derive(Clone)]
+pub struct CmId {
+    pub(crate) inner: Arc<IdInner>,
+}
+
+impl std::fmt::Debug for CmId {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let s = lock(&self.inner.state);
+        f.debug_struct("CmId")
+            .field("src", &s.src)
+            .field("dst", &s.dst)
+            .field("qp", &s.qp.as_ref().map(QueuePair::qp_num))
+            .finish()
+    }
+}
+
+impl PartialEq for CmId {
+    fn eq(&self, other: &CmId) -> bool {
+        Arc::ptr_eq(&self.inner, &other.inner)
+    }
+}
+impl Eq for CmId {}
+
+pub(crate) struct IdInner {
+    channel: EventChannel,
+    ps: PortSpace,
+    qp_type: RdmaQpType,
+    state: Mutex<IdState>,
+}
+
+#[derive(Default)]
+struct IdState {
+    service: Option<Arc<Service>>,
+    rid: Option<RdmaId>,
+    src: Option<SocketAddr>,
+    dst: Option<SocketAddr>,
+    route: Option<Route>,
+    qp: Option<QueuePair>,
+    /// The peer's answer (REP), for `responder_resources`/`initiator_depth`.
+    peer_param: Option<ConnParam>,
+}
+
+impl Drop for IdInner {
+    fn drop(&mut self) {
+        let s = self.state.get_mut().unwrap_or_else(|e| e.into_inner());
+        if let (Some(service), Some(rid)) = (s.service.take(), s.rid) {
+            service.with_cm(|st, now| {
+                st.ids.remove(&rid);
+                let _ = st.cm.destroy(now, rid);
+            });
+        }
+    }
+}
+
+impl Endpoint for IdInner {
+    fn connect_request(self: Arc<Self>, rid: RdmaId, kind: CmEventKind) -> Weak<dyn Endpoint> {
+        let l = lock(&self.state);
+        let id = Arc::new(IdInner {
+            channel: self.channel.clone(),
+            ps: self.ps,
+            qp_type: self.qp_type,
+            state: Mutex::new(IdState {
+                service: l.service.clone(),
+                rid: Some(rid),
+                src: l.src,
+                ..IdState::default()
+            }),
+        });
+        drop(l);
+        let weak = Arc::downgrade(&id);
+        IdInner::post_event(&id, kind, Some(self));
+        weak
+    }
+
+    fn post(self: Arc<Self>, kind: CmEventKind) {
+        IdInner::post_event(&self, kind, None);
+    }
+
+    fn set_peer_param(&self, param: ConnParam) {
+        lock(&self.state).peer_param = Some(param);
+    }
+
+    fn ready_active_qp(&self, cm: &RdmaCm) -> Result<(), CmError> {
+        let s = lock(&self.state);
+        let (Some(qp), Some(rid)) = (s.qp.clone(), s.rid) else {
+            return Err(CmError::InvalidState("no QP on the id"));
+        };
+        drop(s);
+        move_qp(&qp, cm, rid, &[QpState::Init, QpState::Rtr, QpState::Rts])
+    }
+
+    fn qp_to_error(&self) {
+        IdInner::qp_to_error(self);
+    }
+}
+
+impl IdInner {
+    fn post_event(id: &Arc<IdInner>, kind: CmEventKind, listener: Option<Arc<IdInner>>) {
+        if let CmEventKind::ConnectRequest { peer, local, .. } = &kind {
+            let mut s = lock(&id.state);
+            s.dst = Some(*peer);
+            s.src = Some(*local);
+        }
+        id.channel.push(CmEvent {
+            id: CmId { inner: id.clone() },
+            listen_id: listener.map(|inner| CmId { inner }),
+            kind,
+        });
+    }
+
+    fn qp_to_error(&self) {
+        if let Some(qp) = lock(&self.state).qp.clone() {
+            let _ = qp.modify(&QpAttr {
+                qp_state: Some(QpState::Err),
+                ..QpAttr::default()
+            });
+        }
+    }
+}
+
+fn move_qp(qp: &QueuePair, cm: &RdmaCm, rid: RdmaId, steps: &[QpState]) -> Result<(), CmError> {
+    for &target in steps {
+        let attr = cm.qp_attr(rid, target)?;
+        qp.modify(&attr)
+            .map_err(|e| CmError::Qp(format!("to {}: {e}", target.name())))?;
+    }
+    Ok(())
+}
+
+impl CmId {
+    /// A new id on `channel` (`rdma_create_id`): `ps` is the port space (TCP for RC
+    /// connections, UDP for UD), `qp_type` the QP it will carry.
+    pub fn new(channel: &EventChannel, ps: PortSpace, qp_type: RdmaQpType) -> CmId {
+        CmId {
+            inner: Arc::new(IdInner {
+                channel: channel.clone(),
+                ps,
+                qp_type,
+                state: Mutex::new(IdState::default()),
+            }),
+        }
+    }
+
+    fn service(&self) -> Result<(Arc<Service>, RdmaId), CmError> {
+        let s = lock(&self.inner.state);
+        match (&s.service, s.rid) {
+            (Some(svc), Some(rid)) => Ok((svc.clone(), rid)),
+            _ => Err(CmError::InvalidState("the id is not bound to an address")),
+        }
+    }
+
+    /// Binds the id to a local address (`rdma_bind_addr`): the softrdma device on that IP
+    /// (opened now if this process has none there) and a port (0: an ephemeral one).
+    /// Returns the address bound.
+    pub fn bind_addr(&self, addr: SocketAddr) -> Result<SocketAddr, CmError> {
+        if lock(&self.inner.state).service.is_some() {
+            return Err(CmError::InvalidState("the id is bound already"));
+        }
+        let service = Service::for_ip(addr.ip())?;
+        self.bind_on(service, addr)
+    }
+
+    /// Binds the id to `addr` on a device the caller opened (`addr.ip()` must be its
+    /// address): how a program that also uses the device directly shares it with rdma_cm.
+    pub fn bind_device(&self, device: &softrdma::Device, port: u16) -> Result<SocketAddr, CmError> {
+        let service = Service::for_device(device)?;
+        self.bind_on(service, SocketAddr::new(device.ip(), port))
+    }
+
+    fn bind_on(&self, service: Arc<Service>, addr: SocketAddr) -> Result<SocketAddr, CmError> {
+        let (ps, qp_type) = (self.inner.ps, self.inner.qp_type);
+        let weak: Weak<dyn Endpoint> = Arc::downgrade(&self.inner) as Weak<dyn Endpoint>;
+        let (rid, bound) = service.with_cm(|st, _| {
+            let rid = st.cm.create_id(ps, qp_type);
+            match st.cm.bind(rid, addr) {
+                Ok(bound) => {
+                    st.ids.insert(rid, weak);
+                    Ok((rid, bound))
+                }
+                Err(e) => {
+                    let _ = st.cm.destroy(softrdma_proto::Instant::ZERO, rid);
+                    Err(e)
+                }
+            }
+        })?;
+        let mut s = lock(&self.inner.state);
+        s.service = Some(service);
+        s.rid = Some(rid);
+        s.src = Some(bound);
+        Ok(bound)
+    }
+
+    /// Resolves `dst` (`rdma_resolve_addr`): binds to `src`, or to the address the routing
+    /// table would send from, if the id is not bound yet; then `AddrResolved` arrives.
+    pub fn resolve_addr(&self, src: Option<SocketAddr>, dst: SocketAddr) -> Result<(), CmError> {
+        if lock(&self.inner.state).service.is_none() {
+            let src = match src {
+                Some(s) => s,
+                None => SocketAddr::new(route_source(dst)?, 0),
+            };
+            self.bind_addr(src)?;
+        }
+        lock(&self.inner.state).dst = Some(dst);
+        IdInner::post_event(&self.inner, CmEventKind::AddrResolved, None);
+        Ok(())
+    }
+
+    /// Resolves the route (`rdma_resolve_route`): RoCE needs no path query; the path MTU is
+    /// the port's active MTU. Then `RouteResolved` arrives.
+    pub fn resolve_route(&self) -> Result<(), CmError> {
+        let (service, _) = self.service()?;
+        let mtu = service
+            .device
+            .query_port(1)
+            .map(|p| p.active_mtu)
+            .map_err(|e| CmError::Qp(e.to_string()))?;
+        let mut s = lock(&self.inner.state);
+        if s.dst.is_none() {
+            return Err(CmError::InvalidState("resolve the address first"));
+        }
+        s.route = Some(Route {
+            mtu: mtu.ibv_enum(),
+            ..Route::default()
+        });
+        drop(s);
+        IdInner::post_event(&self.inner, CmEventKind::RouteResolved, None);
+        Ok(())
+    }
+
+    /// The device the id is bound to (`id->verbs`).
+    pub fn device(&self) -> Option<softrdma::Device> {
+        lock(&self.inner.state)
+            .service
+            .as_ref()
+            .map(|s| s.device.clone())
+    }
+
+    /// The device's protection domain that rdma_cm uses when none is given (`id->pd` after
+    /// `rdma_create_qp(id, NULL, …)`).
+    pub fn pd(&self) -> Option<ProtectionDomain> {
+        lock(&self.inner.state)
+            .service
+            .as_ref()
+            .map(|s| s.pd.clone())
+    }
+
+    /// The id's QP, once created.
+    pub fn qp(&self) -> Option<QueuePair> {
+        lock(&self.inner.state).qp.clone()
+    }
+
+    /// The local and remote addresses.
+    pub fn addrs(&self) -> (Option<SocketAddr>, Option<SocketAddr>) {
+        let s = lock(&self.inner.state);
+        (s.src, s.dst)
+    }
+
+    /// Creates the id's QP (`rdma_create_qp`) in `pd` (of the id's device) and moves it to
+    /// INIT as rdma_cm does.
+    pub fn create_qp(
+        &self,
+        pd: &ProtectionDomain,
+        init: &QpInitAttr,
+    ) -> Result<QueuePair, CmError> {
+        let (service, rid) = self.service()?;
+        let qp = pd.create_qp(init).map_err(|e| CmError::Qp(e.to_string()))?;
+        service.with_cm(|st, _| move_qp(&qp, &st.cm, rid, &[QpState::Init]))?;
+        lock(&self.inner.state).qp = Some(qp.clone());
+        Ok(qp)
+    }
+
+    /// Listens for connect requests (`rdma_listen`) on the bound address.
+    pub fn listen(&self) -> Result<(), CmError> {
+        let (service, rid) = self.service()?;
+        service.with_cm(|st, _| st.cm.listen(rid))?;
+        Ok(())
+    }
+
+    /// Connects (`rdma_connect`) with `param` (its `qp_num` is the id's QP); `Established`
+    /// follows, or `Rejected` / `Unreachable`.
+    pub fn connect(&self, param: &ConnParam) -> Result<(), CmError> {
+        let (service, rid) = self.service()?;
+        let s = lock(&self.inner.state);
+        let (Some(dst), Some(route), Some(qp)) = (s.dst, s.route, s.qp.clone()) else {
+            return Err(CmError::InvalidState(
+                "connect needs a resolved route and a QP",
+            ));
+        };
+        drop(s);
+        let param = ConnParam {
+            qp_num: qp.qp_num(),
+            ..param.clone()
+        };
+        service.with_cm(|st, now| st.cm.connect(now, rid, dst, route, &param))?;
+        Ok(())
+    }
+
+    /// Accepts a connect request (`rdma_accept`): the QP goes to RTR and RTS, then the REP
+    /// leaves; `Established` follows the peer's RTU.
+    pub fn accept(&self, param: &ConnParam) -> Result<(), CmError> {
+        let (service, rid) = self.service()?;
+        let Some(qp) = self.qp() else {
+            return Err(CmError::InvalidState("accept needs the id's QP"));
+        };
+        let param = ConnParam {
+            qp_num: qp.qp_num(),
+            ..param.clone()
+        };
+        service.with_cm(|st, now| {
+            move_qp(
+                &qp,
+                &st.cm,
+                rid,
+                &[QpState::Init, QpState::Rtr, QpState::Rts],
+            )?;
+            st.cm.accept(now, rid, &param).map_err(CmError::from)
+        })
+    }
+
+    /// Rejects a connect request (`rdma_reject`) with private data (at most 148 bytes).
+    pub fn reject(&self, private_data: &[u8]) -> Result<(), CmError> {
+        let (service, rid) = self.service()?;
+        service.with_cm(|st, now| st.cm.reject(now, rid, private_data))?;
+        Ok(())
+    }
+
+    /// Disconnects (`rdma_disconnect`): the QP goes to ERR (outstanding work flushes), the
+    /// DREQ (or the DREP to the peer's) leaves; `Disconnected` follows.
+    pub fn disconnect(&self) -> Result<(), CmError> {
+        let (service, rid) = self.service()?;
+        self.inner.qp_to_error();
+        service.with_cm(|st, now| st.cm.disconnect(now, rid))?;
+        Ok(())
+    }
+
+    /// The peer's parameters from its REP (active side), once connected.
+    pub fn peer_param(&self) -> Option<ConnParam> {
+        lock(&self.inner.state).peer_param.clone()
+    }
+}

@@ -1,0 +1,461 @@
+//! The connection manager of one device: its GSI QP (QP 1), the sans-IO [`RdmaCm`] that
+//! speaks the IB CM through it, and the thread that carries MADs between the two and runs
+//! the CM's timers. Each application call (connect, accept, …) runs the CM under the same
+//! lock and sends what it produced at once, so a handshake costs no thread hand-off.
+//!
+//! One service per device address, shared by every CM id bound there (the kernel's rdma_cm
+//! has one per port); it lives as long as an id, a channel's pending event or the caller
+//! holds it.
+
+use std::collections::{HashMap, VecDeque};
+use std::hash::BuildHasher;
+use std::net::{IpAddr, SocketAddr};
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex, MutexGuard, OnceLock, Weak};
+use std::thread::JoinHandle;
+use std::time::{Duration, Instant as WallClock};
+
+use softrdma::{
+    wr, AddressHandle, AhAttr, CompletionQueue, Device, DeviceConfig, MemoryRegion,
+    ProtectionDomain, QpInitAttr, QueuePair, WcOpcode, WcStatus, WorkCompletion, GRH_LEN,
+};
+use softrdma_cm::ib::CmConfig;
+use softrdma_cm::rdma::{RdmaCm, RdmaEvent, RdmaEventKind, RdmaId};
+use softrdma_proto::Instant;
+use softrdma_wire::mad::{GSI_QKEY, MAD_LEN};
+use softrdma_wire::Gid;
+
+use crate::error::CmError;
+use crate::event::CmEventKind;
+
+/// What the service needs of a CM id (implemented by the public id type): the service routes
+/// the CM's events to ids and does librdmacm's part of the handshake on their QPs.
+pub(crate) trait Endpoint: Send + Sync {
+    /// A connect request reached this listener: make the new id, hand the event to the
+    /// listener's channel, return the new id.
+    fn connect_request(self: Arc<Self>, rid: RdmaId, kind: CmEventKind) -> Weak<dyn Endpoint>;
+    /// Delivers an event about this id to its channel.
+    fn post(self: Arc<Self>, kind: CmEventKind);
+    /// Keeps the peer's REP parameters.
+    fn set_peer_param(&self, param: softrdma_cm::rdma::ConnParam);
+    /// The active side's QP on the REP: INIT again with the CM's rights, RTR, RTS (what
+    /// librdmacm's `ucma_modify_qp_rtr`/`_rts` do before completing the connection).
+    fn ready_active_qp(&self, cm: &RdmaCm) -> Result<(), CmError>;
+    /// Moves the id's QP to the error state.
+    fn qp_to_error(&self);
+}
+
+/// Receive buffers kept posted on QP 1 (each a GRH area and a MAD).
+const RECV_SLOTS: usize = 128;
+/// MAD buffers for sends, used round robin (UD sends complete as soon as they leave).
+const SEND_SLOTS: usize = 128;
+const RECV_SLOT_LEN: usize = GRH_LEN + MAD_LEN;
+/// Longest the thread sleeps without a CM deadline (it also wakes for every MAD).
+const IDLE_WAIT: Duration = Duration::from_millis(50);
+
+/// The connection manager of one device.
+pub(crate) struct Service {
+    pub(crate) device: Device,
+    pub(crate) pd: ProtectionDomain,
+    gsi: QueuePair,
+    cq: CompletionQueue,
+    recv_mr: MemoryRegion,
+    send_mr: MemoryRegion,
+    epoch: WallClock,
+    state: Mutex<State>,
+    /// MADs posted and not yet completed: what must leave before the device closes (a
+    /// program's last DREP, sent just before it exits).
+    sending: AtomicUsize,
+    stop: AtomicBool,
+    thread: Mutex<Option<JoinHandle<()>>>,
+}
+
+pub(crate) struct State {
+    pub(crate) cm: RdmaCm,
+    /// Every id of this service, to route the CM's events to its channel.
+    pub(crate) ids: HashMap<RdmaId, Weak<dyn Endpoint>>,
+    ahs: HashMap<IpAddr, AddressHandle>,
+    next_send: usize,
+    /// Events produced while the lock was held, delivered once it is released (a channel's
+    /// consumer may call back into the service).
+    pending: VecDeque<(Arc<dyn Endpoint>, CmEventKind)>,
+    /// Ids looked up while the lock is held, released after it: dropping the last handle of
+    /// an id runs the CM, which needs the lock.
+    hold: Vec<Arc<dyn Endpoint>>,
+}
+
+impl State {
+    /// The live id `rid` names, kept alive until the lock is released.
+    fn id(&mut self, rid: RdmaId) -> Option<Arc<dyn Endpoint>> {
+        let id = self.ids.get(&rid).and_then(Weak::upgrade)?;
+        self.hold.push(id.clone());
+        Some(id)
+    }
+}
+
+fn registry() -> &'static Mutex<HashMap<IpAddr, Weak<Service>>> {
+    static R: OnceLock<Mutex<HashMap<IpAddr, Weak<Service>>>> = OnceLock::new();
+    R.get_or_init(Mutex::default)
+}
+
+fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(|e| e.into_inner())
+}
+
+impl Service {
+    /// The service of the device at `ip`, opening the device if no one has (a device opened
+    /// elsewhere in the process on that address holds port 4791: open it through
+    /// [`Service::for_device`] first).
+    pub(crate) fn for_ip(ip: IpAddr) -> Result<Arc<Service>, CmError> {
+        if let Some(s) = lock(registry()).get(&ip).and_then(Weak::upgrade) {
+            return Ok(s);
+        }
+        let device = Device::open(DeviceConfig::new(ip)).map_err(CmError::Device)?;
+        Service::for_device(&device)
+    }
+
+    /// The service of `device` (started on first use).
+    pub(crate) fn for_device(device: &Device) -> Result<Arc<Service>, CmError> {
+        let mut reg = lock(registry());
+        if let Some(s) = reg.get(&device.ip()).and_then(Weak::upgrade) {
+            return Ok(s);
+        }
+        let s = Service::start(device.clone())?;
+        reg.insert(device.ip(), Arc::downgrade(&s));
+        Ok(s)
+    }
+
+    fn start(device: Device) -> Result<Arc<Service>, CmError> {
+        let pd = device.alloc_pd();
+        let cq = device
+            .create_cq((RECV_SLOTS + SEND_SLOTS) as u32)
+            .map_err(|e| CmError::Setup(e.to_string()))?;
+        let mut init = QpInitAttr::ud(&cq);
+        init.cap.max_send_wr = SEND_SLOTS as u32;
+        init.cap.max_recv_wr = RECV_SLOTS as u32;
+        let gsi = pd
+            .create_gsi_qp(&init)
+            .map_err(|e| CmError::Setup(e.to_string()))?;
+        gsi.ready_ud(GSI_QKEY)
+            .map_err(|e| CmError::Setup(e.to_string()))?;
+        let local = softrdma::AccessFlags::LOCAL_WRITE;
+        let recv_mr = pd
+            .reg_mr(RECV_SLOTS * RECV_SLOT_LEN, local)
+            .map_err(|e| CmError::Setup(e.to_string()))?;
+        let send_mr = pd
+            .reg_mr(SEND_SLOTS * MAD_LEN, local)
+            .map_err(|e| CmError::Setup(e.to_string()))?;
+        for slot in 0..RECV_SLOTS {
+            post_recv_slot(&gsi, &recv_mr, slot)?;
+        }
+        let seed = std::collections::hash_map::RandomState::new().hash_one(WallClock::now());
+        let config = CmConfig {
+            ca_guid: softrdma::gid::node_guid(device.ip()),
+            rng_seed: seed,
+            tid_agent: (seed >> 32) as u32 | 1,
+            ..CmConfig::default()
+        };
+        let service = Arc::new(Service {
+            pd,
+            gsi,
+            cq,
+            recv_mr,
+            send_mr,
+            epoch: WallClock::now(),
+            state: Mutex::new(State {
+                cm: RdmaCm::new(config),
+                ids: HashMap::new(),
+                ahs: HashMap::new(),
+                next_send: 0,
+                pending: VecDeque::new(),
+                hold: Vec::new(),
+            }),
+            sending: AtomicUsize::new(0),
+            stop: AtomicBool::new(false),
+            thread: Mutex::new(None),
+            device,
+        });
+        let weak = Arc::downgrade(&service);
+        let handle = std::thread::Builder::new()
+            .name(format!("softrdma-cm {}", service.device.ip()))
+            .spawn(move || run(weak))
+            .map_err(|e| CmError::Setup(e.to_string()))?;
+        *lock(&service.thread) = Some(handle);
+        Ok(service)
+    }
+
+    /// The CM's clock: time since the service started.
+    pub(crate) fn now(&self) -> Instant {
+        Instant::from_nanos(self.epoch.elapsed().as_nanos() as u64)
+    }
+
+    /// Runs `f` on the CM, then sends what it produced and hands out its events.
+    pub(crate) fn with_cm<T>(&self, f: impl FnOnce(&mut State, Instant) -> T) -> T {
+        let mut st = lock(&self.state);
+        let now = self.now();
+        let out = f(&mut st, now);
+        self.pump(&mut st, now);
+        self.release(st);
+        out
+    }
+
+    /// Sends every MAD the CM has queued and turns its events into the ids' events (doing
+    /// for the consumer what librdmacm does inside the library: the active side's QP goes to
+    /// RTR and RTS on the REP and the RTU leaves at once; a disconnected QP goes to ERR).
+    fn pump(&self, st: &mut State, now: Instant) {
+        loop {
+            let mut progressed = false;
+            while let Some(m) = st.cm.poll_transmit() {
+                progressed = true;
+                self.send_mad(st, m.dst, m.dst_qpn, &m.mad);
+            }
+            while let Some(e) = st.cm.poll_event() {
+                progressed = true;
+                self.on_event(st, now, e);
+            }
+            if !progressed {
+                return;
+            }
+        }
+    }
+
+    fn on_event(&self, st: &mut State, now: Instant, e: RdmaEvent) {
+        let Some(id) = st.id(e.id) else {
+            if let RdmaEventKind::ConnectRequest { listen_id, .. } = &e.kind {
+                self.on_connect_request(st, e.id, *listen_id, e.kind.clone());
+            }
+            return;
+        };
+        match e.kind {
+            RdmaEventKind::ConnectResponse { param } => match id.ready_active_qp(&st.cm) {
+                Ok(()) => {
+                    let _ = st.cm.complete_connect(now, e.id);
+                    id.set_peer_param(param);
+                }
+                Err(err) => {
+                    tracing::debug!("rdma_cm: the QP could not be readied: {err}");
+                    let _ = st.cm.reject(now, e.id, &[]);
+                    st.pending.push_back((id, CmEventKind::ConnectError));
+                }
+            },
+            RdmaEventKind::Established { ud } => {
+                st.pending.push_back((id, CmEventKind::Established { ud }));
+            }
+            RdmaEventKind::Rejected {
+                reason,
+                private_data,
+            } => st.pending.push_back((
+                id,
+                CmEventKind::Rejected {
+                    reason,
+                    private_data,
+                },
+            )),
+            RdmaEventKind::Unreachable { .. } => {
+                st.pending.push_back((id, CmEventKind::Unreachable))
+            }
+            RdmaEventKind::Disconnected => {
+                id.qp_to_error();
+                st.pending.push_back((id, CmEventKind::Disconnected));
+            }
+            RdmaEventKind::TimewaitExit => st.pending.push_back((id, CmEventKind::TimewaitExit)),
+            RdmaEventKind::ConnectRequest { .. } => {}
+        }
+    }
+
+    /// A REQ (or SIDR_REQ) reached a listener: a new id on the listener's channel.
+    fn on_connect_request(
+        &self,
+        st: &mut State,
+        rid: RdmaId,
+        listen_id: RdmaId,
+        kind: RdmaEventKind,
+    ) {
+        let Some(listener) = st.id(listen_id) else {
+            // The listener is gone; the CM rejects when the id is destroyed.
+            let now = self.now();
+            let _ = st.cm.destroy(now, rid);
+            return;
+        };
+        let RdmaEventKind::ConnectRequest {
+            param, peer, local, ..
+        } = kind
+        else {
+            return;
+        };
+        let new = listener.connect_request(rid, CmEventKind::ConnectRequest { param, peer, local });
+        st.ids.insert(rid, new);
+    }
+
+    fn send_mad(&self, st: &mut State, dst: Gid, dst_qpn: u32, mad: &[u8; MAD_LEN]) {
+        let Some(ip) = dst.to_ip() else { return };
+        let ah = match st.ahs.get(&ip) {
+            Some(ah) => ah.clone(),
+            None => {
+                let attr = AhAttr::new(dst, self.device.gid_index() as u8);
+                match self.pd.create_ah(&attr) {
+                    Ok(ah) => {
+                        st.ahs.insert(ip, ah.clone());
+                        ah
+                    }
+                    Err(e) => {
+                        tracing::debug!("rdma_cm: no address handle for {ip}: {e}");
+                        return;
+                    }
+                }
+            }
+        };
+        let slot = st.next_send;
+        st.next_send = (slot + 1) % SEND_SLOTS;
+        let off = slot * MAD_LEN;
+        if self.send_mr.write(off, mad).is_err() {
+            return;
+        }
+        let sge = self.send_mr.sge(off, MAD_LEN as u32);
+        let w = wr::ud_send(
+            SEND_WR_BASE + slot as u64,
+            vec![sge],
+            &ah,
+            dst_qpn,
+            GSI_QKEY,
+        );
+        self.sending.fetch_add(1, Ordering::AcqRel);
+        if let Err(e) = self.gsi.post_send([w]) {
+            self.sending.fetch_sub(1, Ordering::AcqRel);
+            // A full send queue loses the MAD; the CM's retransmission covers it.
+            tracing::debug!("rdma_cm: MAD not sent: {e}");
+        }
+    }
+
+    /// Handles what QP 1 received.
+    fn on_completions(&self, wcs: &[WorkCompletion]) {
+        let mut st = lock(&self.state);
+        let now = self.now();
+        for wc in wcs {
+            if wc.wr_id >= SEND_WR_BASE {
+                self.sending.fetch_sub(1, Ordering::AcqRel);
+                continue;
+            }
+            if wc.opcode != WcOpcode::Recv {
+                continue;
+            }
+            let slot = wc.wr_id as usize;
+            if wc.status == WcStatus::Success && wc.byte_len as usize >= RECV_SLOT_LEN {
+                let mut buf = [0u8; RECV_SLOT_LEN];
+                if self.recv_mr.read(slot * RECV_SLOT_LEN, &mut buf).is_ok() {
+                    if let Some(src) = grh_source(&buf[..GRH_LEN]) {
+                        st.cm
+                            .handle_mad(now, Gid::from_ip(src), wc.src_qp, &buf[GRH_LEN..]);
+                    }
+                }
+            }
+            if wc.status != WcStatus::WrFlushErr {
+                let _ = post_recv_slot(&self.gsi, &self.recv_mr, slot);
+            }
+        }
+        if st.cm.poll_timeout().is_some_and(|t| t <= now) {
+            st.cm.handle_timeout(now);
+        }
+        self.pump(&mut st, now);
+        self.release(st);
+    }
+
+    /// Unlocks, then delivers the events and lets go of the ids the pass looked up.
+    fn release(&self, mut st: MutexGuard<'_, State>) {
+        let pending = std::mem::take(&mut st.pending);
+        let hold = std::mem::take(&mut st.hold);
+        drop(st);
+        for (id, kind) in pending {
+            id.post(kind);
+        }
+        drop(hold);
+    }
+
+    /// How long the thread may sleep.
+    fn next_wait(&self) -> Duration {
+        let st = lock(&self.state);
+        let now = self.now();
+        match st.cm.poll_timeout() {
+            Some(t) => t.saturating_duration_since(now).min(IDLE_WAIT),
+            None => IDLE_WAIT,
+        }
+    }
+}
+
+impl Drop for Service {
+    fn drop(&mut self) {
+        // Let the last MADs leave (their completions come through the thread, or are polled
+        // here when the thread itself drops the service), for at most a second.
+        let deadline = WallClock::now() + Duration::from_secs(1);
+        let mut wcs = Vec::new();
+        while self.sending.load(Ordering::Acquire) > 0 && WallClock::now() < deadline {
+            wcs.clear();
+            self.cq
+                .poll_blocking(32, &mut wcs, Some(Duration::from_millis(10)));
+            for wc in &wcs {
+                if wc.wr_id >= SEND_WR_BASE {
+                    self.sending.fetch_sub(1, Ordering::AcqRel);
+                }
+            }
+        }
+        self.stop.store(true, Ordering::Release);
+        if let Some(h) = lock(&self.thread).take() {
+            if h.thread().id() != std::thread::current().id() {
+                let _ = h.join();
+            }
+        }
+        lock(registry()).retain(|_, w| w.strong_count() > 0);
+    }
+}
+
+/// Send work requests are numbered from here (receives by their slot).
+const SEND_WR_BASE: u64 = 1 << 32;
+
+fn post_recv_slot(gsi: &QueuePair, mr: &MemoryRegion, slot: usize) -> Result<(), CmError> {
+    let sge = mr.sge(slot * RECV_SLOT_LEN, RECV_SLOT_LEN as u32);
+    gsi.post_recv([wr::recv(slot as u64, vec![sge])])
+        .map_err(|e| CmError::Setup(e.to_string()))
+}
+
+/// The sender's address from a received GRH area: the IPv4 header in its last 20 bytes
+/// (RoCEv2 over IPv4), or the IPv6 header.
+fn grh_source(grh: &[u8]) -> Option<IpAddr> {
+    if grh[20] >> 4 == 4 {
+        let b: [u8; 4] = grh[32..36].try_into().ok()?;
+        Some(IpAddr::from(b))
+    } else if grh[0] >> 4 == 6 {
+        let b: [u8; 16] = grh[8..24].try_into().ok()?;
+        Some(IpAddr::from(b))
+    } else {
+        None
+    }
+}
+
+/// The service thread: waits for MADs (or the next CM deadline) and handles them.
+fn run(service: Weak<Service>) {
+    let mut wcs = Vec::with_capacity(32);
+    loop {
+        let Some(s) = service.upgrade() else { return };
+        if s.stop.load(Ordering::Acquire) {
+            return;
+        }
+        let wait = s.next_wait();
+        wcs.clear();
+        s.cq.poll_blocking(32, &mut wcs, Some(wait));
+        s.on_completions(&wcs);
+    }
+}
+
+/// Where a connection to `dst` leaves from: the source address the kernel's routing table
+/// picks (what rdma_resolve_addr asks the kernel), found by connecting a UDP socket.
+pub(crate) fn route_source(dst: SocketAddr) -> Result<IpAddr, CmError> {
+    let any: SocketAddr = if dst.is_ipv4() {
+        "0.0.0.0:0".parse().expect("literal")
+    } else {
+        "[::]:0".parse().expect("literal")
+    };
+    let sock = std::net::UdpSocket::bind(any).map_err(CmError::Route)?;
+    sock.connect(SocketAddr::new(dst.ip(), 4791))
+        .map_err(CmError::Route)?;
+    Ok(sock.local_addr().map_err(CmError::Route)?.ip())
+}
