@@ -13,8 +13,11 @@
 //! whose estimate exceeds the memory available (`MemAvailable`, or `--max-memory`) is refused
 //! before anything is allocated.
 //!
-//! Output: a few summary lines; with `--json` the last line is one JSON object. Exit status:
-//! 0 when every op completed successfully and the model agrees; 1 otherwise (the seed and the
+//! Output: a few summary lines; with `--json` the last line is one JSON object, whose
+//! `completions_by_status` maps status names (`success`, `remote_access_error`,
+//! `wr_flush_error`, `rnr_retry_exceeded_error`, `retry_exceeded_error`, …) to counts. Exit
+//! status: 0 when every op completed as the model predicts — successfully, or with
+//! `--errors` the predicted failures — and the model agrees; 1 otherwise (the seed and the
 //! first divergence are printed); 2 when the run could not be set up (bad arguments, capture
 //! file not writable, not enough memory).
 
@@ -28,6 +31,7 @@ use std::time::Instant as WallClock;
 use clap::Args as ClapArgs;
 use softrdma_proto::{Duration, Mtu};
 use softrdma_sim::datagrams::DatagramConfig;
+use softrdma_sim::errors::ErrorConfig;
 use softrdma_sim::link::LinkConfig;
 use softrdma_sim::swarm::{run, RunConfig, RunReport, SEED_ENV};
 use softrdma_sim::workload::{MemoryEstimate, WorkloadConfig};
@@ -59,6 +63,12 @@ pub(crate) struct Args {
     /// connection per node pair; they may be lost, never corrupted, duplicated or reordered.
     #[arg(long, default_value_t = 0)]
     uc: u64,
+    /// Share of failing operations (0..1): this many of `--ops` more are posted, each on a
+    /// connection of its own, each failing as the model predicts (wrong rkey, out of bounds,
+    /// missing right, deregistered region, RNR retries or transport retries exhausted), with
+    /// the work around it completing or flushing (see `softrdma_sim::errors`).
+    #[arg(long, default_value_t = 0.0, value_parser = probability)]
+    errors: f64,
     /// Probability that a datagram is lost (per link traversal).
     #[arg(long, default_value_t = 0.0, value_parser = probability)]
     loss: f64,
@@ -173,8 +183,18 @@ impl Args {
             recv_depth: usize::from(self.window),
             ..DatagramConfig::new(self.seed, usize::from(self.nodes), self.ud, self.uc)
         });
+        let scenarios = (self.errors * self.ops as f64).round() as u64;
+        let errors = (scenarios > 0).then(|| ErrorConfig {
+            seed: self.seed,
+            nodes: usize::from(self.nodes),
+            scenarios,
+            lossy: self.loss > 0.0 || self.corrupt > 0.0,
+            mtu,
+            only: None,
+        });
         RunConfig {
             datagrams,
+            errors,
             rxe_like_responders: self.rxe_responders,
             ..RunConfig::uniform(workload, link, SAFETY_BOUND)
         }
@@ -271,6 +291,26 @@ fn render(args: &Args, r: &RunReport, wall_s: f64) -> String {
         w.recvs_completed,
         kinds.join(", ")
     );
+    if let Some(er) = &r.errors {
+        let kinds: Vec<String> = er
+            .scenarios_by_kind
+            .iter()
+            .map(|(k, v)| format!("{k} {v}"))
+            .collect();
+        let statuses: Vec<String> = er
+            .completions_by_status
+            .iter()
+            .map(|(k, v)| format!("{k} {v}"))
+            .collect();
+        let _ = writeln!(
+            s,
+            "errors: {} ({}), completions: {}, mismatches {}",
+            er.scenarios_by_kind.values().sum::<u64>(),
+            kinds.join(", "),
+            statuses.join(", "),
+            er.mismatches
+        );
+    }
     if let Some(d) = &r.datagrams {
         let _ = writeln!(
             s,
@@ -330,7 +370,21 @@ fn render(args: &Args, r: &RunReport, wall_s: f64) -> String {
             ("ops_posted", w.ops_posted.to_string()),
             ("ops_completed", w.ops_completed.to_string()),
             ("ops_ok", w.ops_ok.to_string()),
-            ("mismatches", w.mismatches.to_string()),
+            (
+                "mismatches",
+                (w.mismatches + r.errors.as_ref().map_or(0, |e| e.mismatches)).to_string(),
+            ),
+            (
+                "completions_by_status",
+                format!(
+                    "{{{}}}",
+                    r.completions_by_status()
+                        .iter()
+                        .map(|(k, v)| format!("\"{k}\":{v}"))
+                        .collect::<Vec<_>>()
+                        .join(",")
+                ),
+            ),
             ("recvs_completed", w.recvs_completed.to_string()),
             ("retransmissions", e.retransmissions.to_string()),
             ("retransmit_timeouts", e.retransmit_timeouts.to_string()),

@@ -267,3 +267,40 @@ fn runs_that_cannot_fit_are_refused() {
     );
     assert!(o.stdout.is_empty());
 }
+
+/// `--errors`: a share of failing operations, every one as the model predicts, tallied by
+/// status in the JSON; the run passes (exit 0) with `"mismatches":0`, loss-free and lossy.
+#[test]
+fn sim_errors_are_predicted_and_tallied_by_status() {
+    for extra in [
+        &[][..],
+        &["--loss", "0.02", "--dup", "0.01", "--reorder", "0.05"][..],
+    ] {
+        let mut args = vec!["--seed", "5", "--ops", "400", "--errors", "0.05", "--json"];
+        args.extend_from_slice(extra);
+        let out = sim(&args);
+        assert_eq!(out.status.code(), Some(0), "{out:?}");
+        assert_eq!(json_number(&out, "mismatches"), 0);
+        let text = String::from_utf8(out.stdout.clone()).unwrap();
+        let last = text.lines().last().unwrap();
+        let at = last
+            .find("\"completions_by_status\":{")
+            .expect("the status map")
+            + 25;
+        let map = &last[at..at + last[at..].find('}').unwrap()];
+        // 20 failing operations (5 % of 400): each a remote access error, an RNR or a
+        // transport retry exhaustion, with flushed work after it.
+        let count = |k: &str| -> u64 {
+            map.split(',')
+                .find_map(|kv| kv.strip_prefix(&format!("\"{k}\":")))
+                .map_or(0, |v| v.parse().unwrap())
+        };
+        let failures = count("remote_access_error")
+            + count("rnr_retry_exceeded_error")
+            + count("retry_exceeded_error");
+        assert!(failures >= 20, "{map}");
+        assert!(count("wr_flush_error") >= 20, "{map}");
+        assert!(count("success") >= 400, "{map}");
+        assert!(text.contains("errors: 20 ("), "{text}");
+    }
+}

@@ -356,6 +356,27 @@ impl WcStatus {
         }
     }
 
+    /// A machine-readable name (`remote_access_error`, `wr_flush_error`, …): what reports
+    /// key tallies by.
+    pub fn snake_name(self) -> &'static str {
+        match self {
+            WcStatus::Success => "success",
+            WcStatus::LocLenErr => "local_length_error",
+            WcStatus::LocQpOpErr => "local_qp_operation_error",
+            WcStatus::LocProtErr => "local_protection_error",
+            WcStatus::WrFlushErr => "wr_flush_error",
+            WcStatus::MwBindErr => "mw_bind_error",
+            WcStatus::BadRespErr => "bad_response_error",
+            WcStatus::LocAccessErr => "local_access_error",
+            WcStatus::RemInvReqErr => "remote_invalid_request_error",
+            WcStatus::RemAccessErr => "remote_access_error",
+            WcStatus::RemOpErr => "remote_operation_error",
+            WcStatus::RetryExcErr => "retry_exceeded_error",
+            WcStatus::RnrRetryExcErr => "rnr_retry_exceeded_error",
+            WcStatus::GeneralErr => "general_error",
+        }
+    }
+
     /// The status name as ibverbs' `ibv_wc_status_str` spells it.
     pub fn as_str(self) -> &'static str {
         match self {

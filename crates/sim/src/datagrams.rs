@@ -125,6 +125,17 @@ impl DatagramReport {
         self.mismatches == 0 && self.first_divergence.is_none()
     }
 
+    /// Successful completions: every send, and every delivery (a receive completion).
+    pub fn successes(&self) -> u64 {
+        self.ud_sent
+            + self.mcast_sent
+            + self.uc_sent
+            + self.ud_delivered
+            + self.ud_duplicates
+            + self.mcast_delivered
+            + self.uc_delivered
+    }
+
     /// UD unicast messages lost.
     pub fn ud_lost(&self) -> u64 {
         self.ud_sent.saturating_sub(self.ud_delivered)

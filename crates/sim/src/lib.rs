@@ -23,6 +23,7 @@
 //! `SOFTRDMA_SEED=<n>`, and that number is the whole reproduction recipe.
 
 pub mod datagrams;
+pub mod errors;
 pub mod fabric;
 pub mod intercept;
 pub mod link;

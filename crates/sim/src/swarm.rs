@@ -9,13 +9,15 @@
 //! everything not yet done must finish within a virtual-time bound — a protocol that is safe
 //! but stuck fails here.
 
+use std::collections::BTreeMap;
 use std::fmt;
 use std::io::Write;
 
-use softrdma_proto::{Duration, Instant, Mtu, NakKind, Stats};
+use softrdma_proto::{Duration, Instant, Mtu, NakKind, Stats, WcStatus};
 use softrdma_wire::Opcode;
 
 use crate::datagrams::{DatagramConfig, DatagramReport, DatagramWorkload};
+use crate::errors::{ErrorConfig, ErrorReport, ErrorWorkload};
 use crate::fabric::{Fabric, FabricConfig, FabricStats, NodeId, RunOutcome, SimError};
 use crate::intercept::{PacketMatch, Targeted, Verdict};
 use crate::link::LinkConfig;
@@ -46,6 +48,8 @@ pub struct RunConfig {
     pub workload: WorkloadConfig,
     /// UD and UC traffic beside it, if any.
     pub datagrams: Option<DatagramConfig>,
+    /// Operations that must fail, beside it, if any (see [`crate::errors`]).
+    pub errors: Option<ErrorConfig>,
     /// Link model during the safety phase, per ordered node pair (row = sender).
     pub links: Vec<Vec<LinkConfig>>,
     /// Targeted faults during the safety phase.
@@ -182,6 +186,8 @@ pub struct RunReport {
     pub workload: WorkloadReport,
     /// The UD/UC traffic's tallies and verdict, if it ran.
     pub datagrams: Option<DatagramReport>,
+    /// The failing operations' tallies and verdict, if they ran.
+    pub errors: Option<ErrorReport>,
     /// What the fabric did.
     pub fabric: FabricStats,
     /// Engine counters summed over nodes.
@@ -200,6 +206,24 @@ impl RunReport {
         self.sim_error.is_none()
             && self.workload.passed()
             && self.datagrams.as_ref().map_or(true, DatagramReport::passed)
+            && self.errors.as_ref().map_or(true, ErrorReport::passed)
+    }
+
+    /// Completions of every kind of traffic, by status name (`WcStatus::snake_name`): the RC
+    /// workload's and the datagrams' successes (their failures are divergences, listed
+    /// apart) and every completion of the failing operations.
+    pub fn completions_by_status(&self) -> BTreeMap<&'static str, u64> {
+        let mut m: BTreeMap<&'static str, u64> = BTreeMap::new();
+        let ok = self.workload.ops_ok
+            + self.workload.recvs_completed
+            + self.datagrams.as_ref().map_or(0, |d| d.successes());
+        *m.entry(WcStatus::Success.snake_name()).or_default() += ok;
+        if let Some(e) = &self.errors {
+            for (k, v) in &e.completions_by_status {
+                *m.entry(k).or_default() += v;
+            }
+        }
+        m
     }
 
     /// The first divergence, or the fabric error, in words.
@@ -216,6 +240,13 @@ impl RunReport {
             .and_then(|d| d.first_divergence.as_ref())
         {
             return Some(format!("UD/UC: {d}"));
+        }
+        if let Some(d) = self
+            .errors
+            .as_ref()
+            .and_then(|e| e.first_divergence.as_ref())
+        {
+            return Some(format!("error paths: {d}"));
         }
         if !self.workload.passed() {
             return Some(format!(
@@ -300,6 +331,7 @@ impl RunConfig {
         RunConfig {
             workload,
             datagrams: None,
+            errors: None,
             links: vec![vec![link; n]; n],
             faults: Vec::new(),
             safety,
@@ -423,9 +455,28 @@ impl RunConfig {
             }
         }
         let safety = Duration::from_nanos(rng.range_inclusive(200_000, 40_000_000));
+        // Half the seeds also run failing operations; drawn from a stream of their own, so the
+        // rest of every seed's draw is what it was before they existed.
+        let mut erng = SimRng::new(seed).fork(0x6572_7273);
+        let lossy = links
+            .iter()
+            .flatten()
+            .any(|l| l.loss > 0.0 || l.corrupt > 0.0)
+            || faults
+                .iter()
+                .any(|f| matches!(f.verdict, Verdict::Drop | Verdict::CorruptBit(_)));
+        let errors = erng.chance(0.5).then(|| ErrorConfig {
+            seed,
+            nodes,
+            scenarios: erng.range_inclusive(1, 4),
+            lossy,
+            mtu,
+            only: None,
+        });
         RunConfig {
             workload,
             datagrams,
+            errors,
             links,
             faults,
             safety,
@@ -469,7 +520,9 @@ impl RunConfig {
                 " datagrams={{ud={} uc={} max_len={} window={} recv_depth={} multicast={}}}",
                 d.ud_ops, d.uc_ops, d.max_len, d.window, d.recv_depth, d.multicast
             ))
-        )
+        ) + &self.errors.map_or(String::new(), |e| {
+            format!(" errors={{scenarios={} lossy={}}}", e.scenarios, e.lossy)
+        })
     }
 }
 
@@ -489,11 +542,16 @@ pub fn run(config: &RunConfig, capture: Option<Box<dyn Write>>) -> Result<RunRep
         Some(d) => Some(DatagramWorkload::setup(&mut fabric, d)?),
         None => None,
     };
-    // Both workloads pump on every step; the run is done when both are.
+    let mut ew = match config.errors {
+        Some(e) => Some(ErrorWorkload::setup(&mut fabric, e)?),
+        None => None,
+    };
+    // Every workload pumps on every step; the run is done when all are.
     let mut pump = |f: &mut Fabric| {
         let rc = wl.pump(f);
         let ud = dg.as_mut().map_or(true, |d| d.pump(f));
-        rc && ud
+        let er = ew.as_mut().map_or(true, |e| e.pump(f));
+        rc && ud && er
     };
     for (i, row) in config.links.iter().enumerate() {
         for (j, link) in row.iter().enumerate() {
@@ -536,10 +594,12 @@ pub fn run(config: &RunConfig, capture: Option<Box<dyn Write>>) -> Result<RunRep
     }
     let workload = wl.finish(&fabric);
     let datagrams = dg.as_mut().map(|d| d.finish(&fabric));
+    let errors = ew.as_mut().map(|e| e.finish(&fabric));
     Ok(RunReport {
         seed,
         workload,
         datagrams,
+        errors,
         fabric: *fabric.stats(),
         engines: EngineTotals::of(&fabric),
         healed_at,

@@ -40,12 +40,16 @@ fn swarm_seeds_pass() {
     let started = WallClock::now();
     let mut failures = Vec::new();
     let mut totals = (0u64, 0u64, 0u64);
+    let mut by_status = std::collections::BTreeMap::new();
     for seed in first..first.saturating_add(count) {
         match run_seed(seed) {
             Ok(r) => {
                 totals.0 += r.workload.ops_ok;
                 totals.1 += r.engines.retransmissions;
                 totals.2 += r.engines.icrc_drops;
+                for (k, v) in r.completions_by_status() {
+                    *by_status.entry(k).or_insert(0u64) += v;
+                }
             }
             Err(f) => {
                 eprintln!("{f}\n");
@@ -60,10 +64,26 @@ fn swarm_seeds_pass() {
         totals.1,
         totals.2
     );
+    eprintln!("completions by status: {by_status:?}");
     assert!(
         failures.is_empty(),
         "failing seeds (replay with SOFTRDMA_SEED=<n>): {failures:?}"
     );
+    // Half the seeds carry failing operations: every expected kind of failure happened,
+    // and each matched the model (or the seed would have failed above).
+    if count >= 200 {
+        for status in [
+            "remote_access_error",
+            "wr_flush_error",
+            "rnr_retry_exceeded_error",
+            "retry_exceeded_error",
+        ] {
+            assert!(
+                by_status.get(status).copied().unwrap_or(0) > 0,
+                "no {status} in {count} seeds: {by_status:?}"
+            );
+        }
+    }
 }
 
 /// Many QPs on a slow link (issue 13): 16 and 64 connections, 64 WRs outstanding each, 4 KiB
