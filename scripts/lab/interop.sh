@@ -4,8 +4,8 @@
 #   SOFTRDMA_LAB=/work/shared/rxe-lab scripts/lab/interop.sh
 #
 # Runs scripts/lab/pingpong.sh, perf.sh, ibverbs.sh (unmodified programs through softrdma
-# exec), cm.sh (the CM machine's probe against ucmatose) and rping.sh (softrdma rping against
-# librdmacm's rping), one after the other. Without SOFTRDMA_LAB each part prints why it skips
+# exec), cm.sh (the CM machine's probe against ucmatose), rping.sh and ucmatose.sh (softrdma
+# rping / ucmatose against librdmacm's), one after the other. Without SOFTRDMA_LAB each part prints why it skips
 # and exits 0. Exit status: 0 if every part passed.
 set -uo pipefail
 HERE=$(cd "$(dirname "$0")" && pwd)
@@ -14,7 +14,7 @@ if [ -z "${SOFTRDMA_LAB:-}" ]; then
   exit 0
 fi
 rc=0
-for part in pingpong perf ibverbs cm rping; do
+for part in pingpong perf ibverbs cm rping ucmatose; do
   bash "$HERE/$part.sh" || rc=1
 done
 [ $rc = 0 ] && echo "interop: PASS" || echo "interop: FAIL"

@@ -25,6 +25,7 @@ mod rping;
 mod sim;
 mod srq_pingpong;
 mod transport;
+mod ucmatose;
 
 use std::process::ExitCode;
 
@@ -77,6 +78,12 @@ enum Command {
     /// Exit status: 0 if every op completed successfully and the model agrees, 1 otherwise
     /// (the seed and the first divergence are printed), 2 if the run could not be set up.
     Sim(sim::Args),
+    /// A peer of librdmacm's ucmatose (cmatose): RC connections through rdma_cm, messages
+    /// exchanged on each, then torn down.
+    ///
+    /// Exit status: 0 on success; a connection error's status (e.g. 8 for a REJ "invalid
+    /// service ID") or 1 otherwise; 2 on usage errors.
+    Ucmatose(ucmatose::Args),
 }
 
 fn main() -> ExitCode {
@@ -90,5 +97,6 @@ fn main() -> ExitCode {
         Command::Pingpong(args) => pingpong::run(args),
         Command::Rping(args) => rping::run(args),
         Command::Sim(args) => sim::run_cmd(args),
+        Command::Ucmatose(args) => ucmatose::run(args),
     }
 }

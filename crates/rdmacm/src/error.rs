@@ -23,6 +23,12 @@ pub enum CmError {
     /// The QP could not be created or moved through its states.
     #[error("queue pair: {0}")]
     Qp(String),
+    /// The peer rejected the connection (`RDMA_CM_EVENT_REJECTED`; `ECONNREFUSED`).
+    #[error("rejected by the peer: {0:?}")]
+    Rejected(softrdma_wire::mad::cm::RejectReason),
+    /// The peer did not answer (`RDMA_CM_EVENT_UNREACHABLE`; `ETIMEDOUT`).
+    #[error("the peer is unreachable")]
+    Unreachable,
     /// The connection manager refused (address in use, bad state, private data too long…).
     #[error(transparent)]
     Cm(#[from] RdmaError),

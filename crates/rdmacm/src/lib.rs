@@ -49,10 +49,12 @@ mod error;
 mod event;
 mod id;
 mod service;
+mod simple;
 
 pub use error::CmError;
 pub use event::CmEventKind;
 pub use id::{CmEvent, CmId, EventChannel};
+pub use simple::{connect, Connection, Listener};
 pub use softrdma_cm::rdma::{ConnParam, RdmaQpType, Route, UdParam};
 pub use softrdma_wire::mad::cm::RejectReason;
 pub use softrdma_wire::mad::cma::PortSpace;

@@ -181,3 +181,65 @@ fn sixty_four_connections_at_once() {
         }
     }
 }
+
+#[test]
+fn the_blocking_shortcut_connects_and_disconnects() {
+    let listener = softrdma_rdmacm::Listener::bind(addr("127.0.60.8:7471")).unwrap();
+    let (checked, wait_checked) = std::sync::mpsc::channel();
+    let server = std::thread::spawn(move || {
+        let cq_slot = std::sync::Mutex::new(None);
+        let conn = listener
+            .accept(
+                |dev| {
+                    let cq = dev.create_cq(16).unwrap();
+                    *cq_slot.lock().unwrap() = Some(cq.clone());
+                    QpInitAttr::rc(&cq)
+                },
+                &ConnParam {
+                    private_data: b"welcome".to_vec(),
+                    ..ConnParam::rc(0)
+                },
+                WAIT,
+            )
+            .unwrap();
+        assert_eq!(&conn.private_data[..5], b"hello");
+        assert_eq!(conn.qp.state(), softrdma::QpState::Rts);
+        checked.send(()).unwrap();
+        // The client's disconnect arrives; answering it ends the connection.
+        let e = conn.events().get_event(Some(WAIT)).unwrap();
+        assert_eq!(e.kind, CmEventKind::Disconnected);
+        e.id.disconnect().unwrap();
+    });
+    let conn = softrdma_rdmacm::connect(
+        Some(addr("127.0.60.7:0")),
+        addr("127.0.60.8:7471"),
+        |dev| QpInitAttr::rc(&dev.create_cq(16).unwrap()),
+        &ConnParam {
+            private_data: b"hello".to_vec(),
+            ..ConnParam::rc(0)
+        },
+        WAIT,
+    )
+    .unwrap();
+    assert_eq!(&conn.private_data[..7], b"welcome");
+    assert_eq!(conn.qp.state(), softrdma::QpState::Rts);
+    wait_checked.recv_timeout(WAIT).unwrap();
+    conn.disconnect(WAIT).unwrap();
+    server.join().unwrap();
+}
+
+#[test]
+fn a_listener_gone_mid_handshake_rejects_not_hangs() {
+    let (sch, cch) = (EventChannel::new(), EventChannel::new());
+    let l = listener(&sch, "127.0.60.10:7471");
+    let (c, _qp, _cq) = client(&cch, "127.0.60.9:0", "127.0.60.10:7471");
+    c.connect(&ConnParam::rc(0)).unwrap();
+    let req = next(&sch);
+    assert!(matches!(req.kind, CmEventKind::ConnectRequest { .. }));
+    // The server goes away between the REQ and its answer: the request's id and the
+    // listener are destroyed without accept or reject.
+    drop(req);
+    drop(l);
+    let e = next(&cch);
+    assert!(matches!(e.kind, CmEventKind::Rejected { .. }), "{e:?}");
+}
