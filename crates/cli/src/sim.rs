@@ -195,6 +195,7 @@ impl Args {
         RunConfig {
             datagrams,
             errors,
+            cm: None,
             rxe_like_responders: self.rxe_responders,
             ..RunConfig::uniform(workload, link, SAFETY_BOUND)
         }

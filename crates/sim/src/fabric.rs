@@ -231,6 +231,9 @@ pub struct Fabric {
     tx_buf: Vec<u8>,
     /// Consecutive steps taken without the clock moving.
     steps_at_instant: u64,
+    /// The earliest time something outside the engines asked to be woken at (a connection
+    /// manager's retransmission timer): an event like the engines' deadlines.
+    wakeup: Option<Instant>,
 }
 
 impl fmt::Debug for Fabric {
@@ -264,6 +267,7 @@ impl Fabric {
             stats: FabricStats::default(),
             tx_buf: Vec::with_capacity(8192),
             steps_at_instant: 0,
+            wakeup: None,
         }
     }
 
@@ -658,7 +662,7 @@ impl Fabric {
         Ok(())
     }
 
-    /// The earliest pending event: an arrival or an engine deadline.
+    /// The earliest pending event: an arrival, an engine deadline or a requested wakeup.
     pub fn next_event(&self) -> Option<Instant> {
         let arrival = self.in_flight.peek().map(|Reverse(s)| s.at);
         let deadline = self
@@ -666,10 +670,15 @@ impl Fabric {
             .iter()
             .filter_map(|n| n.engine.poll_timeout())
             .min();
-        match (arrival, deadline) {
-            (Some(a), Some(d)) => Some(a.min(d)),
-            (a, d) => a.or(d),
-        }
+        [arrival, deadline, self.wakeup].into_iter().flatten().min()
+    }
+
+    /// Asks the event loop to stop at `at` even if nothing else happens then: for timers of
+    /// code that runs beside the engines (a workload's `done` callback sees the clock there,
+    /// and asks again for its next timer). The earliest request wins; it is forgotten once
+    /// reached.
+    pub fn wake_at(&mut self, at: Instant) {
+        self.wakeup = Some(self.wakeup.map_or(at, |w| w.min(at)));
     }
 
     /// Runs one instant of the event loop (see the module docs), never past `deadline`.
@@ -703,6 +712,9 @@ impl Fabric {
             }
         }
         let now = self.now;
+        if self.wakeup.is_some_and(|w| w <= now) {
+            self.wakeup = None;
+        }
         while self.in_flight.peek().is_some_and(|Reverse(s)| s.at <= now) {
             let Some(Reverse(s)) = self.in_flight.pop() else {
                 break;

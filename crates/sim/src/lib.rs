@@ -15,6 +15,10 @@
 //! - [`workload`]: a random RC workload with a reference model that checks every result;
 //! - [`datagrams`]: UD (unicast and multicast) and UC traffic beside it, checked for what
 //!   unreliable transports must never do: deliver a message corrupt, partial or twice;
+//! - [`errors`]: operations that must fail (bad rkeys, bounds, rights, RNR, a vanished peer),
+//!   their completions, QP states and untouched memory predicted and checked;
+//! - [`cm`]: rdma_cm handshakes, the IB CM's MADs on each node's QP 1, through the same
+//!   faults;
 //! - [`swarm`]: one seed in, verdict out — faults drawn from the seed (safety phase), then a
 //!   healed network in which everything must finish (liveness phase);
 //! - [`rng`]: the only randomness (xoshiro256** from a `u64` seed; no OS entropy).
@@ -22,6 +26,7 @@
 //! The same seed always replays the same run, packet for packet: on failure the swarm prints
 //! `SOFTRDMA_SEED=<n>`, and that number is the whole reproduction recipe.
 
+pub mod cm;
 pub mod datagrams;
 pub mod errors;
 pub mod fabric;

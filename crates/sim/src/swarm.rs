@@ -16,6 +16,7 @@ use std::io::Write;
 use softrdma_proto::{Duration, Instant, Mtu, NakKind, Stats, WcStatus};
 use softrdma_wire::Opcode;
 
+use crate::cm::{CmReport, CmWorkload, CmWorkloadConfig};
 use crate::datagrams::{DatagramConfig, DatagramReport, DatagramWorkload};
 use crate::errors::{ErrorConfig, ErrorReport, ErrorWorkload};
 use crate::fabric::{Fabric, FabricConfig, FabricStats, NodeId, RunOutcome, SimError};
@@ -50,6 +51,8 @@ pub struct RunConfig {
     pub datagrams: Option<DatagramConfig>,
     /// Operations that must fail, beside it, if any (see [`crate::errors`]).
     pub errors: Option<ErrorConfig>,
+    /// rdma_cm handshakes over QP 1 beside it, if any (see [`crate::cm`]).
+    pub cm: Option<CmWorkloadConfig>,
     /// Link model during the safety phase, per ordered node pair (row = sender).
     pub links: Vec<Vec<LinkConfig>>,
     /// Targeted faults during the safety phase.
@@ -188,6 +191,8 @@ pub struct RunReport {
     pub datagrams: Option<DatagramReport>,
     /// The failing operations' tallies and verdict, if they ran.
     pub errors: Option<ErrorReport>,
+    /// The connection handshakes' tallies and verdict, if they ran.
+    pub cm: Option<CmReport>,
     /// What the fabric did.
     pub fabric: FabricStats,
     /// Engine counters summed over nodes.
@@ -207,6 +212,7 @@ impl RunReport {
             && self.workload.passed()
             && self.datagrams.as_ref().map_or(true, DatagramReport::passed)
             && self.errors.as_ref().map_or(true, ErrorReport::passed)
+            && self.cm.as_ref().map_or(true, CmReport::passed)
     }
 
     /// Completions of every kind of traffic, by status name (`WcStatus::snake_name`): the RC
@@ -247,6 +253,17 @@ impl RunReport {
             .and_then(|e| e.first_divergence.as_ref())
         {
             return Some(format!("error paths: {d}"));
+        }
+        if let Some(c) = &self.cm {
+            if let Some(d) = &c.first_divergence {
+                return Some(format!("rdma_cm: {d}"));
+            }
+            if !c.passed() {
+                return Some(format!(
+                    "rdma_cm: {} of {} connections established, {} disconnected",
+                    c.established, c.connections, c.disconnected
+                ));
+            }
         }
         if !self.workload.passed() {
             return Some(format!(
@@ -332,6 +349,7 @@ impl RunConfig {
             workload,
             datagrams: None,
             errors: None,
+            cm: None,
             links: vec![vec![link; n]; n],
             faults: Vec::new(),
             safety,
@@ -473,14 +491,27 @@ impl RunConfig {
             mtu,
             only: None,
         });
+        // A third of the seeds also run rdma_cm handshakes over the same faulty links.
+        let cm = erng.chance(0.3).then(|| CmWorkloadConfig {
+            seed,
+            nodes,
+            connections: erng.range_inclusive(1, 3) as usize,
+        });
         RunConfig {
             workload,
             datagrams,
             errors,
+            cm,
             links,
             faults,
             safety,
-            liveness: Duration::from_secs(5),
+            // The CM retransmits a lost MAD after seconds (its response timeouts): room for a
+            // few rounds once the network is healed.
+            liveness: if cm.is_some() {
+                Duration::from_secs(120)
+            } else {
+                Duration::from_secs(5)
+            },
             // A quarter of the seeds: requesters must notice and fall back to go-back-N.
             rxe_like_responders: rng.chance(0.25),
         }
@@ -522,6 +553,8 @@ impl RunConfig {
             ))
         ) + &self.errors.map_or(String::new(), |e| {
             format!(" errors={{scenarios={} lossy={}}}", e.scenarios, e.lossy)
+        }) + &self.cm.map_or(String::new(), |c| {
+            format!(" cm={{connections={}}}", c.connections)
         })
     }
 }
@@ -546,12 +579,17 @@ pub fn run(config: &RunConfig, capture: Option<Box<dyn Write>>) -> Result<RunRep
         Some(e) => Some(ErrorWorkload::setup(&mut fabric, e)?),
         None => None,
     };
+    let mut cw = match config.cm {
+        Some(c) => Some(CmWorkload::setup(&mut fabric, c)?),
+        None => None,
+    };
     // Every workload pumps on every step; the run is done when all are.
     let mut pump = |f: &mut Fabric| {
         let rc = wl.pump(f);
         let ud = dg.as_mut().map_or(true, |d| d.pump(f));
         let er = ew.as_mut().map_or(true, |e| e.pump(f));
-        rc && ud && er
+        let cm = cw.as_mut().map_or(true, |c| c.pump(f));
+        rc && ud && er && cm
     };
     for (i, row) in config.links.iter().enumerate() {
         for (j, link) in row.iter().enumerate() {
@@ -595,11 +633,13 @@ pub fn run(config: &RunConfig, capture: Option<Box<dyn Write>>) -> Result<RunRep
     let workload = wl.finish(&fabric);
     let datagrams = dg.as_mut().map(|d| d.finish(&fabric));
     let errors = ew.as_mut().map(|e| e.finish(&fabric));
+    let cm = cw.as_mut().map(CmWorkload::finish);
     Ok(RunReport {
         seed,
         workload,
         datagrams,
         errors,
+        cm,
         fabric: *fabric.stats(),
         engines: EngineTotals::of(&fabric),
         healed_at,
