@@ -4,9 +4,10 @@
 #   SOFTRDMA_LAB=/work/shared/rxe-lab scripts/lab/interop.sh
 #
 # Runs scripts/lab/pingpong.sh, perf.sh, ibverbs.sh (unmodified programs through softrdma
-# exec), cm.sh (the CM machine's probe against ucmatose), rping.sh and ucmatose.sh (softrdma
-# rping / ucmatose against librdmacm's), one after the other. Without SOFTRDMA_LAB each part prints why it skips
-# and exits 0. Exit status: 0 if every part passed.
+# exec), cm.sh (the CM machine's probe against ucmatose), rping.sh, ucmatose.sh and
+# udaddy.sh (softrdma rping / ucmatose / udaddy against librdmacm's), one after the other.
+# Without SOFTRDMA_LAB each part prints why it skips and exits 0. Exit status: 0 if every
+# part passed.
 set -uo pipefail
 HERE=$(cd "$(dirname "$0")" && pwd)
 if [ -z "${SOFTRDMA_LAB:-}" ]; then
@@ -14,7 +15,7 @@ if [ -z "${SOFTRDMA_LAB:-}" ]; then
   exit 0
 fi
 rc=0
-for part in pingpong perf ibverbs cm rping ucmatose; do
+for part in pingpong perf ibverbs cm rping ucmatose udaddy; do
   bash "$HERE/$part.sh" || rc=1
 done
 [ $rc = 0 ] && echo "interop: PASS" || echo "interop: FAIL"

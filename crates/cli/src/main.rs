@@ -26,6 +26,7 @@ mod sim;
 mod srq_pingpong;
 mod transport;
 mod ucmatose;
+mod udaddy;
 
 use std::process::ExitCode;
 
@@ -84,6 +85,12 @@ enum Command {
     /// Exit status: 0 on success; a connection error's status (e.g. 8 for a REJ "invalid
     /// service ID") or 1 otherwise; 2 on usage errors.
     Ucmatose(ucmatose::Args),
+    /// A peer of librdmacm's udaddy: UD QPs resolved through rdma_cm's SIDR, datagrams
+    /// exchanged on each.
+    ///
+    /// Exit status: 0 on success; a connection error's status or 1 otherwise; 2 on usage
+    /// errors.
+    Udaddy(udaddy::Args),
 }
 
 fn main() -> ExitCode {
@@ -98,5 +105,6 @@ fn main() -> ExitCode {
         Command::Rping(args) => rping::run(args),
         Command::Sim(args) => sim::run_cmd(args),
         Command::Ucmatose(args) => ucmatose::run(args),
+        Command::Udaddy(args) => udaddy::run(args),
     }
 }

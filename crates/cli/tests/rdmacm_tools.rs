@@ -137,3 +137,38 @@ fn ucmatose_client_and_server_exchange_and_exit_0() {
         ]
     );
 }
+
+#[test]
+fn udaddy_client_and_server_exchange_datagrams_and_exit_0() {
+    let server = softrdma(&["udaddy", "-b", "127.0.61.8", "-c", "2", "-C", "5"])
+        .spawn()
+        .unwrap();
+    std::thread::sleep(Duration::from_millis(300));
+    let client = softrdma(&[
+        "udaddy",
+        "-s",
+        "127.0.61.8",
+        "-b",
+        "127.0.61.7",
+        "-c",
+        "2",
+        "-C",
+        "5",
+    ])
+    .output()
+    .unwrap();
+    let server = server.wait_with_output().unwrap();
+    let (c, s) = (
+        String::from_utf8_lossy(&client.stdout),
+        String::from_utf8_lossy(&server.stdout),
+    );
+    assert!(
+        client.status.success() && c.ends_with("test complete\nreturn status 0\n"),
+        "{c}"
+    );
+    assert!(server.status.success(), "{s}");
+    assert!(
+        s.contains("sending replies\ndata transfers complete\n"),
+        "{s}"
+    );
+}

@@ -354,7 +354,8 @@ impl CmId {
     }
 
     /// Creates the id's QP (`rdma_create_qp`) in `pd` (of the id's device) and moves it to
-    /// INIT as rdma_cm does.
+    /// INIT as rdma_cm does — a UD QP on to RTS, with rdma_cm's Q_Key (librdmacm's
+    /// `ucma_init_ud_qp`): datagrams need no handshake.
     pub fn create_qp(
         &self,
         pd: &ProtectionDomain,
@@ -363,6 +364,11 @@ impl CmId {
         let (service, rid) = self.service()?;
         let qp = pd.create_qp(init).map_err(|e| CmError::Qp(e.to_string()))?;
         service.with_cm(|st, _| move_qp(&qp, &st.cm, rid, &[QpState::Init]))?;
+        if self.inner.qp_type == RdmaQpType::Ud {
+            qp.modify(&QpAttr::ud_rtr())
+                .and_then(|()| qp.modify(&QpAttr::unreliable_rts(softrdma::Psn::new(0))))
+                .map_err(|e| CmError::Qp(e.to_string()))?;
+        }
         lock(&self.inner.state).qp = Some(qp.clone());
         Ok(qp)
     }
@@ -394,7 +400,8 @@ impl CmId {
     }
 
     /// Accepts a connect request (`rdma_accept`): the QP goes to RTR and RTS, then the REP
-    /// leaves; `Established` follows the peer's RTU.
+    /// leaves; `Established` follows the peer's RTU. For UD, the SIDR_REP carries the QP's
+    /// number and Q_Key (`param.qkey`, 0 for rdma_cm's), and the id is ready at once.
     pub fn accept(&self, param: &ConnParam) -> Result<(), CmError> {
         let (service, rid) = self.service()?;
         let Some(qp) = self.qp() else {
@@ -404,13 +411,12 @@ impl CmId {
             qp_num: qp.qp_num(),
             ..param.clone()
         };
+        let ud = self.inner.qp_type == RdmaQpType::Ud;
         service.with_cm(|st, now| {
-            move_qp(
-                &qp,
-                &st.cm,
-                rid,
-                &[QpState::Init, QpState::Rtr, QpState::Rts],
-            )?;
+            if !ud {
+                let steps = [QpState::Init, QpState::Rtr, QpState::Rts];
+                move_qp(&qp, &st.cm, rid, &steps)?;
+            }
             st.cm.accept(now, rid, &param).map_err(CmError::from)
         })
     }
