@@ -39,7 +39,7 @@ pub use error::EngineError;
 pub use event::AsyncEvent;
 pub use io::{DatagramMeta, Transmit};
 pub use mr::{AccessError, MemoryRegion, MrTable, PdHandle, RegionMemory, VecMemory};
-pub use mw::{MemoryWindow, MwBinding, MwError, MwType};
+pub use mw::{Invalidator, MemoryWindow, MwBinding, MwError, MwType};
 pub use qp::{
     rxe_source_port, ud_source_port, AddressVector, ModifyQpError, Mtu, QpAttr, QpCaps, QpConfig,
     QpState, QpType, QueuePair, GSI_QKEY,

@@ -15,8 +15,10 @@
 //! - Binding needs `MW_BIND` on the region, local write on it for a writable window, the
 //!   range inside the region, and (beyond rxe, which does not check) the region in the
 //!   window's protection domain — a window never widens what a domain can reach.
-//! - An invalidated window names nothing at once: the next packet using its rkey is answered
-//!   with a remote access NAK. A region with windows bound cannot be deregistered (rxe:
+//! - Only a QP of the window's domain invalidates it (LOCAL_INV), and a peer only through the
+//!   QP a type 2 window serves (SEND_WITH_INV); rxe checks neither. An invalidated window
+//!   names nothing at once: the next packet using its rkey is answered with a remote access
+//!   NAK. A region with windows bound cannot be deregistered (rxe:
 //!   `EINVAL`), so a bound window never outlives its bytes.
 //!
 //! Windows share the key space of regions (see [`crate::mr::MrTable`], whose window
@@ -105,4 +107,21 @@ pub enum MwError {
     /// fast-registered ones can, which softrdma does not have), as on rxe.
     #[error("rkey {0:#x} names a memory region, which cannot be invalidated")]
     RegionKey(u32),
+}
+
+/// Who asks for an invalidation.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Invalidator {
+    /// A LOCAL_INV work request of a QP of protection domain `pd`.
+    Local {
+        /// The QP's protection domain.
+        pd: PdHandle,
+    },
+    /// A peer's SEND_WITH_INV arriving on QP `qpn` of protection domain `pd`.
+    Remote {
+        /// The receiving QP's protection domain.
+        pd: PdHandle,
+        /// The receiving QP.
+        qpn: u32,
+    },
 }

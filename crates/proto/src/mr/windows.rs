@@ -3,7 +3,7 @@
 
 use super::{AccessError, KeyObject, MemoryRegion, MrTable, PdHandle};
 use crate::access::AccessFlags;
-use crate::mw::{MemoryWindow, MwBinding, MwError, MwType};
+use crate::mw::{Invalidator, MemoryWindow, MwBinding, MwError, MwType};
 use crate::wr::MwBind;
 
 /// Rights a window may grant.
@@ -128,7 +128,7 @@ impl MrTable {
 
     /// Invalidates `rkey` (LOCAL_INV, or a peer's SEND_WITH_INV): a bound type 2 window
     /// becomes free and its rkey names nothing.
-    pub fn invalidate(&mut self, rkey: u32) -> Result<(), MwError> {
+    pub fn invalidate(&mut self, rkey: u32, by: Invalidator) -> Result<(), MwError> {
         if self.get(rkey).is_some() {
             return Err(MwError::RegionKey(rkey));
         }
@@ -138,6 +138,17 @@ impl MrTable {
             .ok_or(MwError::NoSuchWindow(rkey))?;
         if w.mw_type == MwType::Type1 {
             return Err(MwError::WrongType);
+        }
+        // Only a QP of the window's domain revokes it; a peer only through the QP the window
+        // serves (rxe checks neither: any QP of the device could revoke any window).
+        let allowed = match by {
+            Invalidator::Local { pd } => w.pd == pd,
+            Invalidator::Remote { pd, qpn } => {
+                w.pd == pd && w.binding.map_or(true, |b| b.qpn == Some(qpn))
+            }
+        };
+        if !allowed {
+            return Err(MwError::WrongPd);
         }
         if w.binding.take().is_none() {
             return Err(MwError::NotBound);
@@ -317,13 +328,16 @@ mod tests {
             Err(MwError::AlreadyBound)
         );
         // Invalidated: the rkey names nothing; invalidating again fails; rebinding works.
-        t.invalidate(rkey).unwrap();
+        t.invalidate(rkey, Invalidator::Local { pd: PD }).unwrap();
         assert_eq!(
             t.check_remote(PD, 7, rkey, 0x1100, 8, AccessFlags::REMOTE_WRITE)
                 .err(),
             Some(AccessError::BadKey(rkey))
         );
-        assert_eq!(t.invalidate(rkey), Err(MwError::NotBound));
+        assert_eq!(
+            t.invalidate(rkey, Invalidator::Local { pd: PD }),
+            Err(MwError::NotBound)
+        );
         assert_eq!(t.windows_bound_to(mr), 0);
         t.bind_window(
             PD,
@@ -430,7 +444,10 @@ mod tests {
                 .err(),
             Some(AccessError::OutOfBounds)
         );
-        assert_eq!(t.invalidate(b2.new_rkey), Err(MwError::WrongType));
+        assert_eq!(
+            t.invalidate(b2.new_rkey, Invalidator::Local { pd: PD }),
+            Err(MwError::WrongType)
+        );
         // Length 0 unbinds.
         let b3 = bind(b2.new_rkey, 0x78, 0, 0, 0, AccessFlags::REMOTE_READ);
         t.bind_window(PD, 1, &b3).unwrap();
@@ -439,11 +456,34 @@ mod tests {
             .check_remote(PD, 1, b3.new_rkey, 0x1000, 1, AccessFlags::REMOTE_READ)
             .is_err());
         // A region's key is not a window's, and cannot be invalidated.
-        assert_eq!(t.invalidate(mr), Err(MwError::RegionKey(mr)));
+        assert_eq!(
+            t.invalidate(mr, Invalidator::Local { pd: PD }),
+            Err(MwError::RegionKey(mr))
+        );
         assert!(
             t.get(b3.new_rkey).is_none(),
             "a window's rkey is never an lkey"
         );
+    }
+
+    #[test]
+    fn test_only_the_windows_domain_and_qp_revoke_it() {
+        let (mut t, mr) = table();
+        let mw = t.alloc_window(PD, MwType::Type2).unwrap();
+        let b = bind(mw, 9, mr, 0x1000, 64, AccessFlags::REMOTE_READ);
+        t.bind_window(PD, 4, &b).unwrap();
+        let other_pd = Invalidator::Local { pd: PdHandle(2) };
+        let other_qp = Invalidator::Remote { pd: PD, qpn: 5 };
+        assert_eq!(t.invalidate(b.new_rkey, other_pd), Err(MwError::WrongPd));
+        assert_eq!(t.invalidate(b.new_rkey, other_qp), Err(MwError::WrongPd));
+        assert_eq!(
+            t.windows_bound_to(mr),
+            1,
+            "a refused invalidation changes nothing"
+        );
+        t.invalidate(b.new_rkey, Invalidator::Remote { pd: PD, qpn: 4 })
+            .unwrap();
+        assert_eq!(t.windows_bound_to(mr), 0);
     }
 
     #[test]

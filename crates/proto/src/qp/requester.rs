@@ -408,7 +408,12 @@ impl QueuePair {
                 .mrs
                 .bind_window(self.pd, self.qpn, &bind)
                 .map_err(|_| WcStatus::MwBindErr),
-            SendOp::LocalInv { rkey } => ctx.mrs.invalidate(rkey).map_err(|_| WcStatus::LocQpOpErr),
+            SendOp::LocalInv { rkey } => {
+                let by = crate::mw::Invalidator::Local { pd: self.pd };
+                ctx.mrs
+                    .invalidate(rkey, by)
+                    .map_err(|_| WcStatus::LocQpOpErr)
+            }
             _ => Err(WcStatus::LocQpOpErr),
         };
         if let Err(status) = result {

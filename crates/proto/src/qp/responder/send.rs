@@ -58,7 +58,13 @@ impl QueuePair {
             return Ok(());
         }
         let invalidated = match pkt.ext.ieth {
-            Some(ieth) => ctx.mrs.invalidate(ieth.rkey).is_ok(),
+            Some(ieth) => {
+                let by = crate::mw::Invalidator::Remote {
+                    pd: self.pd,
+                    qpn: self.qpn,
+                };
+                ctx.mrs.invalidate(ieth.rkey, by).is_ok()
+            }
             None => true,
         };
         if invalidated {
