@@ -74,7 +74,9 @@ check "softrdma client x$COUNT -> rping" $src $grc "$OUT/$tag.softrdma.log" "$OU
 tag=softrdma-server
 echo "== softrdma rping -s -a $HOST_IP -p $PORT -S $SIZE -v  <-  rping -c -a $HOST_IP -C $COUNT -S $SIZE -V -v (g2)"
 start_capture "$OUT/$tag.wire.pcap"
-nsx timeout 150 "$BIN" rping -s -a "$HOST_IP" -p "$PORT" -S "$SIZE" -v > "$OUT/$tag.softrdma.log" 2>&1 &
+# Not through nsx (a backgrounded function is a subshell): $! must be the server itself, so
+# that killing it frees 10.88.0.1:4791 for the next run.
+ip netns exec "$NS" timeout 150 "$BIN" rping -s -a "$HOST_IP" -p "$PORT" -S "$SIZE" -v > "$OUT/$tag.softrdma.log" 2>&1 &
 spid=$!
 "$LAB/guest.sh" g2 "$G2" "rxe-retry 60 rping -c -a $HOST_IP -p $PORT -C $COUNT -S $SIZE -V -v; echo rping-exit=\$?" \
   > "$OUT/$tag.guest.log" 2>&1
@@ -113,7 +115,9 @@ check "rejected by rxe (REJ 8)" $src $grc "$OUT/$tag.softrdma.log" "$OUT/$tag.gu
 tag=reject-by-softrdma
 echo "== softrdma rping -s -a $HOST_IP -p $PORT (listening on $PORT only)  <-  rping -c -a $HOST_IP -p 9999 (g2)"
 start_capture "$OUT/$tag.wire.pcap"
-nsx timeout 60 "$BIN" rping -s -a "$HOST_IP" -p "$PORT" > "$OUT/$tag.softrdma.log" 2>&1 &
+# Not through nsx (a backgrounded function is a subshell): $! must be the server itself, so
+# that killing it frees 10.88.0.1:4791 for the next run.
+ip netns exec "$NS" timeout 60 "$BIN" rping -s -a "$HOST_IP" -p "$PORT" > "$OUT/$tag.softrdma.log" 2>&1 &
 spid=$!
 "$LAB/guest.sh" g2 "$G2" "rping -c -a $HOST_IP -p 9999 -C 1; echo rping-exit=\$?" > "$OUT/$tag.guest.log" 2>&1
 grc=$?

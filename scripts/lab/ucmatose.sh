@@ -64,7 +64,9 @@ check "softrdma client x$CONNS -> ucmatose" $src "$OUT/$tag.guest.log" "$OUT/$ta
 tag=softrdma-server
 echo "== softrdma ucmatose -b $HOST_IP $FLAGS  <-  ucmatose -s $HOST_IP $FLAGS (g2)"
 start_capture "$OUT/$tag.wire.pcap"
-nsx timeout 200 "$BIN" ucmatose -b "$HOST_IP" $FLAGS > "$OUT/$tag.softrdma.log" 2>&1 &
+# Not through nsx (a backgrounded function is a subshell): $! must be the server itself, so
+# that killing it frees 10.88.0.1:4791 for the next run.
+ip netns exec "$NS" timeout 200 "$BIN" ucmatose -b "$HOST_IP" $FLAGS > "$OUT/$tag.softrdma.log" 2>&1 &
 spid=$!
 "$LAB/guest.sh" g2 "$G2" "rxe-retry 60 ucmatose -s $HOST_IP $FLAGS" > "$OUT/$tag.guest.log" 2>&1
 wait $spid; src=$?

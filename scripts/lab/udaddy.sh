@@ -26,7 +26,7 @@ HOST_IP=10.88.0.1
 G1=10.88.0.11
 G2=10.88.0.12
 PORT=7174
-FLAGS="-c $CONNS -C $COUNT -S $SIZE -p $PORT"
+FLAGS="-c $CONNS -C $COUNT -S $SIZE"  # udaddy's port is fixed (7174); its -p is the port space
 mkdir -p "$OUT"
 
 check() { # NAME SOFTRDMA_RC GUEST_LOG SOFTRDMA_LOG WIRE
@@ -51,7 +51,7 @@ while :; do
   nsx timeout 150 "$BIN" udaddy -s "$G1" -b "$HOST_IP" $FLAGS > "$OUT/$tag.softrdma.log" 2>&1
   src=$?
   if [ $src -ne 0 ] && [ "$(date +%s)" -lt "$deadline" ] && kill -0 $gpid 2>/dev/null && \
-     grep -q "RDMA_CM_EVENT_REJECTED" "$OUT/$tag.softrdma.log"; then
+     grep -q "RDMA_CM_EVENT_REJECTED\|RDMA_CM_EVENT_UNREACHABLE" "$OUT/$tag.softrdma.log"; then
     sleep 1; continue
   fi
   break
@@ -65,7 +65,9 @@ check "softrdma client x$CONNS -> udaddy" $src "$OUT/$tag.guest.log" "$OUT/$tag.
 tag=softrdma-server
 echo "== softrdma udaddy -b $HOST_IP $FLAGS  <-  udaddy -s $HOST_IP $FLAGS (g2)"
 start_capture "$OUT/$tag.wire.pcap"
-nsx timeout 200 "$BIN" udaddy -b "$HOST_IP" $FLAGS > "$OUT/$tag.softrdma.log" 2>&1 &
+# Not through nsx (a backgrounded function is a subshell): $! must be the server itself, so
+# that killing it frees 10.88.0.1:4791 for the next run.
+ip netns exec "$NS" timeout 200 "$BIN" udaddy -b "$HOST_IP" $FLAGS > "$OUT/$tag.softrdma.log" 2>&1 &
 spid=$!
 "$LAB/guest.sh" g2 "$G2" "rxe-retry 60 udaddy -s $HOST_IP $FLAGS" > "$OUT/$tag.guest.log" 2>&1
 wait $spid; src=$?

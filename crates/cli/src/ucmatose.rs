@@ -78,7 +78,8 @@ pub(crate) fn run(args: &Args) -> ExitCode {
         1
     });
     println!("return status {status}");
-    ExitCode::from(status.clamp(0, 255) as u8)
+    // As C's `return ret` from main: the low byte (-110 exits 146).
+    ExitCode::from((status & 0xff) as u8)
 }
 
 /// The message count in effect: 0 when messages are 0 bytes (as cmatose).

@@ -12,6 +12,7 @@
 //!   GRH, the QPN from the immediate, its own Q_Key) with `-C` signaled replies;
 //! - `test complete` and `return status N` end the output (exit status N).
 //!
+//! The port is udaddy's fixed 7174 (its `-p` names the port space, 0x111 for UDP).
 //! Differences: the server needs `-b ADDR`; only the UDP port space; `-f` and `-t` are not
 //! offered.
 
@@ -49,13 +50,17 @@ pub(crate) struct Args {
     #[arg(short = 'S', default_value_t = 100,
           value_parser = clap::value_parser!(u32).range(0..=4096))]
     size: u32,
-    /// Port.
-    #[arg(short = 'p', default_value_t = 7174)]
-    port: u16,
+    /// Port space as a number, as udaddy's `-p` (kept there for backwards compatibility):
+    /// 0x111, UDP (IPoIB's 0x2 is not offered).
+    #[arg(short = 'p', default_value = "0x111", value_parser = ["0x111", "273"])]
+    port_space_number: String,
     /// Port space: udp (ipoib is not offered).
     #[arg(short = 'P', default_value = "udp", value_parser = ["udp"])]
     port_space: String,
 }
+
+/// udaddy's port, fixed (`port = "7174"`; its `-p` is the port space).
+const PORT: u16 = 7174;
 
 /// One UD "connection" (udaddy's `cmatest_node`).
 struct Node {
@@ -79,7 +84,8 @@ pub(crate) fn run(args: &Args) -> ExitCode {
     });
     println!("test complete");
     println!("return status {status}");
-    ExitCode::from(status.clamp(0, 255) as u8)
+    // As C's `return ret` from main: the low byte (-110 exits 146).
+    ExitCode::from((status & 0xff) as u8)
 }
 
 fn count(args: &Args) -> u32 {
@@ -259,7 +265,7 @@ fn server(args: &Args) -> Result<i32, String> {
     let ch = EventChannel::new();
     let listen = CmId::new(&ch, PortSpace::Udp, RdmaQpType::Ud);
     listen
-        .bind_addr(SocketAddr::new(bind, args.port))
+        .bind_addr(SocketAddr::new(bind, PORT))
         .map_err(|e| format!("bind address failed: {e}"))?;
     listen
         .listen()
@@ -285,7 +291,7 @@ fn server(args: &Args) -> Result<i32, String> {
 fn client(args: &Args, server: IpAddr) -> Result<i32, String> {
     println!("udaddy: starting client");
     let ch = EventChannel::new();
-    let dst = SocketAddr::new(server, args.port);
+    let dst = SocketAddr::new(server, PORT);
     let src = args.bind.map(|ip| SocketAddr::new(ip, 0));
     println!("udaddy: connecting");
     let mut ids = Vec::new();

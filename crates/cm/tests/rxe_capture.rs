@@ -266,3 +266,26 @@ fn connects_like_rping() {
     assert_eq!(cm.poll_event().unwrap().kind, RdmaEventKind::TimewaitExit);
     assert!(cm.poll_transmit().is_none());
 }
+
+/// rxe's SIDR_REPs, from `scripts/lab/udaddy.sh` (softrdma's udaddy client at 10.88.0.1,
+/// rdma-core's udaddy server on rxe at 10.88.0.11, 4 UD "connections"): rdma_cm gives UD QPs
+/// the Q_Key `RDMA_UDP_QKEY`, 0x01234567. softrdma had another value until this capture
+/// showed it.
+#[test]
+fn rxe_sidr_reps_carry_rdma_udp_qkey() {
+    use softrdma_wire::mad::cm::SidrStatus;
+    use softrdma_wire::mad::cma::RDMA_UDP_QKEY;
+    let reps: Vec<_> = gsi_mads("udaddy_sidr.pcap")
+        .into_iter()
+        .filter(|m| m.src == server_ip())
+        .filter_map(|m| match CmMad::parse(&m.mad).ok()?.msg {
+            CmMessage::SidrRep(r) => Some(r),
+            _ => None,
+        })
+        .collect();
+    assert_eq!(reps.len(), 4);
+    for r in reps {
+        assert_eq!((r.status, r.qkey), (SidrStatus::Success, RDMA_UDP_QKEY));
+    }
+    assert_eq!(RDMA_UDP_QKEY, 0x0123_4567);
+}

@@ -28,7 +28,7 @@ pub struct ConnParam {
     pub srq: bool,
     /// The QP number: ours when sent, the peer's when received.
     pub qp_num: u32,
-    /// UD accept: the Q_Key to advertise (0: rdma_cm's 0x01111111).
+    /// UD accept: the Q_Key to advertise (0: rdma_cm's 0x01234567).
     pub qkey: u32,
 }
 

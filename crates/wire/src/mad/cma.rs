@@ -15,7 +15,7 @@ pub const CMA_VERSION: u8 = 0x00;
 /// Header length: version, IP version, port, two 16-byte addresses.
 pub const CMA_HEADER_LEN: usize = 36;
 /// The Q_Key rdma_cm gives UD QPs of the UDP and IB port spaces (`RDMA_UDP_QKEY`).
-pub const RDMA_UDP_QKEY: u32 = 0x0111_1111;
+pub const RDMA_UDP_QKEY: u32 = 0x0123_4567;
 
 /// An rdma_cm port space (`enum rdma_ucm_port_space`): which "protocol" a port number belongs
 /// to. The value, shifted left 16, is the service ID's upper part: 0x0106 is Annex A11's
