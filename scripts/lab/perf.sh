@@ -22,8 +22,9 @@
 #                   default); default (TESTS below): every softrdma perf test, both atomic
 #                   kinds, every perftest flag softrdma perf takes, and the connection types
 #                   UD (-c UD: SEND tests; -s at most the guests' MTU of 1024, as perftest
-#                   fails a larger one) and UC (-c UC: WRITE and SEND tests) (15 to 20
-#                   minutes with PERF_ITERS=50)
+#                   fails a larger one), UC (-c UC: WRITE and SEND tests) and rdma_cm mode
+#                   (-R: the control QP and the test QPs connected through rdma_cm) (15 to
+#                   20 minutes with PERF_ITERS=50)
 #   PERF_ITERS      iterations (default 200: the guests run under TCG, ~10 MB/s; the -a
 #                   runs use -n 5)
 #   PERF_SIZE       message size of the non-atomic tests without -s of their own (default
@@ -55,7 +56,9 @@ TESTS=${PERF_TESTS:-"write-bw read-bw send-bw atomic-bw:FETCH_AND_ADD atomic-bw:
   write-bw,-a,-n,5 send-bw,-a,-n,5 write-lat,-a,-n,5 read-lat,-a,-n,5 send-lat,-a,-n,5
   send-bw,-c,UD,-s,1024 send-lat,-c,UD send-lat,-c,UD,-s,1024 send-bw,-c,UD,-a,-n,5
   write-bw,-c,UC send-bw,-c,UC write-lat,-c,UC send-lat,-c,UC
-  send-bw,--use-srq send-lat,--use-srq send-bw,--use-srq,-q,4"}
+  send-bw,--use-srq send-lat,--use-srq send-bw,--use-srq,-q,4
+  write-bw,-R send-bw,-R read-lat,-R write-bw,-R,-q,4 read-bw,-R send-lat,-R write-lat,-R
+  atomic-bw:FETCH_AND_ADD,-R"}
 ITERS=${PERF_ITERS:-200}
 SIZE=${PERF_SIZE:-4096}
 OUT=${PERF_OUT:-$ROOT/target/lab/perf}
@@ -173,7 +176,7 @@ for spec in $TESTS; do
       ${PERF_SOFTRDMA_FLAGS:-} --pcap "$OUT/$t.tap.pcap" "$GUEST_IP" > "$OUT/$t.softrdma.log" 2>&1
     src=$?
     if [ $src -ne 0 ] && [ "$(date +%s)" -lt "$deadline" ] && kill -0 $gpid 2>/dev/null && \
-       grep -q "cannot connect" "$OUT/$t.softrdma.log"; then
+       grep -qE "cannot connect|rdma_cm: the server" "$OUT/$t.softrdma.log"; then
       sleep 0.3; continue
     fi
     break

@@ -357,6 +357,11 @@ pub(crate) fn counter_list(s: &DeviceStats) -> Vec<(String, u64)> {
         ("reads_served", e.reads_served),
         ("atomics_executed", e.atomics_executed),
         ("atomics_replayed", e.atomics_replayed),
+        ("ecn_ce_received", e.ecn_ce_received),
+        ("cnps_sent", e.cnps_sent),
+        ("cnps_received", e.cnps_received),
+        ("cc_rate_cuts", e.cc_rate_cuts),
+        ("cc_paced_waits", e.paced_waits),
     ]
     .into_iter()
     .map(|(k, n)| (k.to_owned(), n))

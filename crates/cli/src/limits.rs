@@ -74,6 +74,16 @@ pub(crate) fn fmt_secs(s: f64) -> String {
     t.trim_end_matches('0').trim_end_matches('.').to_owned()
 }
 
+/// A probability typed on the command line: a number in [0, 1].
+pub(crate) fn probability(s: &str) -> Result<f64, String> {
+    let p: f64 = s.parse().map_err(|e| format!("{e}"))?;
+    if (0.0..=1.0).contains(&p) {
+        Ok(p)
+    } else {
+        Err(format!("{p} is not a probability in [0, 1]"))
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

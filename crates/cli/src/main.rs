@@ -23,6 +23,7 @@ mod pingpong;
 mod route;
 mod rping;
 mod sim;
+mod sim_incast;
 mod srq_pingpong;
 mod transport;
 mod ucmatose;

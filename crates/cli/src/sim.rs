@@ -39,9 +39,24 @@ use softrdma_sim::workload::{MemoryEstimate, WorkloadConfig};
 /// Virtual time the faulty phase may last at most (the workload normally finishes first).
 const SAFETY_BOUND: Duration = Duration::from_secs(600);
 
+/// `softrdma sim`'s experiments besides the default workload.
+#[derive(Debug, clap::Subcommand)]
+pub(crate) enum Experiment {
+    /// Many senders to one receiver across switches, with DCQCN or none, PFC or none: the
+    /// bottleneck's utilization, fairness, queue, drops, pauses, CNPs and retransmissions.
+    ///
+    /// Exit status: 0 when all data arrived exactly once and in order, 1 otherwise, 2 on
+    /// bad arguments.
+    Incast(crate::sim_incast::Args),
+}
+
 /// Arguments of `softrdma sim`.
 #[derive(Debug, ClapArgs)]
+#[command(args_conflicts_with_subcommands = true)]
 pub(crate) struct Args {
+    /// An experiment to run instead of the workload.
+    #[command(subcommand)]
+    experiment: Option<Experiment>,
     /// Seed of every random choice: data, op mix, sizes, PSNs, faults.
     #[arg(long, default_value_t = 1)]
     seed: u64,
@@ -67,19 +82,19 @@ pub(crate) struct Args {
     /// connection of its own, each failing as the model predicts (wrong rkey, out of bounds,
     /// missing right, deregistered region, RNR retries or transport retries exhausted), with
     /// the work around it completing or flushing (see `softrdma_sim::errors`).
-    #[arg(long, default_value_t = 0.0, value_parser = probability)]
+    #[arg(long, default_value_t = 0.0, value_parser = crate::limits::probability)]
     errors: f64,
     /// Probability that a datagram is lost (per link traversal).
-    #[arg(long, default_value_t = 0.0, value_parser = probability)]
+    #[arg(long, default_value_t = 0.0, value_parser = crate::limits::probability)]
     loss: f64,
     /// Probability that a datagram is duplicated.
-    #[arg(long, default_value_t = 0.0, value_parser = probability)]
+    #[arg(long, default_value_t = 0.0, value_parser = crate::limits::probability)]
     dup: f64,
     /// Probability that a datagram is delayed by up to 20 µs extra, so later ones overtake it.
-    #[arg(long, default_value_t = 0.0, value_parser = probability)]
+    #[arg(long, default_value_t = 0.0, value_parser = crate::limits::probability)]
     reorder: f64,
     /// Probability that one ICRC-covered bit of a datagram is flipped.
-    #[arg(long, default_value_t = 0.0, value_parser = probability)]
+    #[arg(long, default_value_t = 0.0, value_parser = crate::limits::probability)]
     corrupt: f64,
     /// Path MTU in bytes: 256, 512, 1024, 2048 or 4096.
     #[arg(long, default_value_t = 1024, value_parser = mtu)]
@@ -142,15 +157,6 @@ fn estimate_line(e: &MemoryEstimate) -> String {
     )
 }
 
-fn probability(s: &str) -> Result<f64, String> {
-    let p: f64 = s.parse().map_err(|e| format!("{e}"))?;
-    if (0.0..=1.0).contains(&p) {
-        Ok(p)
-    } else {
-        Err(format!("{p} is not a probability in [0, 1]"))
-    }
-}
-
 fn mtu(s: &str) -> Result<u32, String> {
     let v: u32 = s.parse().map_err(|e| format!("{e}"))?;
     Mtu::from_bytes(v)
@@ -204,6 +210,9 @@ impl Args {
 
 /// Runs the subcommand and maps the outcome to the documented exit status.
 pub(crate) fn run_cmd(args: &Args) -> ExitCode {
+    if let Some(Experiment::Incast(a)) = &args.experiment {
+        return crate::sim_incast::run(a);
+    }
     let capture: Option<Box<dyn Write>> = match &args.pcap {
         None => None,
         Some(path) => match File::create(path) {
@@ -476,9 +485,9 @@ mod tests {
 
     #[test]
     fn test_parsers() {
-        assert_eq!(probability("0.5"), Ok(0.5));
-        assert!(probability("1.5").is_err());
-        assert!(probability("-0.1").is_err());
+        assert_eq!(crate::limits::probability("0.5"), Ok(0.5));
+        assert!(crate::limits::probability("1.5").is_err());
+        assert!(crate::limits::probability("-0.1").is_err());
         assert_eq!(mtu("4096"), Ok(4096));
         assert!(mtu("1500").is_err());
     }

@@ -4,6 +4,7 @@ use std::net::{IpAddr, Ipv4Addr};
 
 use softrdma_wire::ROCEV2_UDP_PORT;
 
+use crate::cc::CcConfig;
 use crate::qp::attr::Mtu;
 
 /// Static configuration of one engine (one software RNIC port).
@@ -54,6 +55,8 @@ pub struct EngineConfig {
     /// from the operating system's random source (the verbs layer does); the simulator derives
     /// it from its seed, to stay reproducible. 0 by default.
     pub key_seed: u64,
+    /// Congestion control (ECN marks, CNPs, DCQCN pacing): off by default, as in Linux rxe.
+    pub cc: CcConfig,
 }
 
 impl EngineConfig {
@@ -74,6 +77,7 @@ impl EngineConfig {
             reorder_bytes: 64 << 20,
             selective_repeat: true,
             key_seed: 0,
+            cc: CcConfig::OFF,
         }
     }
 }

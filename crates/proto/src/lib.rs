@@ -16,6 +16,7 @@
 
 pub mod access;
 mod budget;
+pub mod cc;
 pub mod config;
 pub mod cq;
 pub mod engine;

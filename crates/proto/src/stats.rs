@@ -177,6 +177,16 @@ pub struct Stats {
     /// SEND_WITH_INV messages whose rkey could not be invalidated (no bound type 2 window):
     /// the receive completed with a remote invalid request error.
     pub invalid_invalidations: u64,
+    /// Received packets marked ECN Congestion Experienced.
+    pub ecn_ce_received: u64,
+    /// Congestion notification packets sent (the notification point).
+    pub cnps_sent: u64,
+    /// Congestion notification packets received.
+    pub cnps_received: u64,
+    /// Rate cuts the reaction point made (CNPs applied to a QP that runs congestion control).
+    pub cc_rate_cuts: u64,
+    /// Times a QP's request waited for its pacer.
+    pub paced_waits: u64,
 }
 
 impl Stats {

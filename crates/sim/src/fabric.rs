@@ -31,6 +31,7 @@ use crate::intercept::{Interceptor, PacketInfo, Verdict};
 use crate::link::{Link, LinkConfig};
 pub use crate::node_id::NodeId;
 use crate::rng::SimRng;
+use crate::switch::{SwitchConfig, SwitchStats, SwitchedNet};
 use softrdma_wire::pcap::{PcapWriter, UdpDatagram};
 
 /// Most nodes one fabric holds (addresses 10.0.0.1 ..= 10.0.0.250).
@@ -234,6 +235,8 @@ pub struct Fabric {
     /// The earliest time something outside the engines asked to be woken at (a connection
     /// manager's retransmission timer): an event like the engines' deadlines.
     wakeup: Option<Instant>,
+    /// Switches between the nodes instead of point-to-point links (see [`Fabric::use_switches`]).
+    switched: Option<SwitchedNet<InFlight>>,
 }
 
 impl fmt::Debug for Fabric {
@@ -268,6 +271,7 @@ impl Fabric {
             tx_buf: Vec::with_capacity(8192),
             steps_at_instant: 0,
             wakeup: None,
+            switched: None,
         }
     }
 
@@ -540,11 +544,22 @@ impl Fabric {
         });
     }
 
-    /// One copy of a datagram on its way to one node: interceptors, then the link model.
+    /// One copy of a datagram on its way to one node: interceptors, then the link model (or
+    /// the switches).
     fn route_to(&mut self, mut pkt: InFlight) {
         let (src, dst) = (pkt.src, pkt.dst);
         if self.config.capture_point == CapturePoint::Send {
             self.capture(self.now, &pkt);
+        }
+        if let Some(net) = self.switched.as_mut() {
+            // ECMP hashes the addresses and the UDP ports (a QP's source port is its own).
+            let flow = (u64::from(pkt.src_port) << 32)
+                ^ ((src.0 as u64) << 16)
+                ^ (dst.0 as u64)
+                ^ u64::from(pkt.dst_port);
+            let (len, ect) = (pkt.data.len(), pkt.ecn & 0b11 != 0);
+            net.send(self.now, src.0, dst.0, flow, len, ect, pkt);
+            return;
         }
         let verdict = if self.interceptors.is_empty() {
             Verdict::Pass
@@ -670,7 +685,31 @@ impl Fabric {
             .iter()
             .filter_map(|n| n.engine.poll_timeout())
             .min();
-        [arrival, deadline, self.wakeup].into_iter().flatten().min()
+        let switched = self.switched.as_ref().and_then(SwitchedNet::next_event);
+        [arrival, deadline, self.wakeup, switched]
+            .into_iter()
+            .flatten()
+            .min()
+    }
+
+    /// Connects the nodes through switches as `config` says instead of point-to-point links
+    /// (whose faults then no longer apply): for congestion experiments. Call it once every
+    /// node is added; `seed` drives the switches' ECN-marking decisions.
+    pub fn use_switches(&mut self, config: SwitchConfig, seed: u64) {
+        self.switched = Some(SwitchedNet::new(config, self.nodes.len(), seed));
+    }
+
+    /// What the switches did (`None`: point-to-point links).
+    pub fn switch_stats(&self) -> Option<SwitchStats> {
+        self.switched.as_ref().map(SwitchedNet::stats)
+    }
+
+    /// The switch port that delivers to `node`: bytes queued there now, the most it ever
+    /// held, and nanoseconds its transmitter has been busy.
+    pub fn switch_port_to(&self, node: NodeId) -> Option<(u64, u64, u64)> {
+        let net = self.switched.as_ref()?;
+        let q = net.port_to(node.0);
+        Some((net.queue_bytes(q), net.queue_max_bytes(q), net.busy_ns(q)))
     }
 
     /// Asks the event loop to stop at `at` even if nothing else happens then: for timers of
@@ -720,6 +759,14 @@ impl Fabric {
                 break;
             };
             self.deliver(s.pkt);
+        }
+        if let Some(net) = self.switched.as_mut() {
+            for (_, mut pkt, ce) in net.advance(now) {
+                if ce {
+                    pkt.ecn = 0b11;
+                }
+                self.deliver(pkt);
+            }
         }
         for node in &mut self.nodes {
             if node.engine.poll_timeout().is_some_and(|d| d <= now) {

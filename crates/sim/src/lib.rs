@@ -19,6 +19,9 @@
 //!   their completions, QP states and untouched memory predicted and checked;
 //! - [`cm`]: rdma_cm handshakes, the IB CM's MADs on each node's QP 1, through the same
 //!   faults;
+//! - [`switch`]: output-queued switches (ECN marking, tail drop, PFC; star and leaf–spine)
+//!   that [`Fabric::use_switches`] puts between the nodes instead of point-to-point links;
+//! - [`incast`]: many senders to one receiver across them, DCQCN or none, measured;
 //! - [`swarm`]: one seed in, verdict out — faults drawn from the seed (safety phase), then a
 //!   healed network in which everything must finish (liveness phase);
 //! - [`rng`]: the only randomness (xoshiro256** from a `u64` seed; no OS entropy).
@@ -30,6 +33,7 @@ pub mod cm;
 pub mod datagrams;
 pub mod errors;
 pub mod fabric;
+pub mod incast;
 pub mod intercept;
 pub mod link;
 pub mod memory;
@@ -37,6 +41,7 @@ pub mod node_id;
 pub mod rng;
 pub mod setup;
 pub mod swarm;
+pub mod switch;
 pub mod workload;
 
 pub use fabric::{

@@ -6,6 +6,7 @@ use std::sync::atomic::{AtomicU32, Ordering};
 use std::sync::{Arc, Mutex};
 use std::thread::{JoinHandle, ThreadId};
 
+use softrdma_proto::cc::CcConfig;
 use softrdma_proto::{Engine, EngineConfig, Mtu, Stats};
 use softrdma_udp::{Config as UdpConfig, RecvArena, RoceSocket, ROCEV2_UDP_PORT};
 
@@ -54,6 +55,9 @@ pub struct DeviceConfig {
     /// only from the address they were connected to in any case; this narrows who may reach
     /// the device at all (see [`IpNetwork`](crate::IpNetwork) for what it cannot stop).
     pub allowed_peers: Vec<crate::IpNetwork>,
+    /// Congestion control: ECT(0) marks, CNPs for CE-marked packets, DCQCN pacing (see
+    /// `softrdma_proto::cc`). Off by default, as in Linux rxe.
+    pub congestion_control: CcConfig,
 }
 
 impl DeviceConfig {
@@ -72,7 +76,14 @@ impl DeviceConfig {
             pcap: None,
             gso: true,
             allowed_peers: Vec::new(),
+            congestion_control: CcConfig::OFF,
         }
+    }
+
+    /// With congestion control (e.g. `CcConfig::dcqcn(line_rate_bps)`).
+    pub fn congestion_control(mut self, cc: CcConfig) -> DeviceConfig {
+        self.congestion_control = cc;
+        self
     }
 
     /// Accepting datagrams only from `networks` (see [`DeviceConfig::allowed_peers`]).
@@ -367,6 +378,7 @@ impl Device {
         ecfg.local_udp_port = local_addr.port();
         ecfg.remote_udp_port = config.port;
         ecfg.verify_icrc = config.verify_icrc;
+        ecfg.cc = config.congestion_control;
         ecfg.port_mtu = active_mtu;
         // rkeys are all that guards registered memory from anyone who can reach the port:
         // the engine draws them from this seed (see `softrdma_proto::MrTable`).

@@ -191,6 +191,7 @@ pub use progress::IoCounters;
 pub use qp::{ConnectOptions, QpEndpoint, QpInfo, QpInitAttr, QueuePair};
 pub use srq::SharedReceiveQueue;
 
+pub use softrdma_proto::cc::CcConfig;
 pub use softrdma_proto::{
     AccessFlags, AddressVector, DropReason, FlushLevel, Mtu, MwBind, MwType, NakKind, QpAttr,
     QpCaps, QpConfig, QpState, QpType, RecvWr, SendFlags, SendOp, SendWr, Sge, SrqAttr, Stats,

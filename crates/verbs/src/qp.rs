@@ -135,6 +135,8 @@ pub struct QpInfo {
     pub send_queue_len: usize,
     /// Receive WRs posted and not consumed.
     pub recv_queue_len: usize,
+    /// The rate congestion control allows the QP now, Mb/s (`None`: not running).
+    pub cc_rate_mbps: Option<u64>,
 }
 
 struct QpInner {
@@ -325,6 +327,7 @@ impl QueuePair {
                 cap: *q.caps(),
                 send_queue_len: q.send_queue_len(),
                 recv_queue_len: q.recv_queue_len(),
+                cc_rate_mbps: q.cc_rate_bps().map(|r| (r / 1e6) as u64),
             },
             None => QpInfo {
                 state: QpState::Err,
@@ -332,6 +335,7 @@ impl QueuePair {
                 cap: self.inner.cap,
                 send_queue_len: 0,
                 recv_queue_len: 0,
+                cc_rate_mbps: None,
             },
         }
     }

@@ -253,6 +253,29 @@ pub(crate) struct Args {
     /// Receive from one shared receive queue for all QPs (perftest's --use-srq; SEND tests).
     #[arg(long = "use-srq")]
     pub use_srq: bool,
+    /// Connect through rdma_cm (perftest's -R): the control QP and every test QP are rdma_cm
+    /// connections to the port (-p), and the out-of-band exchange runs over the control QP,
+    /// without TCP. RC only. A server needs --bind (a softrdma device needs an address).
+    #[arg(short = 'R', long = "rdma_cm", alias = "rdma-cm")]
+    pub rdma_cm: bool,
+    /// Congestion control (softrdma extension): `dcqcn` marks this side's requests ECT(0),
+    /// answers CE-marked packets with CNPs and paces each QP at DCQCN's rate; `none` (the
+    /// default, as rxe) does none of it.
+    #[arg(long = "cc", value_enum, default_value = "none")]
+    pub cc: CcChoice,
+    /// With --cc dcqcn: the line rate DCQCN starts at and never exceeds, Gb/s.
+    #[arg(long = "cc-line-gbps", default_value_t = 40,
+          value_parser = clap::value_parser!(u64).range(1..=1000))]
+    pub cc_line_gbps: u64,
+}
+
+/// `--cc`: congestion control of a run.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+pub(crate) enum CcChoice {
+    /// None (rxe's behaviour).
+    None,
+    /// DCQCN (ECT marks, CNPs, rate control).
+    Dcqcn,
 }
 
 /// What to run, resolved from [`Args`] with perftest's defaults and limits.
@@ -291,6 +314,10 @@ pub(crate) struct Config {
     pub transport: Transport,
     /// Receives come from one shared receive queue (`--use-srq`).
     pub use_srq: bool,
+    /// `-R`: connections through rdma_cm.
+    pub rdma_cm: bool,
+    /// `--cc dcqcn`: DCQCN with this line rate, bits per second.
+    pub cc_line_bps: Option<u64>,
     /// Whether `-s` was given (UD: perftest shrinks its default size to the path MTU, but
     /// fails on an `-s` above it).
     pub size_given: bool,
@@ -352,6 +379,16 @@ impl Args {
                 return usage("UD connection only possible in SEND verb")
             }
             _ => {}
+        }
+        if self.rdma_cm {
+            match self.connection {
+                // perftest's own refusal.
+                Transport::UC => return usage("UC is not supported in librdmacm"),
+                Transport::UD => {
+                    return usage("-R with -c UD is not supported by softrdma perf (RC only)")
+                }
+                Transport::RC => {}
+            }
         }
         if self.use_srq && self.test.verb() != Verb::Send {
             return usage("--use-srq applies to the SEND tests (send-bw, send-lat)");
@@ -534,6 +571,8 @@ impl Args {
             counters: self.counters,
             transport: self.connection,
             use_srq: self.use_srq,
+            rdma_cm: self.rdma_cm,
+            cc_line_bps: (self.cc == CcChoice::Dcqcn).then_some(self.cc_line_gbps * 1_000_000_000),
             size_given: self.size.is_some(),
         })
     }

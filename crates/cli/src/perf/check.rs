@@ -27,8 +27,8 @@
 //! the sides stamp, and only then does the client send, after perftest's closing `done`, the
 //! counts the server needs ([`send_counts`]) — on a connection a real perftest has closed.
 
+use super::control::Control;
 use std::io::{Read, Write};
-use std::net::TcpStream;
 use std::time::Duration;
 
 use softrdma::{MemoryRegion, Sge};
@@ -226,33 +226,38 @@ pub(crate) fn landing_ring(qps: u64, depth: u64, max_size: u64) -> u64 {
 
 /// Sends the server the number of messages each QP posted (after perftest's `done`, between
 /// softrdma peers only).
-pub(crate) fn send_counts(stream: &TcpStream, counts: &[u64]) -> Result<(), PerfError> {
+/// Size of the counts message for `qps` QPs.
+pub(crate) fn counts_len(qps: usize) -> usize {
+    COUNTS_MAGIC.len() + 4 + 8 * qps
+}
+
+pub(crate) fn send_counts(stream: &mut Control, counts: &[u64]) -> Result<(), PerfError> {
     let mut msg = COUNTS_MAGIC.to_vec();
     msg.extend((counts.len() as u32).to_be_bytes());
     for c in counts {
         msg.extend(c.to_be_bytes());
     }
-    (&*stream)
+    stream
         .write_all(&msg)
         .map_err(|e| PerfError::new(format!("sending the data-check counts: {e}")))
 }
 
 /// Reads what [`send_counts`] sent: one count per QP, `qps` of them.
 pub(crate) fn read_counts(
-    stream: &TcpStream,
+    stream: &mut Control,
     qps: usize,
     timeout: Duration,
 ) -> Result<Vec<u64>, PerfError> {
     let fail = |e: std::io::Error| PerfError::new(format!("reading the data-check counts: {e}"));
-    stream.set_read_timeout(Some(timeout)).map_err(fail)?;
+    stream.set_timeout(Some(timeout)).map_err(fail)?;
     let mut head = [0u8; 12];
-    (&*stream).read_exact(&mut head).map_err(fail)?;
+    stream.read_exact(&mut head).map_err(fail)?;
     let n = u32::from_be_bytes([head[8], head[9], head[10], head[11]]) as usize;
     if &head[..8] != COUNTS_MAGIC || n != qps {
         return Err(PerfError::new("the peer's data-check counts are malformed"));
     }
     let mut body = vec![0u8; 8 * n];
-    (&*stream).read_exact(&mut body).map_err(fail)?;
+    stream.read_exact(&mut body).map_err(fail)?;
     Ok(body
         .chunks(8)
         .map(|c| u64::from_be_bytes(c.try_into().expect("8 bytes")))

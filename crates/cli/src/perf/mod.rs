@@ -17,6 +17,8 @@
 mod args;
 mod bw;
 mod check;
+mod cmlink;
+mod control;
 mod lat;
 mod layout;
 mod oob;
@@ -60,7 +62,7 @@ fn run_side(
     progress: &mut Progress,
 ) -> Result<Outcome, PerfError> {
     // perftest warns while parsing its arguments, before anything else.
-    let server = matches!(conn, Conn::Listen(_));
+    let server = conn.is_server();
     if cfg.test.is_bw() && (cfg.no_peak || server && cfg.test.verb() == Verb::Send) {
         p.line(args::NO_PEAK_WARNING);
     }
@@ -204,10 +206,10 @@ fn traffic(
         );
     if ctx.softrdma_check() && counts_needed {
         if role == Role::Client {
-            check::send_counts(&ctx.peek, &ctx.sent)?;
+            check::send_counts(&mut ctx.peek, &ctx.sent)?;
         } else {
             let wait = ctx.stall();
-            let counts = check::read_counts(&ctx.peek, ctx.qps.len(), wait)?;
+            let counts = check::read_counts(&mut ctx.peek, ctx.qps.len(), wait)?;
             if passive {
                 checks.push(verify::passive(ctx, &counts)?);
             } else {
@@ -238,6 +240,13 @@ fn traffic(
             }
         }
     }
+    // -R: the rdma_cm connections end here, the test QPs' first.
+    if let Some(links) = ctx.links.take() {
+        links.close(role == Role::Client);
+    }
+    if let control::Control::Cm(c) = &ctx.peek {
+        c.disconnect();
+    }
     if passive && cfg.check && verb == Verb::Read {
         // The READ source is ours: its bytes must not have changed, whoever read them.
         checks.push(verify::passive(ctx, &[])?);
@@ -249,6 +258,17 @@ fn traffic(
         out.check = Some(checks.join("; "));
     }
     out.counters = report::Counters::of(&ctx.send_cq.device().stats().engine);
+    if cfg.cc_line_bps.is_some() {
+        let rates: Vec<String> = ctx
+            .qps
+            .iter()
+            .filter_map(|qp| {
+                let mbps = qp.query().cc_rate_mbps?;
+                Some(format!("QP {:#06x} {mbps} Mb/s", qp.qp_num()))
+            })
+            .collect();
+        p.line(&format!(" DCQCN rate now  : {}", rates.join(", ")));
+    }
     Ok(out)
 }
 
@@ -266,6 +286,21 @@ pub(crate) fn run(args: &Args) -> ExitCode {
         return loopback(&cfg, progress_on);
     }
     let (conn, role) = match &args.server {
+        Some(host) if cfg.rdma_cm => (
+            Conn::CmConnect(host.clone(), cfg.port.unwrap_or(softrdma_cm::DEFAULT_PORT)),
+            Role::Client,
+        ),
+        None if cfg.rdma_cm => {
+            let Some(ip) = cfg.bind else {
+                eprintln!(
+                    "softrdma perf: error: with -R a server needs --bind IP (its rdma_cm \
+                     listener is on a softrdma device, which needs an address)"
+                );
+                return ExitCode::from(2);
+            };
+            let port = cfg.port.unwrap_or(softrdma_cm::DEFAULT_PORT);
+            (Conn::CmListen(ip, port, None), Role::Server)
+        }
         Some(host) => (
             Conn::Connect(host.clone(), cfg.port.unwrap_or(softrdma_cm::DEFAULT_PORT)),
             Role::Client,
@@ -332,19 +367,27 @@ fn finish_text(cfg: &Config, p: &mut Printer, mine: Option<&str>, server: Option
 fn loopback(cfg: &Config, progress_on: bool) -> ExitCode {
     let server_ip = IpAddr::V4(Ipv4Addr::new(127, 0, 0, 1));
     let client_ip = IpAddr::V4(Ipv4Addr::new(127, 0, 0, 2));
-    let listener = match TcpListener::bind((server_ip, cfg.port.unwrap_or(0))) {
-        Ok(l) => l,
-        Err(e) => {
-            eprintln!("softrdma perf: cannot listen on {server_ip}: {e}");
-            return ExitCode::FAILURE;
-        }
-    };
-    let port = match listener.local_addr() {
-        Ok(a) => a.port(),
-        Err(e) => {
-            eprintln!("softrdma perf: {e}");
-            return ExitCode::FAILURE;
-        }
+    // -R: the server's rdma_cm listener is on its device; the client starts once it is up.
+    let (server_conn, port, ready) = if cfg.rdma_cm {
+        let port = cfg.port.unwrap_or(softrdma_cm::DEFAULT_PORT);
+        let (tx, rx) = std::sync::mpsc::channel();
+        (Conn::CmListen(server_ip, port, Some(tx)), port, Some(rx))
+    } else {
+        let listener = match TcpListener::bind((server_ip, cfg.port.unwrap_or(0))) {
+            Ok(l) => l,
+            Err(e) => {
+                eprintln!("softrdma perf: cannot listen on {server_ip}: {e}");
+                return ExitCode::FAILURE;
+            }
+        };
+        let port = match listener.local_addr() {
+            Ok(a) => a.port(),
+            Err(e) => {
+                eprintln!("softrdma perf: {e}");
+                return ExitCode::FAILURE;
+            }
+        };
+        (Conn::Listen(listener), port, None)
     };
     let server_cfg = Config {
         bind: Some(server_ip),
@@ -356,7 +399,7 @@ fn loopback(cfg: &Config, progress_on: bool) -> ExitCode {
         .spawn(move || {
             let mut p = Printer { on: false };
             let mut progress = Progress::new(false);
-            run_side(&server_cfg, Conn::Listen(listener), &mut p, &mut progress)
+            run_side(&server_cfg, server_conn, &mut p, &mut progress)
         });
     let server = match server {
         Ok(h) => h,
@@ -369,14 +412,17 @@ fn loopback(cfg: &Config, progress_on: bool) -> ExitCode {
         bind: Some(client_ip),
         ..cfg.clone()
     };
+    let client_conn = match ready {
+        Some(rx) => {
+            // The server's thread ends without a word if it fails before listening.
+            let _ = rx.recv_timeout(Duration::from_secs(10));
+            Conn::CmConnect(server_ip.to_string(), port)
+        }
+        None => Conn::Connect(server_ip.to_string(), port),
+    };
     let mut p = Printer { on: !cfg.json };
     let mut progress = Progress::new(progress_on);
-    let client = run_side(
-        &client_cfg,
-        Conn::Connect(server_ip.to_string(), port),
-        &mut p,
-        &mut progress,
-    );
+    let client = run_side(&client_cfg, client_conn, &mut p, &mut progress);
     if client.is_err() {
         // The server notices the client's socket closing; do not wait long for it.
         let t = Instant::now();

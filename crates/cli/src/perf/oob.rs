@@ -4,20 +4,24 @@
 //! every QP's keys twice and then sync; `ib_send_bw` syncs between the two rounds).
 
 use std::io::Write;
-use std::net::{IpAddr, SocketAddr, TcpListener, TcpStream};
+use std::net::{IpAddr, SocketAddr, TcpListener, TcpStream, ToSocketAddrs};
+use std::sync::mpsc::Sender;
 use std::time::Duration;
 
 use softrdma::{
-    AccessFlags, AhAttr, CompletionQueue, ConnectOptions, Device, DeviceConfig, MemoryRegion, Mtu,
-    QpAttr, QpCaps, QpEndpoint, QpInitAttr, QueuePair, SharedReceiveQueue, SrqAttr, UdDest,
-    GRH_LEN, MAX_CQE,
+    AccessFlags, AhAttr, CcConfig, CompletionQueue, ConnectOptions, Device, DeviceConfig,
+    MemoryRegion, Mtu, QpAttr, QpCaps, QpEndpoint, QpInitAttr, QueuePair, SharedReceiveQueue,
+    SrqAttr, UdDest, GRH_LEN, MAX_CQE,
 };
 use softrdma_cm::perftest::{
     KeySchedule, PerftestDest, PerftestSession, Role, SysData, DEFAULT_TIMEOUT, DEF_QKEY,
+    RDMA_CM_KEY_LEN,
 };
 
 use super::args::{Config, TestName, Verb};
 use super::check::{self, CheckMemory, VADDR_TAG};
+use super::cmlink::{self, DataLinks};
+use super::control::{CmControl, Control};
 use super::layout::{pattern, stride};
 use super::output::{PerfError, Printer};
 use super::report;
@@ -29,6 +33,18 @@ pub(crate) enum Conn {
     Connect(String, u16),
     /// Wait for a client on a bound listener.
     Listen(TcpListener),
+    /// `-R`: connect through rdma_cm to a server (`host`, port).
+    CmConnect(String, u16),
+    /// `-R`: wait for a client's rdma_cm connection on this device address and port; `ready`
+    /// is told once the listener is up.
+    CmListen(IpAddr, u16, Option<Sender<()>>),
+}
+
+impl Conn {
+    /// Whether this side is the server.
+    pub(crate) fn is_server(&self) -> bool {
+        matches!(self, Conn::Listen(_) | Conn::CmListen(..))
+    }
 }
 
 /// No completion for this long means the peer or the path is gone (unless `--timeout` says
@@ -49,9 +65,11 @@ pub(crate) struct Ctx {
     pub watchdog: Option<super::watch::Watchdog>,
     pub role: Role,
     /// The out-of-band session (taken at the end to close it).
-    pub sess: Option<PerftestSession>,
-    /// A second handle on the TCP connection, to notice the peer moving on (timed runs).
-    pub peek: TcpStream,
+    pub sess: Option<PerftestSession<Control>>,
+    /// A second handle on the control channel, to notice the peer moving on (timed runs).
+    pub peek: Control,
+    /// `-R`: the test QPs' rdma_cm connections (closed at the end).
+    pub links: Option<DataLinks>,
     pub mr: MemoryRegion,
     pub buf: u64,
     pub cycle_buffer: u64,
@@ -125,7 +143,7 @@ impl Ctx {
     }
 
     /// The open out-of-band session.
-    pub(crate) fn sess(&mut self) -> Result<&mut PerftestSession, PerfError> {
+    pub(crate) fn sess(&mut self) -> Result<&mut PerftestSession<Control>, PerfError> {
         self.sess
             .as_mut()
             .ok_or_else(|| PerfError::new("the out-of-band connection is closed"))
@@ -154,48 +172,125 @@ impl Ctx {
     /// Whether the peer has sent something on the out-of-band connection (it finished its
     /// part of the traffic and moved on), without consuming it.
     pub(crate) fn peer_moved_on(&self) -> bool {
-        let _ = self.peek.set_read_timeout(Some(Duration::from_micros(200)));
-        let r = matches!(self.peek.peek(&mut [0u8; 1]), Ok(n) if n > 0);
-        let _ = self.peek.set_read_timeout(None);
-        r
+        self.peek.peer_moved_on()
     }
 }
 
-fn tcp_timeouts(s: &TcpStream, t: Option<Duration>) -> Result<(), PerfError> {
-    s.set_read_timeout(t)?;
-    s.set_write_timeout(t)?;
-    Ok(())
+/// Where the test QPs of a `-R` run connect.
+#[derive(Clone, Copy)]
+enum CmSide {
+    /// The server's address and port.
+    Client(SocketAddr),
+    /// The port to listen on.
+    Server(u16),
 }
 
-/// Connects or accepts, opens the device, runs versions, sys data and MTU, prints the banner,
-/// creates the resources and exchanges the keys up to the first byte of traffic.
-pub(crate) fn setup(cfg: &Config, conn: Conn, p: &mut Printer) -> Result<Ctx, PerfError> {
-    let (stream, role) = match conn {
+/// `host`'s IPv4 address (perftest's rdma_cm mode is IPv4 only: `AF_INET` hints).
+fn resolve_ipv4(host: &str, port: u16) -> Result<SocketAddr, PerfError> {
+    (host, port)
+        .to_socket_addrs()
+        .ok()
+        .and_then(|mut a| a.find(SocketAddr::is_ipv4))
+        .ok_or_else(|| PerfError::new(format!("cannot resolve {host} to an IPv4 address")))
+}
+
+/// The device of a run on `ip`, as the flags ask.
+fn open_device(cfg: &Config, ip: IpAddr) -> Result<Device, PerfError> {
+    let mut dcfg = DeviceConfig::new(ip).busy_poll(cfg.busy_poll).gso(cfg.gso);
+    if let Some(line) = cfg.cc_line_bps {
+        // A burst of a whole GSO batch (64 packets of 4 KiB): the device sends in batches,
+        // and a smaller bucket would make it wait for a timer inside every batch.
+        dcfg = dcfg.congestion_control(CcConfig {
+            pace_burst_bytes: 256 << 10,
+            ..CcConfig::dcqcn(line)
+        });
+    }
+    if let Some(path) = &cfg.pcap {
+        dcfg = dcfg.pcap(path);
+    }
+    Device::open(dcfg)
+        .map_err(|e| PerfError::new(format!("cannot open a softrdma device on {ip}: {e}")))
+}
+
+/// The largest message on an rdma_cm control QP: perftest's 56-byte keys, or the data
+/// check's counts between softrdma peers (see `check::send_counts`).
+fn control_slot(qps: u32) -> usize {
+    RDMA_CM_KEY_LEN.max(check::counts_len(qps as usize))
+}
+
+/// The control channel, the device and this side's role.
+fn meet(
+    cfg: &Config,
+    conn: Conn,
+    p: &mut Printer,
+) -> Result<(PerftestSession<Control>, Control, Device, Role), PerfError> {
+    let tcp = |stream: TcpStream, role| -> Result<_, PerfError> {
+        let control = Control::Tcp(stream);
+        control.set_timeout(Some(DEFAULT_TIMEOUT))?;
+        let local: SocketAddr = match &control {
+            Control::Tcp(s) => s.local_addr()?,
+            Control::Cm(_) => unreachable!("a TCP control channel"),
+        };
+        let ip = cfg.bind.unwrap_or(local.ip().to_canonical());
+        let peek = control.try_clone()?;
+        let device = open_device(cfg, ip)?;
+        Ok((
+            PerftestSession::from_stream(control, role),
+            peek,
+            device,
+            role,
+        ))
+    };
+    let over_cm = |c: CmControl, device: Device, role: Role| -> Result<_, PerfError> {
+        let control = Control::Cm(std::sync::Arc::new(c));
+        let peek = control.try_clone()?;
+        let sess = PerftestSession::over_rdma_cm(control, role, cfg.gid_index);
+        Ok((sess, peek, device, role))
+    };
+    match conn {
         Conn::Connect(host, port) => {
             let s = softrdma_cm::connect((host.as_str(), port), Some(DEFAULT_TIMEOUT))
                 .map_err(|e| PerfError::new(format!("cannot connect to {host}:{port}: {e}")))?;
-            (s, Role::Client)
+            tcp(s, Role::Client)
         }
         Conn::Listen(l) => {
             p.line(report::WAITING);
             let (s, _) = crate::limits::accept_within(&l, cfg.timeout)
                 .map_err(|e| PerfError::new(format!("waiting for a client: {e}")))?;
             s.set_nodelay(true)?;
-            (s, Role::Server)
+            tcp(s, Role::Server)
         }
-    };
-    tcp_timeouts(&stream, Some(DEFAULT_TIMEOUT))?;
-    let local: SocketAddr = stream.local_addr()?;
-    let ip: IpAddr = cfg.bind.unwrap_or(local.ip().to_canonical());
-    let peek = stream.try_clone()?;
-    let mut sess = PerftestSession::from_stream(stream, role);
-
-    let mut dcfg = DeviceConfig::new(ip).busy_poll(cfg.busy_poll).gso(cfg.gso);
-    if let Some(path) = &cfg.pcap {
-        dcfg = dcfg.pcap(path);
+        Conn::CmConnect(host, port) => {
+            let dst = resolve_ipv4(&host, port)?;
+            let ip = match cfg.bind {
+                Some(ip) => ip,
+                None => crate::route::local_ip_towards(dst.ip())
+                    .map_err(|e| PerfError::new(format!("no route to {}: {e}", dst.ip())))?,
+            };
+            let device = open_device(cfg, ip)?;
+            let c = cmlink::control_client(&device, dst, control_slot(cfg.qps))?;
+            over_cm(c, device, Role::Client)
+        }
+        Conn::CmListen(ip, port, ready) => {
+            let device = open_device(cfg, ip)?;
+            p.line(report::WAITING);
+            let slot = control_slot(cfg.qps);
+            let c = cmlink::control_server(&device, port, slot, ready, cfg.timeout)?;
+            over_cm(c, device, Role::Server)
+        }
     }
-    let device = Device::open(dcfg)
-        .map_err(|e| PerfError::new(format!("cannot open a softrdma device on {ip}: {e}")))?;
+}
+
+/// Connects or accepts, opens the device, runs versions, sys data and MTU, prints the banner,
+/// creates the resources and exchanges the keys up to the first byte of traffic.
+pub(crate) fn setup(cfg: &Config, conn: Conn, p: &mut Printer) -> Result<Ctx, PerfError> {
+    let cm = match &conn {
+        Conn::CmConnect(host, port) => Some(CmSide::Client(resolve_ipv4(host, *port)?)),
+        Conn::CmListen(_, port, _) => Some(CmSide::Server(*port)),
+        _ => None,
+    };
+    let (mut sess, peek, device, role) = meet(cfg, conn, p)?;
+    let ip = device.ip();
     let gid = device.query_gid(1, cfg.gid_index).map_err(|e| {
         PerfError::new(format!(
             "GID index {} does not exist on {} ({e}); use -x 1",
@@ -290,24 +385,44 @@ pub(crate) fn setup(cfg: &Config, conn: Conn, p: &mut Printer) -> Result<Ctx, Pe
     } else {
         None
     };
-    let mut qps = Vec::with_capacity(q);
+    let init = QpInitAttr {
+        send_cq: send_cq.clone(),
+        recv_cq: recv_cq.clone(),
+        qp_type: cfg.transport.qp_type(),
+        cap: QpCaps {
+            max_send_wr: tx,
+            max_recv_wr: rx,
+            // A stamped message gathers its stamp first (see `check`).
+            max_send_sge: 2,
+            max_recv_sge: 1,
+            max_inline_data: cfg.inline,
+        },
+        sq_sig_all: false,
+        srq: srq.clone(),
+    };
+    let (qps, links) = match cm {
+        None => {
+            let qps = (0..q)
+                .map(|_| pd.create_qp(&init))
+                .collect::<Result<Vec<_>, _>>()?;
+            (qps, None)
+        }
+        Some(side) => {
+            // perftest's barriers around the rdma_cm connections (its `my_dest` is still
+            // all zeros then).
+            sess.exchange_keys(&PerftestDest::default())?;
+            let reads = matches!(verb, Verb::Read | Verb::Atomic).then_some(cfg.out_reads);
+            let param = cmlink::data_param(reads);
+            let (links, qps) = match side {
+                CmSide::Client(dst) => cmlink::data_client(&device, &pd, dst, q, &init, &param)?,
+                CmSide::Server(port) => cmlink::data_server(&device, &pd, port, q, &init, &param)?,
+            };
+            sess.exchange_keys(&PerftestDest::default())?;
+            (qps, Some(links))
+        }
+    };
     let mut my = Vec::with_capacity(q);
-    for i in 0..q {
-        let qp = pd.create_qp(&QpInitAttr {
-            send_cq: send_cq.clone(),
-            recv_cq: recv_cq.clone(),
-            qp_type: cfg.transport.qp_type(),
-            cap: QpCaps {
-                max_send_wr: tx,
-                max_recv_wr: rx,
-                // A stamped message gathers its stamp first (see `check`).
-                max_send_sge: 2,
-                max_recv_sge: 1,
-                max_inline_data: cfg.inline,
-            },
-            sq_sig_all: false,
-            srq: srq.clone(),
-        })?;
+    for (i, qp) in qps.iter().enumerate() {
         my.push(PerftestDest {
             lid: 0,
             out_reads: cfg.out_reads,
@@ -319,7 +434,6 @@ pub(crate) fn setup(cfg: &Config, conn: Conn, p: &mut Printer) -> Result<Ctx, Pe
             gid,
             srqn: 0,
         });
-        qps.push(qp);
     }
     for d in &my {
         p.line(&report::address("local", verb, d));
@@ -345,7 +459,9 @@ pub(crate) fn setup(cfg: &Config, conn: Conn, p: &mut Printer) -> Result<Ctx, Pe
         ..ConnectOptions::default()
     };
     let mut ud = Vec::new();
-    for ((qp, r), d) in qps.iter().zip(&rem).zip(&my) {
+    // With -R the QPs are connected already (rdma_cm applied the peer's QPN and PSN).
+    let to_connect = if links.is_none() { qps.len() } else { 0 };
+    for ((qp, r), d) in qps.iter().zip(&rem).zip(&my).take(to_connect) {
         if !matches!(r.gid.to_ip(), Some(rip) if rip.is_ipv4() == ip.is_ipv4()) {
             return Err(PerfError::new(format!(
                 "the peer's GID {} is not reachable from {ip} (is it using the IPv4-mapped GID? perftest needs -x 1 on rxe)",
@@ -418,10 +534,11 @@ pub(crate) fn setup(cfg: &Config, conn: Conn, p: &mut Printer) -> Result<Ctx, Pe
             sess.exchange_keys(&my[0])?;
         }
     }
-    debug_assert_eq!(sess.keys_exchanged(), schedule.setup_keys);
+    let barriers = if links.is_some() { 2 } else { 0 };
+    debug_assert_eq!(sess.keys_exchanged(), schedule.setup_keys + barriers);
     // From here on the peer may be busy with traffic for as long as the run lasts: wait for
     // it without limit, as perftest does (the traffic loops have their own stall checks).
-    sess.set_timeout(None)?;
+    sess.get_ref().set_timeout(None)?;
     let _ = std::io::stdout().flush();
     let peer_softrdma = check::is_softrdma(&rem);
     let mut check_mem = CheckMemory::none();
@@ -476,6 +593,7 @@ pub(crate) fn setup(cfg: &Config, conn: Conn, p: &mut Printer) -> Result<Ctx, Pe
         role,
         sess: Some(sess),
         peek,
+        links,
         mr,
         buf,
         cycle_buffer,

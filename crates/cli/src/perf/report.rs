@@ -88,8 +88,21 @@ pub(crate) fn banner(cfg: &Config, role: Role, device: &str, mtu: u32) -> String
             let _ = writeln!(w, " Max inline data : {}[B]", cfg.inline);
         }
     }
-    let _ = writeln!(w, " rdma_cm QPs\t : OFF");
-    let _ = writeln!(w, " Data ex. method : Ethernet");
+    if cfg.rdma_cm {
+        let _ = writeln!(w, " rdma_cm QPs\t : ON");
+        let _ = write!(w, " Data ex. method : rdma_cm");
+        if role == Role::Server {
+            let _ = write!(
+                w,
+                "\n{RESULT_LINE}\n Waiting for client rdma_cm QP to connect\n \
+                 Please run the same command with the IB/RoCE interface IP"
+            );
+        }
+        let _ = writeln!(w);
+    } else {
+        let _ = writeln!(w, " rdma_cm QPs\t : OFF");
+        let _ = writeln!(w, " Data ex. method : Ethernet");
+    }
     let _ = write!(w, "{RESULT_LINE}");
     s
 }

@@ -7,7 +7,6 @@
 //! none came for SECS seconds it shuts the out-of-band connection down, which ends the wait
 //! (blocked in a TCP read, never spinning) with an error that [`Watchdog::explain`] rewords.
 
-use std::net::{Shutdown, TcpStream};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Condvar, Mutex};
 use std::thread::JoinHandle;
@@ -15,6 +14,7 @@ use std::time::{Duration, Instant};
 
 use softrdma::{CompletionQueue, Device, WorkCompletion};
 
+use super::control::Control;
 use super::layout::split_id;
 use super::output::PerfError;
 use crate::limits::fmt_secs;
@@ -35,11 +35,11 @@ pub(crate) struct Watchdog {
 
 impl Watchdog {
     /// Starts watching: `device`'s received packets and [`Watchdog::beat`]s are signs of life;
-    /// after `limit` without one, `stream` is shut down.
+    /// after `limit` without one, the control channel `stream` is shut down.
     pub(crate) fn start(
         limit: Duration,
         device: Device,
-        stream: TcpStream,
+        stream: Control,
     ) -> std::io::Result<Watchdog> {
         let shared = Arc::new(Shared {
             beats: AtomicU64::new(0),
@@ -73,7 +73,7 @@ impl Watchdog {
                         since = Instant::now();
                     } else if since.elapsed() >= limit {
                         s.fired.store(true, Ordering::Release);
-                        let _ = stream.shutdown(Shutdown::Both);
+                        stream.shutdown();
                         break;
                     }
                 }

@@ -125,8 +125,18 @@ pub struct GsiMad {
     pub mad: Vec<u8>,
 }
 
-/// The MADs (UD SEND_ONLY payloads to QP 1) of a bundled capture, in order.
-pub fn gsi_mads(capture: &str) -> Vec<GsiMad> {
+/// One RoCEv2 packet of a capture: addresses, destination QP, opcode, payload.
+#[derive(Debug, Clone)]
+pub struct RocePacket {
+    pub src: std::net::IpAddr,
+    pub dst: std::net::IpAddr,
+    pub dest_qpn: u32,
+    pub opcode: softrdma_wire::Opcode,
+    pub payload: Vec<u8>,
+}
+
+/// Every RoCEv2 packet of a bundled capture, in order.
+pub fn roce_packets(capture: &str) -> Vec<RocePacket> {
     use softrdma_wire::ip::parse_ethernet;
     use softrdma_wire::{IpPacket, PacketRepr, ROCEV2_UDP_PORT};
     let path = repo_file(&format!("testdata/conformance/{capture}"));
@@ -150,13 +160,26 @@ pub fn gsi_mads(capture: &str) -> Vec<GsiMad> {
             continue;
         }
         let packet = PacketRepr::parse(payload).expect("captured RoCEv2 packets parse");
-        if packet.bth.dest_qpn == 1 {
-            out.push(GsiMad {
-                src: ip.ip.src(),
-                dst: ip.ip.dst(),
-                mad: packet.payload.to_vec(),
-            });
-        }
+        out.push(RocePacket {
+            src: ip.ip.src(),
+            dst: ip.ip.dst(),
+            dest_qpn: packet.bth.dest_qpn,
+            opcode: packet.bth.opcode,
+            payload: packet.payload.to_vec(),
+        });
     }
     out
+}
+
+/// The MADs (UD SEND_ONLY payloads to QP 1) of a bundled capture, in order.
+pub fn gsi_mads(capture: &str) -> Vec<GsiMad> {
+    roce_packets(capture)
+        .into_iter()
+        .filter(|p| p.dest_qpn == 1)
+        .map(|p| GsiMad {
+            src: p.src,
+            dst: p.dst,
+            mad: p.payload,
+        })
+        .collect()
 }

@@ -12,6 +12,7 @@ use softrdma_wire::pcap::UdpDatagram;
 use softrdma_wire::{GrhArea, IcrcContext, OpKind, PacketRepr, RecoveredIpv4, Transport};
 
 use super::Engine;
+use crate::cc::CE;
 use crate::io::DatagramMeta;
 use crate::qp::{QpState, QpType};
 use crate::stats::{DropReason, Stats};
@@ -67,7 +68,9 @@ impl Engine {
         };
         let transport_ok = matches!(
             (info.transport, qp.qp_type),
-            (Transport::Rc, QpType::Rc) | (Transport::Uc, QpType::Uc)
+            (Transport::Rc, QpType::Rc)
+                | (Transport::Uc, QpType::Uc)
+                | (Transport::Cnp, QpType::Rc | QpType::Uc)
         );
         if !transport_ok {
             self.shared.stats.drop(DropReason::WrongTransport);
@@ -84,7 +87,12 @@ impl Engine {
         self.shared.stats.rx_bytes += data.len() as u64;
         Stats::count_opcode(&mut self.shared.stats.rx_by_opcode, pkt.bth.opcode.0);
         let mut ctx = self.shared.ctx(now, 0);
-        if info.is_request() {
+        if meta.ecn() == CE {
+            qp.on_congestion_experienced(&mut ctx);
+        }
+        if info.kind == OpKind::Cnp {
+            qp.on_cnp(&mut ctx);
+        } else if info.is_request() {
             if matches!(qp.state, QpState::Reset | QpState::Init | QpState::Err) {
                 ctx.stats.drop(DropReason::BadState);
                 return;
@@ -92,10 +100,7 @@ impl Engine {
             qp.handle_request(&mut ctx, &pkt);
         } else {
             let connected_rc = qp.qp_type == QpType::Rc;
-            if !matches!(qp.state, QpState::Rts | QpState::Sqd)
-                || info.kind == OpKind::Cnp
-                || !connected_rc
-            {
+            if !matches!(qp.state, QpState::Rts | QpState::Sqd) || !connected_rc {
                 ctx.stats.drop(DropReason::BadState);
                 return;
             }

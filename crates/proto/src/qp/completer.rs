@@ -472,6 +472,7 @@ impl QueuePair {
 
     /// Runs expired timers.
     pub(crate) fn handle_timeout(&mut self, ctx: &mut Ctx<'_>) {
+        self.handle_cc_timeout(ctx);
         if self.timers.take_expired(Timer::RnrWait, ctx.now) {
             self.req.rnr_wait = false;
             // The retransmit timer was stopped for the wait; outstanding work needs it again.

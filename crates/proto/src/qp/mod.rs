@@ -8,6 +8,7 @@
 
 pub mod attr;
 pub(crate) mod completer;
+pub(crate) mod congestion;
 pub(crate) mod datagram;
 pub(crate) mod receive;
 pub(crate) mod reorder;
@@ -26,6 +27,7 @@ use std::net::{IpAddr, SocketAddr};
 use softrdma_wire::{emit_headers, packet_len, Bth, ExtHeaders, IcrcContext};
 
 use crate::budget::InflightBudget;
+use crate::cc::{NotificationPoint, ReactionPoint};
 use crate::config::EngineConfig;
 use crate::cq::{CompletionQueue, CqHandle};
 use crate::event::AsyncEvent;
@@ -114,6 +116,10 @@ pub struct QueuePair {
     pub(crate) scheduled: Option<Instant>,
     /// The packets in flight the engine's device total counts for this QP.
     pub(crate) counted_inflight: u32,
+    /// Congestion control's reaction point (RC and UC QPs in RTS, when the engine runs it).
+    pub(crate) rp: Option<ReactionPoint>,
+    /// Congestion control's notification point.
+    pub(crate) np: NotificationPoint,
 }
 
 /// How the peer numbers the IPv4 identification of its datagrams, learned from its packets.
@@ -211,6 +217,8 @@ impl QueuePair {
             peer_ids: PeerIpv4Ids::default(),
             scheduled: None,
             counted_inflight: 0,
+            rp: None,
+            np: NotificationPoint::default(),
         }
     }
 
@@ -292,6 +300,8 @@ impl QueuePair {
                 self.resp = Responder::default();
                 self.timers.clear();
                 self.cfg = QpConfig::default();
+                self.rp = None;
+                self.np = NotificationPoint::default();
             }
             QpState::Err if from != QpState::Err => self.enter_error(ctx),
             _ => {}
@@ -301,6 +311,15 @@ impl QueuePair {
         }
         if from == QpState::Rtr && to == QpState::Rts {
             self.req.reset(&self.cfg);
+            if self.qp_type != QpType::Ud {
+                let burst = ctx.config.cc.pace_burst_bytes;
+                self.rp = ctx
+                    .config
+                    .cc
+                    .algorithm
+                    .as_ref()
+                    .map(|a| ReactionPoint::new(a, burst));
+            }
         }
         if attr.retry_cnt.is_some() || attr.rnr_retry.is_some() {
             self.req.reset_retry_counters(&self.cfg);
@@ -444,16 +463,19 @@ impl QueuePair {
         if self.qp_type == QpType::Ud {
             return self.poll_datagram_transmit(ctx, out);
         }
+        if let Some(t) = self.poll_cnp(ctx, out) {
+            return Some(t);
+        }
         if let Some(t) = self.poll_responder_transmit(ctx, out) {
             return Some(t);
         }
-        self.poll_requester_transmit(ctx, out)
+        self.poll_paced_requester_transmit(ctx, out)
     }
 
     /// Whether the QP may have something to send.
     pub(crate) fn wants_transmit(&self) -> bool {
         !matches!(self.state, QpState::Reset | QpState::Init | QpState::Err)
-            && (self.resp.has_output() || self.req.has_output())
+            && (self.np.pending || self.resp.has_output() || self.req.has_output())
     }
 
     /// Earliest timer deadline.

@@ -9,9 +9,13 @@ pub enum Timer {
     Retransmit = 0,
     /// RNR NAK wait before resending.
     RnrWait = 1,
+    /// Congestion control's pacer: the next request packet may leave.
+    Pace = 2,
+    /// Congestion control's own timers (DCQCN's α decay and rate increase).
+    Cc = 3,
 }
 
-const TIMER_COUNT: usize = 2;
+const TIMER_COUNT: usize = 4;
 
 /// Deadlines by timer kind.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]

@@ -34,6 +34,7 @@ pub struct Packet {
     pub from: usize,
     pub src: SocketAddr,
     pub dst: IpAddr,
+    pub ecn: u8,
     pub data: Vec<u8>,
 }
 
@@ -53,16 +54,26 @@ pub struct Net {
     pub sent: u64,
     /// Every packet put on the wire, for byte-level assertions.
     pub log: Vec<Vec<u8>>,
+    /// The ECN codepoint each logged packet was sent with.
+    pub ecn_log: Vec<u8>,
+    /// Which packets a congested switch would mark Congestion Experienced (only packets sent
+    /// ECN-capable are marked): by default none.
+    pub mark_ce: Box<dyn FnMut(&PacketRepr<'_>) -> bool>,
 }
 
 impl Net {
     pub fn new(n: usize) -> Net {
+        Net::with_config(n, |c| c)
+    }
+
+    /// [`Net::new`] with each node's engine configuration adjusted by `cfg`.
+    pub fn with_config(n: usize, cfg: impl Fn(EngineConfig) -> EngineConfig) -> Net {
         let nodes = (0..n)
             .map(|i| {
-                let mut engine = Engine::new(EngineConfig {
+                let mut engine = Engine::new(cfg(EngineConfig {
                     port_mtu: Mtu::Mtu1024,
                     ..EngineConfig::new(ip(i))
-                });
+                }));
                 let pd = engine.alloc_pd();
                 let cq = engine.create_cq(4096);
                 let mem = Arc::new(VecMemory::new(MEM));
@@ -85,6 +96,8 @@ impl Net {
             fate: Box::new(|_, _, _| Fate::Deliver),
             sent: 0,
             log: Vec::new(),
+            ecn_log: Vec::new(),
+            mark_ce: Box::new(|_| false),
         }
     }
 
@@ -213,10 +226,12 @@ impl Net {
                 while let Some(t) = self.nodes[i].engine.poll_transmit(self.now, &mut buf) {
                     let data = buf[..t.len].to_vec();
                     self.log.push(data.clone());
+                    self.ecn_log.push(t.ecn);
                     self.wire.push_back(Packet {
                         from: i,
                         src: SocketAddr::new(ip(i), t.src_port),
                         dst: t.dst.ip(),
+                        ecn: t.ecn,
                         data,
                     });
                 }
@@ -227,6 +242,11 @@ impl Net {
             let pkt = PacketRepr::parse(&p.data).unwrap();
             let k = self.sent;
             self.sent += 1;
+            let tos = if p.ecn != 0 && (self.mark_ce)(&pkt) {
+                0b11
+            } else {
+                p.ecn
+            };
             let copies = match (self.fate)(p.from, &pkt, k) {
                 Fate::Deliver => 1,
                 Fate::Drop => 0,
@@ -236,7 +256,10 @@ impl Net {
                 for (j, node) in self.nodes.iter_mut().enumerate() {
                     let member = node.engine.mcast_groups().any(|g| g == p.dst);
                     if p.dst == ip(j) || (p.dst.is_multicast() && member) {
-                        let meta = DatagramMeta::new(p.src, p.dst);
+                        let meta = DatagramMeta {
+                            tos,
+                            ..DatagramMeta::new(p.src, p.dst)
+                        };
                         node.engine.handle_datagram(self.now, &meta, &p.data);
                     }
                 }

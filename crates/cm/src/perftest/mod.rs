@@ -18,25 +18,29 @@
 //!
 //! Each message goes out in one `write`: perftest reads each with a single
 //! `read(fd, buf, size)` and fails on a short count.
+//!
+//! In rdma_cm mode (`-R`, and `-z`) the same steps run over an RC QP connected through
+//! rdma_cm instead of TCP: each message is one SEND into the single receive of 56 bytes the
+//! peer keeps posted, the keys travel as `struct pingpong_dest` in network byte order
+//! ([`PerftestDest::to_rdma_cm_bytes`]), and the close sends no `done`. A session over such
+//! a stream is made with [`PerftestSession::over_rdma_cm`]; the stream must deliver each
+//! message whole (see the CLI's control channel).
 
 use std::io::{Read, Write};
 use std::net::{SocketAddr, TcpListener, TcpStream, ToSocketAddrs};
 use std::time::Duration;
 
 use crate::error::{Error, FormatError, ParseError, Result};
-use crate::gid::Gid;
 use crate::net;
-use crate::text::{c_str, parse_hex, put_hex};
+
+mod dest;
+pub use dest::{PerftestDest, KEY_MSG_LEN, RDMA_CM_KEY_LEN};
 
 /// perftest's internal protocol version (`VERSION` in perftest 4.5-0.17).
 pub const VERSION: &str = "6.06";
 
 /// Size of the version message (`char version[MAX_VERSION]`).
 pub const VERSION_LEN: usize = 16;
-
-/// Size of a key message with GID (`KEY_MSG_SIZE_GID`). perftest always sends the GID form
-/// on RoCE; the 59-byte GID-less form (InfiniBand without `-x`) is not supported.
-pub const KEY_MSG_LEN: usize = 108;
 
 /// Size of the MTU message for peers ≥ 5.31 (`sizeof(char[2])`).
 pub const MTU_MSG_LEN: usize = 2;
@@ -165,93 +169,6 @@ impl SysData {
             cycle_buffer: self.cycle_buffer.max(other.cycle_buffer),
             cache_line_size: self.cache_line_size.max(other.cache_line_size),
         }
-    }
-}
-
-/// One QP's parameters as perftest exchanges them (`struct pingpong_dest`).
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default)]
-pub struct PerftestDest {
-    /// Port LID; 0 on RoCE.
-    pub lid: u16,
-    /// Outstanding RDMA READ/atomic requests the sender accepts: 1 for write/send tests,
-    /// `max_qp_rd_atom` (128 on rxe) for read/atomic tests.
-    pub out_reads: u16,
-    /// Queue pair number (24 bits).
-    pub qpn: u32,
-    /// Initial PSN (24 bits).
-    pub psn: u32,
-    /// rkey of the sender's buffer (0 in send tests).
-    pub rkey: u32,
-    /// Address of the sender's buffer, the target of RDMA WRITE/READ/atomics.
-    pub vaddr: u64,
-    /// GID of the sender.
-    pub gid: Gid,
-    /// SRQ number (XRC/DC only; 0 otherwise).
-    pub srqn: u32,
-}
-
-/// Number of `:`-terminated fields of the key message: 6 + 16 GID bytes + srqn.
-const KEY_FIELDS: usize = 23;
-
-impl PerftestDest {
-    /// Encodes the 108-byte key message
-    /// `"%04x:%04x:%06x:%06x:%08x:%016llx:" + 16 × "%02x:" + "%08x:"` + NUL.
-    ///
-    /// Fails if the QPN or PSN exceed 24 bits (the message would no longer be 108 bytes).
-    pub fn format(&self) -> Result<[u8; KEY_MSG_LEN], FormatError> {
-        let mut v = Vec::with_capacity(KEY_MSG_LEN);
-        let field = |v: &mut Vec<u8>, value: u64, width, name| {
-            put_hex(v, value, width, name).map(|()| v.push(b':'))
-        };
-        field(&mut v, u64::from(self.lid), 4, "lid")?;
-        field(&mut v, u64::from(self.out_reads), 4, "out_reads")?;
-        field(&mut v, u64::from(self.qpn), 6, "qpn")?;
-        field(&mut v, u64::from(self.psn), 6, "psn")?;
-        field(&mut v, u64::from(self.rkey), 8, "rkey")?;
-        field(&mut v, self.vaddr, 16, "vaddr")?;
-        for b in self.gid.0 {
-            field(&mut v, u64::from(b), 2, "gid")?;
-        }
-        field(&mut v, u64::from(self.srqn), 8, "srqn")?;
-        v.push(0);
-        let mut out = [0u8; KEY_MSG_LEN];
-        out.copy_from_slice(&v);
-        Ok(out)
-    }
-
-    /// Decodes a 108-byte key message. Hex fields may have any width (perftest parses each
-    /// with `strtol`), but every field must be present, hex, and in range; the text must end
-    /// with `:` and a NUL.
-    pub fn parse(msg: &[u8]) -> Result<PerftestDest, ParseError> {
-        if msg.len() != KEY_MSG_LEN {
-            return Err(ParseError::Length {
-                expected: KEY_MSG_LEN,
-                got: msg.len(),
-            });
-        }
-        let text = c_str(msg)?;
-        let mut fields: Vec<&[u8]> = text.split(|&b| b == b':').collect();
-        // "a:b:...:z:" splits into the fields plus one empty tail.
-        if fields.len() != KEY_FIELDS + 1 || fields.pop() != Some(&[][..]) {
-            return Err(ParseError::FieldCount {
-                expected: KEY_FIELDS,
-                found: fields.len().saturating_sub(1),
-            });
-        }
-        let mut gid = [0u8; 16];
-        for (i, g) in gid.iter_mut().enumerate() {
-            *g = parse_hex(fields[6 + i], 0xff, "gid")? as u8;
-        }
-        Ok(PerftestDest {
-            lid: parse_hex(fields[0], 0xffff, "lid")? as u16,
-            out_reads: parse_hex(fields[1], 0xffff, "out_reads")? as u16,
-            qpn: parse_hex(fields[2], 0xff_ffff, "qpn")? as u32,
-            psn: parse_hex(fields[3], 0xff_ffff, "psn")? as u32,
-            rkey: parse_hex(fields[4], 0xffff_ffff, "rkey")? as u32,
-            vaddr: parse_hex(fields[5], u64::MAX, "vaddr")?,
-            gid: Gid(gid),
-            srqn: parse_hex(fields[22], 0xffff_ffff, "srqn")? as u32,
-        })
     }
 }
 
@@ -391,6 +308,19 @@ impl Test {
 /// step that waits for the peer's traffic to end (e.g. `-D 60` runs).
 pub const DEFAULT_TIMEOUT: Duration = Duration::from_secs(60);
 
+/// What carries a session: how keys are encoded and how the session closes.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum Channel {
+    /// perftest's TCP socket: text keys, `done` at the close.
+    Socket,
+    /// An RC QP connected through rdma_cm (`-R`): binary keys carrying the sender's GID
+    /// index, no `done`.
+    RdmaCm {
+        /// GID index written into our keys.
+        gid_index: u32,
+    },
+}
+
 /// One perftest out-of-band connection, driven step by step by the benchmark.
 ///
 /// Generic over the stream so the exact byte sequence can be tested without sockets;
@@ -400,6 +330,7 @@ pub const DEFAULT_TIMEOUT: Duration = Duration::from_secs(60);
 pub struct PerftestSession<S = TcpStream> {
     stream: S,
     role: Role,
+    channel: Channel,
     remote_version: Option<PerftestVersion>,
     remote_sys: Option<SysData>,
     keys_exchanged: usize,
@@ -444,10 +375,30 @@ impl<S: Read + Write> PerftestSession<S> {
         PerftestSession {
             stream,
             role,
+            channel: Channel::Socket,
             remote_version: None,
             remote_sys: None,
             keys_exchanged: 0,
         }
+    }
+
+    /// Wraps a stream over an rdma_cm-connected QP (perftest's `-R`): binary keys with
+    /// `gid_index`, no `done` at the close.
+    pub fn over_rdma_cm(stream: S, role: Role, gid_index: u32) -> Self {
+        PerftestSession {
+            channel: Channel::RdmaCm { gid_index },
+            ..PerftestSession::from_stream(stream, role)
+        }
+    }
+
+    /// What carries the session.
+    pub fn channel(&self) -> Channel {
+        self.channel
+    }
+
+    /// The stream (e.g. to set its timeouts).
+    pub fn get_ref(&self) -> &S {
+        &self.stream
     }
 
     /// Our role.
@@ -573,13 +524,22 @@ impl<S: Read + Write> PerftestSession<S> {
     /// A key exchange (`ctx_hand_shake`): send ours, return the peer's. perftest uses the
     /// same call as a barrier, so it happens several times per test; see [`Test::schedule`].
     pub fn exchange_keys(&mut self, local: &PerftestDest) -> Result<PerftestDest> {
-        let mine = local.format()?;
-        let mut theirs = [0u8; KEY_MSG_LEN];
-        self.xchg(&mine, &mut theirs, "perftest: keys")?;
-        let remote = PerftestDest::parse(&theirs).map_err(|source| Error::Malformed {
-            step: "perftest: keys",
-            source,
-        })?;
+        let step = "perftest: keys";
+        let malformed = |source| Error::Malformed { step, source };
+        let remote = match self.channel {
+            Channel::Socket => {
+                let mine = local.format()?;
+                let mut theirs = [0u8; KEY_MSG_LEN];
+                self.xchg(&mine, &mut theirs, step)?;
+                PerftestDest::parse(&theirs).map_err(malformed)?
+            }
+            Channel::RdmaCm { gid_index } => {
+                let mine = local.to_rdma_cm_bytes(gid_index);
+                let mut theirs = [0u8; RDMA_CM_KEY_LEN];
+                self.xchg(&mine, &mut theirs, step)?;
+                PerftestDest::from_rdma_cm_bytes(&theirs).map_err(malformed)?
+            }
+        };
         self.keys_exchanged += 1;
         Ok(remote)
     }
@@ -623,6 +583,10 @@ impl<S: Read + Write> PerftestSession<S> {
     /// (perftest could not tell either); anything other than `done\0` is an error.
     pub fn finish(mut self, local: &PerftestDest) -> Result<()> {
         self.exchange_keys(local)?;
+        if self.channel != Channel::Socket {
+            // perftest's `ctx_close_connection` writes `done` only on a socket.
+            return Ok(());
+        }
         net::write_msg(&mut self.stream, DONE, "perftest: done")?;
         let mut buf = [0u8; 5];
         match net::read_msg(&mut self.stream, &mut buf, "perftest: done") {
@@ -661,6 +625,7 @@ pub fn parse_mtu(msg: &[u8]) -> Result<u8, ParseError> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::gid::Gid;
     use std::net::Ipv4Addr;
 
     const READ_CLIENT: &[u8; KEY_MSG_LEN] = b"0000:0080:000011:928761:00000202:000055fa6b64b000:00:00:00:00:00:00:00:00:00:00:ff:ff:0a:58:00:0c:00000000:\0";
