@@ -7,11 +7,12 @@
 # side netfilter marks ECN Congestion Experienced on the RoCEv2 traffic beyond a rate
 # (`nft ... udp dport 4791 limit rate over N mbytes/second ip ecn set ce`), as a congested
 # switch would. `softrdma perf write-bw --cc dcqcn` runs across for CC_SECONDS; the receiver
-# answers the marks with CNPs, the sender cuts its rate. Checked: CNPs on the wire (tcpdump
-# on the veth, decoded by `softrdma decode`, every ICRC good), the counters on both sides
-# (CE seen and CNPs sent by the receiver, CNPs received and rate cuts by the sender), and the
-# sender's throughput settling near the marking threshold (between a third of it and twice
-# it). The same run without congestion control is printed for comparison.
+# answers the marks with CNPs, the sender cuts its rate. Checked: CE marks and CNPs on the
+# wire (tcpdump on the veth of the CE-marked packets and the CNPs, decoded by `softrdma
+# decode`, every ICRC good), the counters on both sides (CE seen and CNPs sent by the
+# receiver, CNPs received and rate cuts by the sender), and the sender's throughput settling
+# near the marking threshold (between a third of it and twice it). The same run without
+# congestion control is printed for comparison.
 #
 # Environment: CC_MARK_MBYTES (marking threshold, MB/s), CC_SECONDS, CC_OUT (captures and
 # logs; default target/cc-netns), SOFTRDMA_BIN (default: target/release/softrdma, built if
@@ -69,17 +70,20 @@ EOF
 # run TAG CC: one timed write-bw across, server in B, client in A; logs in $OUT/TAG.*
 run() {
   local tag=$1 cc=$2
-  ip netns exec "$B" timeout 60 "$BIN" perf write-bw --bind "$IPB" --cc "$cc" -D "$SECS" \
+  ip netns exec "$B" timeout 60 "$BIN" perf write-bw --bind "$IPB" --cc "$cc" -D "$SECS" --no-gso \
     --counters > "$OUT/$tag.server.log" 2>&1 &
   local spid=$!
-  ip netns exec "$A" timeout 10 tcpdump -i cc-va -U -s 128 -w "$OUT/$tag.pcap" \
-    'udp port 4791' > "$OUT/$tag.tcpdump.log" 2>&1 &
+  # What congestion control is about: CE-marked packets and CNPs (BTH opcode 0x81).
+  ip netns exec "$A" timeout $((SECS + 6)) tcpdump -i cc-va -U -c 20000 -w "$OUT/$tag.pcap" \
+    'udp port 4791 and ((ip[1] & 3) == 3 or udp[8] == 0x81)' > "$OUT/$tag.tcpdump.log" 2>&1 &
   local tpid=$!
   sleep 0.5
   local rc=1
   for _ in 1 2 3 4 5 6 7 8 9 10; do
+    # --no-gso (both sides): one datagram per packet, so the capture on the veth shows each
+    # packet (a GSO send crosses a veth unsplit).
     ip netns exec "$A" timeout 60 "$BIN" perf write-bw --bind "$IPA" --cc "$cc" -D "$SECS" \
-      --counters "$IPB" > "$OUT/$tag.client.log" 2>&1
+      --no-gso --counters "$IPB" > "$OUT/$tag.client.log" 2>&1
     rc=$?
     grep -q "cannot connect" "$OUT/$tag.client.log" || break
     sleep 0.3
@@ -118,5 +122,11 @@ check '[ "$(counter "$OUT/dcqcn.server.log" cnps_sent)" -gt 0 ]' "the receiver s
 check '[ "$(counter "$OUT/dcqcn.client.log" cc_rate_cuts)" -gt 0 ]' "the sender cut its rate"
 check 'awk -v r="$rate" -v m="$MARK" "BEGIN { exit !(r > m / 3 && r < m * 2) }"' \
   "throughput $rate MB/s near the marking threshold of $MARK MB/s"
+if command -v tshark >/dev/null; then
+  # Wireshark's RPC-over-RDMA heuristic takes WRITE payloads for RPC; it is not RoCE's.
+  tm=$(tshark --disable-protocol rpcordma -r "$OUT/dcqcn.pcap" -Y _ws.malformed 2>/dev/null | wc -l)
+  tc=$(tshark -r "$OUT/dcqcn.pcap" -Y 'infiniband.bth.opcode == 0x81' 2>/dev/null | wc -l)
+  check '[ "$tm" = 0 ] && [ "$tc" = "$cnp_wire" ]' "tshark reads the $tc CNPs, nothing malformed"
+fi
 [ $ok = 1 ] && echo "cc-netns: PASS" || echo "cc-netns: FAIL"
 [ $ok = 1 ]
