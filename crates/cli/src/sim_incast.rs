@@ -1,6 +1,6 @@
-//! `softrdma sim incast`: many senders to one receiver across simulated switches, with or
-//! without DCQCN and PFC (see `softrdma_sim::incast` and `softrdma_sim::switch`), the real
-//! engines on both ends.
+//! `softrdma sim incast`: many senders to one receiver across simulated switches, with DCQCN,
+//! TIMELY or no congestion control, with or without PFC (see `softrdma_sim::incast` and
+//! `softrdma_sim::switch`), the real engines on both ends.
 //!
 //! The defaults follow the DCQCN paper's setting — 40 Gb/s links, 1 µs of propagation each,
 //! a 4 MiB buffer per switch port, `Kmin` 5 KB, `Kmax` 200 KB, CNPs at most every 50 µs per
@@ -21,8 +21,9 @@ use std::time::Instant as WallClock;
 
 use clap::{Args as ClapArgs, ValueEnum};
 use plotters::prelude::*;
+use softrdma_proto::cc::DcqcnParams;
 use softrdma_proto::{Duration, Mtu};
-use softrdma_sim::incast::{run_incast_captured, IncastConfig, IncastReport};
+use softrdma_sim::incast::{run_incast_captured, IncastCc, IncastConfig, IncastReport};
 use softrdma_sim::switch::{Red, Topology};
 
 /// Congestion control of the run.
@@ -32,6 +33,9 @@ pub(crate) enum Cc {
     Dcqcn,
     /// None: senders send at will, switches do not mark.
     None,
+    /// TIMELY at every QP: the rate follows the round trips' gradient; switches do not
+    /// mark.
+    Timely,
 }
 
 /// Topology of the run.
@@ -82,6 +86,33 @@ pub(crate) struct Args {
     /// Marking probability just below Kmax (0..1).
     #[arg(long, default_value_t = 0.2, value_parser = crate::limits::probability)]
     pmax: f64,
+    /// DCQCN: additive increase step, Mb/s (R_AI).
+    #[arg(long, default_value_t = 40, value_parser = clap::value_parser!(u64).range(1..=100_000))]
+    rai_mbps: u64,
+    /// DCQCN: hyper increase step, Mb/s (R_HAI).
+    #[arg(long, default_value_t = 100, value_parser = clap::value_parser!(u64).range(1..=100_000))]
+    rhai_mbps: u64,
+    /// DCQCN: rate-increase timer, microseconds (T).
+    #[arg(long, default_value_t = 55, value_parser = clap::value_parser!(u64).range(1..=1_000_000))]
+    increase_timer_us: u64,
+    /// DCQCN: α-update timer, microseconds (K).
+    #[arg(long, default_value_t = 55, value_parser = clap::value_parser!(u64).range(1..=1_000_000))]
+    alpha_timer_us: u64,
+    /// DCQCN: byte counter, KiB (B).
+    #[arg(long, default_value_t = 10240, value_parser = clap::value_parser!(u64).range(1..=1 << 30))]
+    byte_counter_kb: u64,
+    /// DCQCN: g = 1/G, the α estimate's gain.
+    #[arg(long, default_value_t = 256, value_parser = clap::value_parser!(u32).range(1..=1 << 20))]
+    g_denominator: u32,
+    /// DCQCN: fast-recovery steps (F).
+    #[arg(long, default_value_t = 5, value_parser = clap::value_parser!(u32).range(1..=1000))]
+    fast_recovery: u32,
+    /// DCQCN: the lowest rate a cut goes to, Mb/s.
+    #[arg(long, default_value_t = 10, value_parser = clap::value_parser!(u64).range(1..=100_000))]
+    min_rate_mbps: u64,
+    /// The receiver's interval between CNPs per QP, microseconds.
+    #[arg(long, default_value_t = 50, value_parser = clap::value_parser!(u64).range(0..=1_000_000))]
+    cnp_interval_us: u64,
     /// Message size, KiB.
     #[arg(long, default_value_t = 64, value_parser = clap::value_parser!(u32).range(1..=4096))]
     message_kb: u32,
@@ -108,7 +139,11 @@ impl Args {
         let senders = usize::from(self.senders);
         Ok(IncastConfig {
             senders,
-            dcqcn: self.cc == Cc::Dcqcn,
+            cc: match self.cc {
+                Cc::Dcqcn => IncastCc::Dcqcn,
+                Cc::None => IncastCc::None,
+                Cc::Timely => IncastCc::Timely,
+            },
             pfc: self.pfc,
             topology: match self.topology {
                 Topo::Star => Topology::Star,
@@ -128,6 +163,18 @@ impl Args {
                 pmax: self.pmax,
             },
             message_bytes: self.message_kb * 1024,
+            dcqcn_params: Some(DcqcnParams {
+                line_rate_bps: self.link_gbps * 1_000_000_000,
+                min_rate_bps: self.min_rate_mbps * 1_000_000,
+                g_denominator: self.g_denominator,
+                alpha_timer: Duration::from_micros(self.alpha_timer_us),
+                increase_timer: Duration::from_micros(self.increase_timer_us),
+                byte_counter: self.byte_counter_kb * 1024,
+                fast_recovery_steps: self.fast_recovery,
+                ai_rate_bps: self.rai_mbps * 1_000_000,
+                hai_rate_bps: self.rhai_mbps * 1_000_000,
+            }),
+            cnp_interval: Duration::from_micros(self.cnp_interval_us),
             window: self.window,
             mtu: Mtu::Mtu4096,
             ..IncastConfig::new(senders)
@@ -185,6 +232,7 @@ fn names(args: &Args) -> (&'static str, &'static str) {
     let cc = match args.cc {
         Cc::Dcqcn => "dcqcn",
         Cc::None => "none",
+        Cc::Timely => "timely",
     };
     let topo = match args.topology {
         Topo::Star => "star",

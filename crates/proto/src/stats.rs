@@ -183,7 +183,7 @@ pub struct Stats {
     pub cnps_sent: u64,
     /// Congestion notification packets received.
     pub cnps_received: u64,
-    /// Rate cuts the reaction point made (CNPs applied to a QP that runs congestion control).
+    /// Rate cuts the reaction points made (DCQCN: CNPs applied; TIMELY: rising round trips).
     pub cc_rate_cuts: u64,
     /// Times a QP's request waited for its pacer.
     pub paced_waits: u64,

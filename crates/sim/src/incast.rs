@@ -9,7 +9,7 @@
 use std::net::IpAddr;
 use std::sync::Arc;
 
-use softrdma_proto::cc::{CcAlgorithm, CcConfig, DcqcnParams};
+use softrdma_proto::cc::{CcAlgorithm, CcConfig, DcqcnParams, TimelyParams};
 use softrdma_proto::{
     AccessFlags, CqHandle, Duration, EngineConfig, Instant, Mtu, RecvWr, RegionMemory, SendFlags,
     SendOp, SendWr, Sge, VecMemory, WcOpcode, WcStatus, WorkCompletion,
@@ -29,8 +29,8 @@ use crate::switch::{Pfc, Red, SwitchConfig, Topology};
 pub struct IncastConfig {
     /// Senders (the receiver is one more node).
     pub senders: usize,
-    /// Run DCQCN (reaction and notification points) on every node.
-    pub dcqcn: bool,
+    /// The congestion control every node runs.
+    pub cc: IncastCc,
     /// PFC at the switches (thresholds below).
     pub pfc: bool,
     /// How the hosts are wired.
@@ -57,6 +57,8 @@ pub struct IncastConfig {
     pub mtu: Mtu,
     /// DCQCN's parameters (`None`: the paper's for the link rate).
     pub dcqcn_params: Option<DcqcnParams>,
+    /// The notification point's interval between CNPs per QP.
+    pub cnp_interval: Duration,
 }
 
 impl IncastConfig {
@@ -64,7 +66,7 @@ impl IncastConfig {
     pub fn new(senders: usize) -> IncastConfig {
         IncastConfig {
             senders,
-            dcqcn: true,
+            cc: IncastCc::Dcqcn,
             pfc: false,
             topology: Topology::Star,
             duration: Duration::from_millis(40),
@@ -85,8 +87,20 @@ impl IncastConfig {
             window: 8,
             mtu: Mtu::Mtu4096,
             dcqcn_params: None,
+            cnp_interval: CcConfig::OFF.cnp_interval,
         }
     }
+}
+
+/// Congestion control of an incast run.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum IncastCc {
+    /// None: senders send at will, switches do not mark.
+    None,
+    /// DCQCN at every QP, CNPs from the receiver, ECN marking at the switches.
+    Dcqcn,
+    /// TIMELY at every QP (round trips only: switches do not mark).
+    Timely,
 }
 
 /// One sample of the run, for plots.
@@ -216,17 +230,27 @@ pub fn run_incast_captured(
     }
     let engine_cfg = |i: usize| EngineConfig {
         port_mtu: cfg.mtu,
-        cc: if cfg.dcqcn {
-            CcConfig {
+        cc: match cfg.cc {
+            IncastCc::None => CcConfig::OFF,
+            IncastCc::Dcqcn => CcConfig {
                 algorithm: Some(CcAlgorithm::Dcqcn(
                     cfg.dcqcn_params
                         .unwrap_or_else(|| DcqcnParams::paper(cfg.link_bps)),
                 )),
+                cnp_interval: cfg.cnp_interval,
                 ..CcConfig::dcqcn(cfg.link_bps)
-            }
-        } else {
-            CcConfig::OFF
+            },
+            // The base round trip: out and back over at most four links.
+            IncastCc::Timely => CcConfig {
+                algorithm: Some(CcAlgorithm::Timely(TimelyParams::paper(
+                    cfg.link_bps,
+                    cfg.delay * 8,
+                ))),
+                ..CcConfig::OFF
+            },
         },
+        // TIMELY learns from round trips: ask for an ACK every few packets, for samples.
+        ack_req_every: if cfg.cc == IncastCc::Timely { 4 } else { 64 },
         key_seed: cfg.seed ^ i as u64,
         peers_use_small_ipv4_ids: true,
         ..EngineConfig::new(IpAddr::V4(Fabric::default_ip(i)))
@@ -239,7 +263,7 @@ pub fn run_incast_captured(
             link_bps: cfg.link_bps,
             delay: cfg.delay,
             buffer_bytes: cfg.buffer_bytes,
-            red: cfg.dcqcn.then_some(cfg.red),
+            red: (cfg.cc == IncastCc::Dcqcn).then_some(cfg.red),
             pfc: cfg.pfc.then_some(cfg.pfc_thresholds),
             topology: cfg.topology,
         },

@@ -4,7 +4,7 @@
 //! the data arrives exactly once and in order, and one seed gives one result.
 
 use softrdma_proto::Duration;
-use softrdma_sim::incast::{run_incast, IncastConfig, IncastReport};
+use softrdma_sim::incast::{run_incast, IncastCc, IncastConfig, IncastReport};
 use softrdma_sim::switch::Topology;
 
 fn run(cfg: IncastConfig) -> IncastReport {
@@ -29,7 +29,7 @@ fn dcqcn_keeps_sixteen_senders_fair_busy_and_shallow() {
 #[test]
 fn without_congestion_control_the_buffer_overflows() {
     let cfg = IncastConfig {
-        dcqcn: false,
+        cc: IncastCc::None,
         ..IncastConfig::new(16)
     };
     let r = run(cfg);
@@ -41,7 +41,7 @@ fn without_congestion_control_the_buffer_overflows() {
 #[test]
 fn pfc_pauses_instead_of_dropping() {
     let r = run(IncastConfig {
-        dcqcn: false,
+        cc: IncastCc::None,
         pfc: true,
         ..IncastConfig::new(16)
     });
@@ -73,4 +73,15 @@ fn one_seed_one_result() {
     let other = run(IncastConfig { seed: 2, ..cfg });
     assert_ne!(run(cfg).ecn_marks, 0);
     assert_ne!(run(cfg), other, "the seed drives the marking");
+}
+
+#[test]
+fn timely_needs_no_marks_and_keeps_the_data_intact() {
+    let r = run(IncastConfig {
+        cc: IncastCc::Timely,
+        duration: Duration::from_millis(10),
+        ..IncastConfig::new(8)
+    });
+    assert_eq!((r.ecn_marks, r.cnps), (0, 0));
+    assert!(r.messages > 0);
 }

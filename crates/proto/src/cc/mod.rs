@@ -5,24 +5,28 @@
 //! point* — cuts that QP's rate and paces its packets, recovering while no CNPs come.
 //!
 //! The engine stays sans-IO: a QP's pacer says *when* its next request packet may leave,
-//! and the engine arms a timer for it. The algorithm sits behind [`CongestionControl`];
-//! [`dcqcn`] is the first. A peer that ignores CNPs (Linux rxe) or never sends them changes
+//! and the engine arms a timer for it. The algorithm sits behind [`CongestionControl`]:
+//! [`dcqcn`] (ECN marks and CNPs) and [`timely`] (round trips, no switch support). A peer that ignores CNPs (Linux rxe) or never sends them changes
 //! nothing: marks and CNPs are advice, never required for correctness.
 
 pub mod algorithm;
 pub mod dcqcn;
+pub mod timely;
 
 use core::time::Duration;
 
 use crate::time::Instant;
 pub use algorithm::CongestionControl;
 pub use dcqcn::{Dcqcn, DcqcnParams};
+pub use timely::{Timely, TimelyParams};
 
 /// Which reaction-point algorithm QPs run.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum CcAlgorithm {
     /// DCQCN with these parameters.
     Dcqcn(DcqcnParams),
+    /// TIMELY with these parameters.
+    Timely(TimelyParams),
 }
 
 impl CcAlgorithm {
@@ -30,6 +34,7 @@ impl CcAlgorithm {
     pub fn controller(&self) -> Box<dyn CongestionControl> {
         match self {
             CcAlgorithm::Dcqcn(p) => Box::new(Dcqcn::new(*p)),
+            CcAlgorithm::Timely(p) => Box::new(Timely::new(*p)),
         }
     }
 }

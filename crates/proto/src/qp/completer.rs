@@ -406,6 +406,7 @@ impl QueuePair {
     fn progress(&mut self, ctx: &mut Ctx<'_>) {
         if let Some(rtt) = self.req.rtt.on_ack(self.req.unacked_psn, ctx.now) {
             ctx.budget.on_rtt(ctx.now, rtt, self.cfg.ack_timeout());
+            self.on_rtt_sample(ctx, rtt);
         }
         let cfg = self.cfg;
         self.req.reset_retry_counters(&cfg);

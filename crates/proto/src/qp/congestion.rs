@@ -44,9 +44,20 @@ impl QueuePair {
             return;
         };
         rp.refill(ctx.now);
+        let before = rp.ctl.rate_cuts();
         rp.ctl.on_congestion_notified(ctx.now);
-        ctx.stats.cc_rate_cuts += 1;
+        ctx.stats.cc_rate_cuts += rp.ctl.rate_cuts() - before;
         self.sync_cc_timer();
+    }
+
+    /// The requester measured a round trip: the reaction point's algorithm hears of it.
+    pub(crate) fn on_rtt_sample(&mut self, ctx: &mut Ctx<'_>, rtt: core::time::Duration) {
+        if let Some(rp) = self.rp.as_mut() {
+            rp.refill(ctx.now);
+            let before = rp.ctl.rate_cuts();
+            rp.ctl.on_rtt_sample(ctx.now, rtt);
+            ctx.stats.cc_rate_cuts += rp.ctl.rate_cuts() - before;
+        }
     }
 
     /// The requester behind the pacer: a request packet leaves only when the rate allows,
