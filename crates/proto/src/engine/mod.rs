@@ -596,6 +596,7 @@ impl Engine {
         out: &mut Vec<u8>,
         ipv4_id: u16,
     ) -> Option<Transmit> {
+        let mut rewoken = false;
         while let Some(&qpn) = self.ready.front() {
             let Some(qp) = self.qps.get_mut(&qpn) else {
                 self.ready.pop_front();
@@ -617,6 +618,13 @@ impl Engine {
             self.settle_overflows();
             if sent.is_some() {
                 return sent;
+            }
+            // The woken QPs had nothing to send after all (an error, a flush): wake the
+            // others while the budget has room, or they would wait for an ACK that may not
+            // come. Once per call: a QP the budget refuses again waits for the next ACK.
+            if self.ready.is_empty() && !rewoken {
+                rewoken = true;
+                self.wake_starved();
             }
         }
         None
@@ -686,9 +694,16 @@ impl Engine {
     }
 
     /// QPs that waited for the device budget try again once it has room.
+    /// Puts QPs that waited for the device budget back in line: as many as the budget has
+    /// room for, oldest first. Waking them all on every ACK would poll and refuse all but a
+    /// few again, at O(QPs) per ACK (with 64 QPs that was most of the CPU).
     fn wake_starved(&mut self) {
-        if self.inflight < self.shared.budget.limit() {
-            self.ready.extend(self.starved.drain(..));
+        let limit = self.shared.budget.limit();
+        if self.inflight >= limit {
+            return;
         }
+        let room = (limit - self.inflight) as usize;
+        let n = room.min(self.starved.len());
+        self.ready.extend(self.starved.drain(..n));
     }
 }
