@@ -54,7 +54,7 @@ fn ce_marks_draw_one_cnp_per_interval_and_cut_the_rate() {
         cc: CcConfig::dcqcn(40_000_000_000),
         ..c
     });
-    let [a, b] = net.rc_pair_on([None, None]);
+    let [a, _] = net.rc_pair_on([None, None]);
     net.write_mem(0, 0, &pattern(3, 8192));
     // Mark every request: 8 packets, one µs apart on this wire, all within 50 µs.
     net.mark_ce = Box::new(|p| p.bth.opcode.info().is_some_and(|i| i.is_request()));
@@ -85,7 +85,6 @@ fn ce_marks_draw_one_cnp_per_interval_and_cut_the_rate() {
     assert_eq!(s0.cnps_received, 1);
     assert_eq!(s0.cc_rate_cuts, 1);
     // α starts at 1: the first cut halves the rate (then DCQCN recovers it over time).
-    let _ = b;
     let rate = net.nodes[0].engine.qp(a).unwrap().cc_rate_bps().unwrap();
     assert!(rate > 20e9 && rate <= 40e9, "{rate}");
 }

@@ -382,7 +382,7 @@ pub fn run_incast_captured(
                 }
                 s.completed += 1;
                 let at = s.posted_at[(wc.wr_id % u64::from(window)) as usize];
-                fcts.push(now.saturating_duration_since(at).as_nanos() as f64 / 1e3);
+                fcts.push(now.saturating_duration_since(at).as_nanos() as u64);
             }
             while now < end && s.next_seq < s.completed + u64::from(window) {
                 let seq = s.next_seq;
@@ -492,7 +492,7 @@ pub fn run_incast_captured(
     Ok(IncastReport {
         utilization: utilization.min(1.0),
         jain,
-        queue_p99_bytes: percentile_u64(&mut queue_samples, 0.99),
+        queue_p99_bytes: percentile(&mut queue_samples, 0.99),
         queue_max_bytes: queue_max,
         drops: sw.drops,
         pause_frames: sw.pause_frames,
@@ -500,7 +500,7 @@ pub fn run_incast_captured(
         cnps,
         retransmissions,
         messages: senders.iter().map(|s| s.completed).sum(),
-        fct_p99_us: percentile_f64(&mut fcts, 0.99),
+        fct_p99_us: percentile(&mut fcts, 0.99) as f64 / 1e3,
         goodput_gbps: delivered as f64 * 8.0 / cfg.duration.as_secs_f64() / 1e9,
         mismatches,
         samples,
@@ -574,18 +574,11 @@ pub fn jain_index(x: &[u64]) -> f64 {
     sum * sum / (x.len() as f64 * sq)
 }
 
-fn percentile_u64(v: &mut [u64], p: f64) -> u64 {
+/// The `p` quantile of `v` (sorted in place; 0 when empty).
+fn percentile(v: &mut [u64], p: f64) -> u64 {
     if v.is_empty() {
         return 0;
     }
     v.sort_unstable();
-    v[((v.len() - 1) as f64 * p).round() as usize]
-}
-
-fn percentile_f64(v: &mut [f64], p: f64) -> f64 {
-    if v.is_empty() {
-        return 0.0;
-    }
-    v.sort_by(f64::total_cmp);
     v[((v.len() - 1) as f64 * p).round() as usize]
 }

@@ -125,6 +125,16 @@ fn resolved_id(ch: &EventChannel, device: &Device, dst: SocketAddr) -> Result<Cm
     Ok(id)
 }
 
+/// An id listening on `port` of `device`, its events on `ch`.
+fn listener(ch: &EventChannel, device: &Device, port: u16) -> Result<CmId, PerfError> {
+    let listen = CmId::new(ch, PortSpace::Tcp, RdmaQpType::Rc);
+    listen
+        .bind_device(device, port)
+        .map_err(|e| cm_error(&format!("bind to port {port}"), e))?;
+    listen.listen().map_err(|e| cm_error("listen", e))?;
+    Ok(listen)
+}
+
 /// The control QP's resources: `slot` bytes to send from and `slot` to receive into.
 struct ControlQp {
     qp: QueuePair,
@@ -199,11 +209,7 @@ pub(crate) fn control_server(
     timeout: Option<Duration>,
 ) -> Result<CmControl, PerfError> {
     let ch = EventChannel::new();
-    let listen = CmId::new(&ch, PortSpace::Tcp, RdmaQpType::Rc);
-    listen
-        .bind_device(device, port)
-        .map_err(|e| cm_error(&format!("bind to port {port}"), e))?;
-    listen.listen().map_err(|e| cm_error("listen", e))?;
+    let listen = listener(&ch, device, port)?;
     if let Some(r) = ready {
         let _ = r.send(());
     }
@@ -283,11 +289,7 @@ pub(crate) fn data_server(
     param: &ConnParam,
 ) -> Result<(DataLinks, Vec<QueuePair>), PerfError> {
     let channel = EventChannel::new();
-    let listen = CmId::new(&channel, PortSpace::Tcp, RdmaQpType::Rc);
-    listen
-        .bind_device(device, port)
-        .map_err(|e| cm_error(&format!("bind to port {port}"), e))?;
-    listen.listen().map_err(|e| cm_error("listen", e))?;
+    let listen = listener(&channel, device, port)?;
     let mut ids = Vec::with_capacity(n);
     let mut qps = Vec::with_capacity(n);
     let deadline = Instant::now() + STEP;

@@ -225,12 +225,9 @@ fn meet(
     p: &mut Printer,
 ) -> Result<(PerftestSession<Control>, Control, Device, Role), PerfError> {
     let tcp = |stream: TcpStream, role| -> Result<_, PerfError> {
+        let local: SocketAddr = stream.local_addr()?;
         let control = Control::Tcp(stream);
         control.set_timeout(Some(DEFAULT_TIMEOUT))?;
-        let local: SocketAddr = match &control {
-            Control::Tcp(s) => s.local_addr()?,
-            Control::Cm(_) => unreachable!("a TCP control channel"),
-        };
         let ip = cfg.bind.unwrap_or(local.ip().to_canonical());
         let peek = control.try_clone()?;
         let device = open_device(cfg, ip)?;
