@@ -9,9 +9,20 @@ use softrdma_sim::swarm::{run, RunConfig};
 use softrdma_sim::workload::WorkloadConfig;
 
 fn config(seed: u64, nodes: usize, connections: usize, link: LinkConfig) -> RunConfig {
+    config_with_ops(seed, nodes, connections, link, 20)
+}
+
+/// [`config`] with `ops` operations on the data QPs the swarm connects beside the CM's.
+fn config_with_ops(
+    seed: u64,
+    nodes: usize,
+    connections: usize,
+    link: LinkConfig,
+    ops: u64,
+) -> RunConfig {
     let workload = WorkloadConfig {
         nodes,
-        ..WorkloadConfig::new(seed, 20)
+        ..WorkloadConfig::new(seed, ops)
     };
     RunConfig {
         cm: Some(CmWorkloadConfig {
@@ -56,8 +67,11 @@ fn handshakes_survive_lost_duplicated_and_corrupted_mads() {
         ..LinkConfig::IDEAL
     };
     let mut retransmitted = 0;
+    // No data operations: at 18 % loss each way a data QP's seven retries run out now and
+    // then (one seed in a hundred), which is the transport doing as IBTA says, not the CM's
+    // business; the swarm tests the data path under faults.
     for seed in 1..=12 {
-        let r = run(&config(seed, 2, 3, link), None).unwrap();
+        let r = run(&config_with_ops(seed, 2, 3, link, 0), None).unwrap();
         assert!(r.passed(), "seed {seed}: {:?}", r.first_failure());
         let cm = r.cm.unwrap();
         assert_eq!(cm.established, 6);

@@ -71,9 +71,14 @@ impl Shared {
             ipv4_id,
             others_inflight: 0,
             budget: &mut self.budget,
+            turn_left: None,
         }
     }
 }
+
+/// Datagram bytes one QP may send in a turn before the next ready QP's turn: what one UDP
+/// GSO datagram holds (the largest UDP payload over IPv4), so a turn fills one.
+const TRANSMIT_TURN: usize = 65_507;
 
 /// The transport engine of one software RNIC.
 pub struct Engine {
@@ -86,6 +91,8 @@ pub struct Engine {
     next_qpn: u32,
     /// QPs that may have output, in the order they became ready.
     ready: VecDeque<u32>,
+    /// Datagram bytes the QP at the front of `ready` has sent in its current turn.
+    turn_bytes: usize,
     /// Every QP's earliest timer, ordered: `poll_timeout` is the first entry, not a scan of
     /// all QPs (it is asked after every post and every batch of packets).
     timers: BTreeSet<(Instant, u32)>,
@@ -95,8 +102,9 @@ pub struct Engine {
     ud_peers: peers::UdPeers,
     /// Request packets in flight over all QPs (the sum of their `counted_inflight`).
     inflight: u32,
-    /// QPs that held a packet back for the device budget, to wake when it frees up.
-    starved: Vec<u32>,
+    /// QPs that held a packet back for the device budget, to wake when it frees up (each at
+    /// most once: `QueuePair::budget_listed`).
+    starved: VecDeque<u32>,
 }
 
 impl Engine {
@@ -121,11 +129,12 @@ impl Engine {
             qps: BTreeMap::new(),
             next_qpn: config.first_qpn,
             ready: VecDeque::new(),
+            turn_bytes: 0,
             timers: BTreeSet::new(),
             mcast: BTreeMap::new(),
             ud_peers: peers::UdPeers::default(),
             inflight: 0,
-            starved: Vec::new(),
+            starved: VecDeque::new(),
         }
     }
 
@@ -596,22 +605,41 @@ impl Engine {
         out: &mut Vec<u8>,
         ipv4_id: u16,
     ) -> Option<Transmit> {
+        if self.ready.is_empty() {
+            // Nothing else would wake the QPs waiting for the budget if no ACK is to come.
+            self.wake_starved();
+        }
         let mut rewoken = false;
         while let Some(&qpn) = self.ready.front() {
             let Some(qp) = self.qps.get_mut(&qpn) else {
                 self.ready.pop_front();
+                self.turn_bytes = 0;
                 continue;
             };
             let mut ctx = self.shared.ctx(now, ipv4_id);
             ctx.others_inflight = self.inflight - qp.counted_inflight;
+            ctx.turn_left = (self.ready.len() > 1).then(|| TRANSMIT_TURN - self.turn_bytes);
             let sent = qp.poll_transmit(&mut ctx, out);
-            self.ready.pop_front();
-            // Round robin: a QP with more to send goes to the back of the line.
-            if sent.is_some() && qp.wants_transmit() {
-                self.ready.push_back(qpn);
+            // Round robin by turns of up to `TRANSMIT_TURN` bytes: a QP with more to send keeps
+            // the front of the line until its turn is used, then goes to the back. Turns, not
+            // single packets, because the I/O layer joins a QP's consecutive packets into one
+            // GSO datagram; one packet per turn would give every datagram a different source
+            // port and cost a system call per packet as soon as two QPs send.
+            let more = sent.is_some() && qp.wants_transmit();
+            let len = sent.as_ref().map_or(0, |t| t.len);
+            self.turn_bytes += len;
+            // The turn goes on while another packet of this size still fits (the requester
+            // asks for an ACK on the packet that ends its turn: `turn_ends`).
+            if !(more && self.turn_bytes + len <= TRANSMIT_TURN) {
+                self.ready.pop_front();
+                self.turn_bytes = 0;
+                if more {
+                    self.ready.push_back(qpn);
+                }
             }
-            if std::mem::take(&mut qp.req.starved) {
-                self.starved.push(qpn);
+            if std::mem::take(&mut qp.req.starved) && !qp.budget_listed {
+                qp.budget_listed = true;
+                self.starved.push_back(qpn);
             }
             // Sending arms the retransmit timer; a failed send may have stopped them all.
             self.sync_timer(qpn);
@@ -665,7 +693,7 @@ impl Engine {
             return;
         };
         let now_inflight = match qp.state {
-            QpState::Rts | QpState::Sqd => qp.req.outstanding(),
+            QpState::Rts | QpState::Sqd => qp.req.budget_share(),
             _ => 0,
         };
         if now_inflight != qp.counted_inflight {
@@ -693,7 +721,6 @@ impl Engine {
         qp.scheduled = next;
     }
 
-    /// QPs that waited for the device budget try again once it has room.
     /// Puts QPs that waited for the device budget back in line: as many as the budget has
     /// room for, oldest first. Waking them all on every ACK would poll and refuse all but a
     /// few again, at O(QPs) per ACK (with 64 QPs that was most of the CPU).
@@ -702,8 +729,22 @@ impl Engine {
         if self.inflight >= limit {
             return;
         }
-        let room = (limit - self.inflight) as usize;
-        let n = room.min(self.starved.len());
-        self.ready.extend(self.starved.drain(..n));
+        let room = limit - self.inflight;
+        let mut woken = 0;
+        while woken < room {
+            let Some(qpn) = self.starved.pop_front() else {
+                break;
+            };
+            let Some(qp) = self.qps.get_mut(&qpn) else {
+                continue;
+            };
+            qp.budget_listed = false;
+            // One that has nothing to send any more (flushed, or the WQE it waited with
+            // was completed in error) takes no room.
+            if qp.wants_transmit() {
+                self.ready.push_back(qpn);
+                woken += 1;
+            }
+        }
     }
 }

@@ -449,9 +449,14 @@ impl QueuePair {
         }
     }
 
-    /// Keeps the retransmit timer armed exactly while requests are outstanding.
+    /// Keeps the retransmit timer armed exactly while request packets are unacknowledged. A
+    /// started message whose sent packets are all acknowledged has nothing to time out: its
+    /// next packet waits for the QP's turn or the device budget, and arms the timer when it
+    /// goes. (Timing it anyway made a QP that waited its turn behind hundreds of others
+    /// "time out", halve the device budget and spend a retry on a peer that had answered
+    /// everything.)
     fn rearm_retransmit(&mut self, ctx: &mut Ctx<'_>) {
-        let outstanding = self.req.sq.front().is_some_and(|w| w.started);
+        let outstanding = self.req.outstanding() > 0;
         if !outstanding || self.req.rnr_wait {
             self.timers.stop(Timer::Retransmit);
         } else if !self.timers.is_armed(Timer::Retransmit) {
@@ -480,11 +485,11 @@ impl QueuePair {
             self.rearm_retransmit(ctx);
         }
         if self.timers.take_expired(Timer::Retransmit, ctx.now) {
-            let outstanding = self.req.sq.front().is_some_and(|w| w.started);
-            if !outstanding || self.state == super::QpState::Err {
+            if self.req.outstanding() == 0 || self.state == super::QpState::Err {
                 return;
             }
             ctx.stats.retransmit_timeouts += 1;
+            self.req.timed_out = true;
             if let Some(rto) = self.retransmit_timeout() {
                 ctx.budget.on_timeout(ctx.now, rto);
             }

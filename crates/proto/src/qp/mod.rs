@@ -66,6 +66,9 @@ pub(crate) struct Ctx<'a> {
     pub others_inflight: u32,
     /// How many request packets all QPs may have in flight.
     pub budget: &'a mut InflightBudget,
+    /// Datagram bytes left in this QP's transmit turn while other QPs wait their turn
+    /// (`None`: nobody waits, the turn does not end).
+    pub turn_left: Option<usize>,
 }
 
 impl Ctx<'_> {
@@ -116,6 +119,8 @@ pub struct QueuePair {
     pub(crate) scheduled: Option<Instant>,
     /// The packets in flight the engine's device total counts for this QP.
     pub(crate) counted_inflight: u32,
+    /// Whether the engine's list of QPs waiting for the device budget holds this QP.
+    pub(crate) budget_listed: bool,
     /// Congestion control's reaction point (RC and UC QPs in RTS, when the engine runs it).
     pub(crate) rp: Option<ReactionPoint>,
     /// Congestion control's notification point.
@@ -217,6 +222,7 @@ impl QueuePair {
             peer_ids: PeerIpv4Ids::default(),
             scheduled: None,
             counted_inflight: 0,
+            budget_listed: false,
             rp: None,
             np: NotificationPoint::default(),
         }

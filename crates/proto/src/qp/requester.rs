@@ -4,7 +4,7 @@
 //! buffer exactly as a NIC does; the application must not touch it before the completion. The
 //! send queue state it walks is in `send_queue.rs`.
 
-use softrdma_wire::{AtomicEth, Bth, ExtHeaders, Feth, Ieth, ImmDt, Opcode, Psn, Reth};
+use softrdma_wire::{packet_len, AtomicEth, Bth, ExtHeaders, Feth, Ieth, ImmDt, Opcode, Psn, Reth};
 
 use super::attr::{QpState, QpType};
 use super::send_queue::SendWqe;
@@ -127,7 +127,7 @@ impl QueuePair {
         if psn.is_before(self.req.sent_high) {
             return true;
         }
-        let own = self.req.outstanding();
+        let own = self.req.budget_share();
         // A READ request brings its responses: it costs what it asks for.
         let cost = match wqe.wr.op {
             SendOp::RdmaRead { .. } => {
@@ -135,11 +135,10 @@ impl QueuePair {
             }
             _ => 1,
         };
-        if own == 0
-            && (cost == 1
-                || ctx.others_inflight == 0
-                || ctx.others_inflight.saturating_add(cost) <= ctx.budget.limit())
-        {
+        if own == 0 && ctx.others_inflight == 0 {
+            return true;
+        }
+        if own == 0 && ctx.others_inflight.saturating_add(cost) <= ctx.budget.limit() {
             return true;
         }
         if ctx.others_inflight.saturating_add(own) >= ctx.budget.limit() {
@@ -335,14 +334,14 @@ impl QueuePair {
         // Ask for an ACK at a message's end, every `ack_req_every` packets, and on the last
         // packet the window or the device budget lets out: the ACK that reopens them must not
         // wait for the retransmit timer.
-        let own = self.req.outstanding() + 1;
         let fills = fresh
-            && (own >= ctx.config.max_inflight_packets
-                || ctx.others_inflight + own >= ctx.budget.limit());
+            && (self.req.outstanding() + 1 >= ctx.config.max_inflight_packets
+                || ctx.others_inflight + self.req.budget_share() + 1 >= ctx.budget.limit());
         bth.ack_req = reliable
             && (ends_message
                 || wqe.wr.op.is_read_or_atomic()
                 || fills
+                || (fresh && turn_ends(ctx, packet_len(bth.opcode, payload)))
                 || forced
                 || self.req.pkts_since_ackreq >= ack_req_interval(ctx.config));
         if bth.ack_req {
@@ -454,6 +453,16 @@ enum RequestBuild {
     Skip,
     /// The payload could not be read from memory.
     Failed,
+}
+
+/// Whether a packet of `len` bytes ends the QP's transmit turn while other QPs wait (the
+/// engine's rule: the turn goes on while another packet of this size fits). Its packets then
+/// sit in flight while the others take their turns and the device budget, so the last of
+/// them asks for the ACK: without it they would be acknowledged only when the QP's next
+/// turn comes, which with a thousand QPs sharing the budget can be later than its retransmit
+/// timer.
+fn turn_ends(ctx: &Ctx<'_>, len: usize) -> bool {
+    ctx.turn_left.is_some_and(|left| left < 2 * len)
 }
 
 /// Packets between AckReqs in a long message: `ack_req_every`, but at least two per

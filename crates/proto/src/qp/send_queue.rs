@@ -112,6 +112,11 @@ pub(crate) struct Requester {
     pub rnr_left: u8,
     /// Waiting out an RNR NAK's timer: send nothing.
     pub rnr_wait: bool,
+    /// The retransmit timer expired and no ACK has shown progress since: what is in flight
+    /// is presumed lost, and the QP counts as one packet in the device's in-flight budget
+    /// (TCP's "pipe" after an RTO), so a dead peer's QP does not hold the budget that live
+    /// QPs need while it spends its retries.
+    pub timed_out: bool,
     /// Packets since the last AckReq.
     pub pkts_since_ackreq: u32,
     /// The next packet built asks for an ACK whatever its place (a repair).
@@ -163,6 +168,17 @@ impl Requester {
     pub(crate) fn reset_retry_counters(&mut self, cfg: &QpConfig) {
         self.retry_left = cfg.retry_cnt;
         self.rnr_left = cfg.rnr_retry;
+        self.timed_out = false;
+    }
+
+    /// Request packets this QP holds of the device's in-flight budget.
+    pub(crate) fn budget_share(&self) -> u32 {
+        let outstanding = self.outstanding();
+        if self.timed_out {
+            outstanding.min(1)
+        } else {
+            outstanding
+        }
     }
 
     pub(crate) fn push(&mut self, wr: SendWr, mtu: Mtu) {

@@ -157,17 +157,29 @@ impl Net {
         max_dest_rd_atomic: [u8; 2],
         access: AccessFlags,
     ) -> [u32; 2] {
+        self.rc_connect([0, 1], srqs, max_rd_atomic, max_dest_rd_atomic, access)
+    }
+
+    /// An RC QP on each of `nodes`, connected to each other.
+    pub fn rc_connect(
+        &mut self,
+        nodes: [usize; 2],
+        srqs: [Option<SrqHandle>; 2],
+        max_rd_atomic: [u8; 2],
+        max_dest_rd_atomic: [u8; 2],
+        access: AccessFlags,
+    ) -> [u32; 2] {
         let qpns = [0, 1].map(|i| {
-            let n = &mut self.nodes[i];
+            let n = &mut self.nodes[nodes[i]];
             n.engine
                 .create_qp_with_srq(n.pd, n.cq, n.cq, QpType::Rc, QpCaps::default(), srqs[i])
                 .unwrap()
         });
         for i in 0..2 {
-            let e = &mut self.nodes[i].engine;
+            let e = &mut self.nodes[nodes[i]].engine;
             e.modify_qp(qpns[i], &QpAttr::rc_init(access)).unwrap();
             let av = AddressVector {
-                dest_ip: ip(1 - i),
+                dest_ip: ip(nodes[1 - i]),
                 traffic_class: 0,
                 hop_limit: 64,
             };
