@@ -48,6 +48,9 @@ pub struct IoCounters {
     pub rx_errors: u64,
     /// Datagrams sent.
     pub tx_datagrams: u64,
+    /// Batches handed to the socket: one `sendmmsg` each (one per UDP source port in the
+    /// batch), however many datagrams they carry.
+    pub tx_calls: u64,
     /// Datagrams dropped because sending failed (the RC transport retransmits them).
     pub tx_errors: u64,
     /// Datagrams whose ICRC was recomputed because their UDP source port was unavailable.
@@ -354,6 +357,7 @@ impl Core {
                     contents: &buf[..g.len],
                 })
                 .collect();
+            self.io.tx_calls += 1;
             match self.socket.send(&transmits) {
                 Ok(0) => {
                     // Socket buffer full: wait a little, then give the rest up to the
@@ -452,6 +456,15 @@ impl Core {
 
     /// Wakes the waiters of every CQ that got completions; returns async wakers to call once
     /// the core lock is released.
+    /// Whether a watched CQ has completions its waiters have not been told of.
+    fn has_fresh_completions(&self) -> bool {
+        self.watches.iter().any(|w| {
+            self.engine
+                .cq(w.handle)
+                .is_some_and(|cq| cq.produced != w.seen)
+        })
+    }
+
     pub(crate) fn notify_cqs(&mut self, wakers: &mut Vec<Waker>) {
         for w in &mut self.watches {
             let Some(cq) = self.engine.cq(w.handle) else {
@@ -600,11 +613,23 @@ impl Inner {
     /// Runs `f` on the core as an application thread, then transmits what it produced (inline
     /// mode) or wakes the progress thread, and wakes completion waiters.
     pub(crate) fn with_core<R>(&self, f: impl FnOnce(&mut Core, Instant) -> R) -> R {
+        self.with_core_then(true, f)
+    }
+
+    /// [`with_core`](Self::with_core) for work that puts nothing on the wire (posting
+    /// receives): it leaves queued datagrams queued, so the ACKs a spinner held back for the
+    /// application's answer (see [`Inner::drive_inner`]) still go out with that answer when
+    /// the application reposts its receive first, as ping-pong loops do.
+    pub(crate) fn with_core_quiet<R>(&self, f: impl FnOnce(&mut Core, Instant) -> R) -> R {
+        self.with_core_then(false, f)
+    }
+
+    fn with_core_then<R>(&self, transmit: bool, f: impl FnOnce(&mut Core, Instant) -> R) -> R {
         let mut wakers = Vec::new();
         let mut core = self.lock();
         let now = core.now();
         let r = f(&mut core, now);
-        if self.inline_transmit {
+        if self.inline_transmit && transmit {
             core.flush(now);
         }
         core.notify_cqs(&mut wakers);
@@ -688,6 +713,18 @@ impl Inner {
     /// One round of progress on the calling thread: receive what is queued, run due timers,
     /// transmit, wake completion waiters. Returns whether any datagram was received.
     pub(crate) fn drive(&self) -> bool {
+        self.drive_inner(false)
+    }
+
+    /// [`drive`](Self::drive); with `hold_replies`, what the received datagrams produced (their
+    /// ACKs above all) stays queued when they also completed work: the caller is a spinner
+    /// about to hand those completions to an application that typically answers at once, and
+    /// its post then sends the ACK and the answer in one `sendmmsg`. Sent first and on their
+    /// own, the ACKs would put a system call (and, on loopback, the peer's whole receive
+    /// path) between every message and its answer. The next round of progress on any thread
+    /// — the spinner's next poll, its post, or the progress thread when the spinner's lease
+    /// ends — sends them.
+    fn drive_inner(&self, hold_replies: bool) -> bool {
         let mut wakers = Vec::new();
         let mut core = self.lock();
         let now = core.now();
@@ -695,7 +732,9 @@ impl Inner {
         if core.engine.poll_timeout().is_some_and(|d| d <= now) {
             core.engine.handle_timeout(now);
         }
-        core.flush(now);
+        if !(hold_replies && got > 0 && core.has_fresh_completions()) {
+            core.flush(now);
+        }
         core.notify_cqs(&mut wakers);
         let deadline = core.engine.poll_timeout();
         if got == 0 {
@@ -732,7 +771,7 @@ impl Inner {
     pub(crate) fn drive_from_poll(&self) -> bool {
         self.last_spin_ns
             .store(self.now_ns().max(1), Ordering::Release);
-        self.drive()
+        self.drive_inner(true)
     }
 
     fn now_ns(&self) -> u64 {

@@ -534,7 +534,7 @@ impl QueuePair {
     /// [`PostRecvError::bad_wr`] were posted and the rest were not.
     pub fn post_recv(&self, wrs: impl IntoIterator<Item = RecvWr>) -> Result<(), PostRecvError> {
         let qpn = self.inner.qpn;
-        self.inner.pd.device().inner().with_core(|core, _| {
+        self.inner.pd.device().inner().with_core_quiet(|core, _| {
             for (i, wr) in wrs.into_iter().enumerate() {
                 core.engine.post_recv(qpn, wr).map_err(|e| PostRecvError {
                     bad_wr: i,

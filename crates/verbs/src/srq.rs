@@ -74,7 +74,7 @@ impl SharedReceiveQueue {
     /// `bad_wr` were posted.
     pub fn post_recv(&self, wrs: impl IntoIterator<Item = RecvWr>) -> Result<(), PostRecvError> {
         let h = self.inner.handle;
-        self.inner.pd.device().inner().with_core(|core, _| {
+        self.inner.pd.device().inner().with_core_quiet(|core, _| {
             for (i, wr) in wrs.into_iter().enumerate() {
                 core.engine
                     .post_srq_recv(h, wr)

@@ -8,7 +8,9 @@ use std::io::ErrorKind;
 use std::os::fd::AsRawFd;
 
 use common::*;
-use softrdma::{wr, AsyncEvent, AttachChannelError, CompletionChannel, QpInitAttr, WcStatus};
+use softrdma::{
+    wr, AsyncEvent, AttachChannelError, CompletionChannel, QpInitAttr, WcStatus, WorkCompletion,
+};
 
 /// poll(2) on one descriptor: whether it became readable within `ms`.
 fn readable(fd: i32, ms: i32) -> bool {
@@ -158,6 +160,57 @@ fn spinning_poller_drives_the_device() {
         .enumerate()
         .all(|(i, w)| w.wr_id == i as u64 && w.status == WcStatus::Success));
     assert_eq!(a.cq.poll_progress(0, &mut Vec::new()), 0);
+}
+
+/// Spins on `side`'s CQ (driving its device) until `n` completions arrived.
+fn spin_for(side: &Side, n: usize) -> Vec<WorkCompletion> {
+    let mut out = Vec::new();
+    let deadline = std::time::Instant::now() + WAIT;
+    while out.len() < n {
+        assert!(std::time::Instant::now() < deadline, "{out:?}");
+        side.cq.poll_progress(n - out.len(), &mut out);
+    }
+    out
+}
+
+#[test]
+fn a_spinning_ping_pong_sends_each_ack_with_the_answer() {
+    // Both sides spin on their CQs, repost the receive, then answer: the ACK of the message
+    // just received waits for the answer and leaves in the same sendmmsg.
+    let (a, b) = pair("127.0.11.11", "127.0.11.12", 4096);
+    let rounds = 200u64;
+    a.qp.post_recv([wr::recv(0, vec![a.mr.sge(64, 64)])])
+        .unwrap();
+    b.qp.post_recv([wr::recv(0, vec![b.mr.sge(64, 64)])])
+        .unwrap();
+    let before = [a.dev.stats().io, b.dev.stats().io];
+    for i in 0..rounds {
+        a.qp.post_send([wr::send(i, vec![a.mr.sge(0, 8)])]).unwrap();
+        // b: the ping (and the ACK of its previous pong) ...
+        let wcs = spin_for(&b, if i == 0 { 1 } else { 2 });
+        assert!(wcs.iter().all(|w| w.status == WcStatus::Success), "{wcs:?}");
+        b.qp.post_recv([wr::recv(i + 1, vec![b.mr.sge(64, 64)])])
+            .unwrap();
+        b.qp.post_send([wr::send(i, vec![b.mr.sge(0, 8)])]).unwrap();
+        // ... a: the ACK of its ping and the pong.
+        let wcs = spin_for(&a, 2);
+        assert!(wcs.iter().all(|w| w.status == WcStatus::Success), "{wcs:?}");
+        a.qp.post_recv([wr::recv(i + 1, vec![a.mr.sge(64, 64)])])
+            .unwrap();
+    }
+    let after = [a.dev.stats().io, b.dev.stats().io];
+    let b_sent = after[1].tx_datagrams - before[1].tx_datagrams;
+    let b_calls = after[1].tx_calls - before[1].tx_calls;
+    // b sent a pong and an ACK per round; a retransmission or a progress-thread flush may add
+    // a few calls, not one per message.
+    assert!(b_sent >= 2 * rounds, "{b_sent} datagrams");
+    assert!(
+        b_calls <= rounds + rounds / 10,
+        "{b_calls} send calls for {b_sent} datagrams in {rounds} rounds"
+    );
+    let a_calls = after[0].tx_calls - before[0].tx_calls;
+    // a's ACK of pong i goes with ping i + 1 (the last one on its own).
+    assert!(a_calls <= rounds + rounds / 10 + 1, "{a_calls} send calls");
 }
 
 #[test]
