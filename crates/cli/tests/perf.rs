@@ -8,7 +8,7 @@ use std::process::Command;
 
 #[path = "common/perf_run.rs"]
 mod perf_run;
-use perf_run::{loopback, perf, LOOPBACK};
+use perf_run::{loopback, perf, usage_error, LOOPBACK};
 
 /// The numeric rows of the result table (lines after the `#bytes` header that start with a
 /// number), split into fields.
@@ -430,16 +430,6 @@ fn json_output() {
     assert!(sent >= 100, "{line}");
     assert!(received >= 100 && received <= sent, "{line}");
     let _ = counter("packets_retransmitted");
-}
-
-/// A usage error: exit status 2, nothing on stdout, one message on stderr.
-fn usage_error(args: &[&str], want: &str) {
-    let out = perf(args);
-    let stderr = String::from_utf8_lossy(&out.stderr);
-    assert_eq!(out.status.code(), Some(2), "{args:?}: {stderr}");
-    assert!(out.stdout.is_empty(), "{args:?}");
-    assert!(stderr.contains(want), "{args:?}: {stderr}");
-    assert!(!stderr.contains("panicked"), "{stderr}");
 }
 
 #[test]

@@ -9,7 +9,7 @@ use std::time::{Duration, Instant};
 
 #[path = "common/perf_run.rs"]
 mod perf_run;
-use perf_run::{loopback, perf, LOOPBACK};
+use perf_run::{loopback, perf, usage_error, LOOPBACK};
 
 fn softrdma() -> Command {
     Command::new(env!("CARGO_BIN_EXE_softrdma"))
@@ -150,9 +150,6 @@ fn rdma_cm_usage_errors() {
         ),
         (&["write-bw", "-R"][..], "with -R a server needs --bind"),
     ] {
-        let out = perf(args);
-        let stderr = String::from_utf8_lossy(&out.stderr);
-        assert_eq!(out.status.code(), Some(2), "{args:?}: {stderr}");
-        assert!(stderr.contains(want), "{args:?}: {stderr}");
+        usage_error(args, want);
     }
 }

@@ -9,7 +9,7 @@ use std::process::Command;
 
 #[path = "common/perf_run.rs"]
 mod perf_run;
-use perf_run::{loopback, perf, LOOPBACK};
+use perf_run::{loopback, perf, usage_error, LOOPBACK};
 
 /// The (bytes, iterations) of each row of the result table.
 fn rows(stdout: &str) -> Vec<(u64, u64)> {
@@ -152,14 +152,6 @@ fn uc_send_bw_and_latencies_loopback() {
     let (out, _) = loopback(&["send-lat", "-c", "UC", "-s", "5000", "-n", "100"]);
     banner_and_checks(&out, "UC");
     assert_eq!(rows(&out), vec![(5000, 100)], "{out}");
-}
-
-fn usage_error(args: &[&str], want: &str) {
-    let out = perf(args);
-    let stderr = String::from_utf8_lossy(&out.stderr);
-    assert_eq!(out.status.code(), Some(2), "{args:?}: {stderr}");
-    assert!(out.stdout.is_empty(), "{args:?}");
-    assert!(stderr.contains(want), "{args:?}: {stderr}");
 }
 
 /// What perftest refuses while parsing `-c`, and a UD size no path MTU can carry.

@@ -200,6 +200,15 @@ pub(crate) struct Args {
     /// Report bandwidth in Gb/s instead of MB/s.
     #[arg(long = "report_gbits", alias = "report-gbits")]
     pub report_gbits: bool,
+    /// Measure both directions at once (bandwidth tests; both sides must give it): each side
+    /// sends to the other as a client does, and each prints the sum of both sides' figures.
+    #[arg(short = 'b', long = "bidirectional")]
+    pub bidirectional: bool,
+    /// Before each size's measurement, have every QP post a send queue's worth (-t, at most
+    /// -n) of the run's first message and wait for them all, so caches and the path are warm
+    /// (write-bw, read-bw, atomic-bw).
+    #[arg(long = "perform_warm_up", alias = "perform-warm-up")]
+    pub perform_warm_up: bool,
     /// Outstanding RDMA READ/atomic requests (read and atomic tests, 1..128).
     #[arg(short = 'o', long = "outs")]
     pub outs: Option<u16>,
@@ -321,6 +330,10 @@ pub(crate) struct Config {
     /// Whether `-s` was given (UD: perftest shrinks its default size to the path MTU, but
     /// fails on an `-s` above it).
     pub size_given: bool,
+    /// `-b`: both sides send and both measure (perftest's `duplex`).
+    pub duplex: bool,
+    /// `--perform_warm_up`: a send queue's worth of messages per QP before each size.
+    pub warm_up: bool,
 }
 
 impl Config {
@@ -389,6 +402,27 @@ impl Args {
                 }
                 Transport::RC => {}
             }
+        }
+        if self.bidirectional && !bw {
+            return usage(
+                "-b (--bidirectional) applies to the bandwidth tests (write-bw, read-bw, send-bw, \
+                 atomic-bw): a latency test already sends both ways",
+            );
+        }
+        if self.bidirectional && verb == Verb::Send && self.duration.is_some() {
+            // perftest's timed bidirectional SEND counts both directions on each side and
+            // stops polling at its own deadline, leaving the peer's last SENDs to retry
+            // against an emptied receive queue; softrdma does not reproduce that.
+            return usage(
+                "send-bw -b with -D is not supported by softrdma perf: use -n (bidirectional \
+                 SEND runs a number of iterations)",
+            );
+        }
+        if self.perform_warm_up && !(bw && verb != Verb::Send) {
+            return usage(
+                "--perform_warm_up applies to write-bw, read-bw and atomic-bw (perftest ignores \
+                 it in its other tests)",
+            );
         }
         if self.use_srq && self.test.verb() != Verb::Send {
             return usage("--use-srq applies to the SEND tests (send-bw, send-lat)");
@@ -574,6 +608,8 @@ impl Args {
             rdma_cm: self.rdma_cm,
             cc_line_bps: (self.cc == CcChoice::Dcqcn).then_some(self.cc_line_gbps * 1_000_000_000),
             size_given: self.size.is_some(),
+            duplex: self.bidirectional,
+            warm_up: self.perform_warm_up,
         })
     }
 }

@@ -1,8 +1,10 @@
-//! Bandwidth tests (perftest's `run_iter_bw` and `run_iter_bw_server`): the client keeps up
-//! to `tx_depth` requests in flight per QP and asks for a completion every `cq_mod` of them;
-//! the server is passive for WRITE, READ and atomics (the device answers without it) and
-//! posts and re-posts receives for SEND.
+//! The sending side of bandwidth tests (perftest's `run_iter_bw`, and `perform_warm_up`):
+//! the client — with `-b` both sides — keeps up to `tx_depth` requests in flight per QP and
+//! asks for a completion every `cq_mod` of them; the server is passive for WRITE, READ and
+//! atomics (the device answers without it). The receiving side of SEND tests is in
+//! [`super::recv`].
 
+use std::collections::VecDeque;
 use std::time::{Duration, Instant};
 
 use softrdma::{wr, CompletionQueue, SendFlags, SendWr, WcStatus, WorkCompletion};
@@ -13,7 +15,6 @@ use super::layout::{pattern, split_id, wr_id};
 use super::oob::Ctx;
 use super::output::{PerfError, Progress};
 use super::report::{self, Row};
-use crate::transport::Transport;
 
 /// Polls up to `max` completions into `out`; if there are none, sleeps on the CQ until some
 /// arrive, failing after `ctx.stall()` without any. Completions are signs of life for the
@@ -165,72 +166,111 @@ struct QpState {
     completed: u64,
 }
 
-/// The client side of a bandwidth test for one message size.
-pub(crate) fn client(ctx: &mut Ctx, size: u64, progress: &mut Progress) -> Result<Row, PerfError> {
-    let cfg = ctx.cfg.clone();
-    let q = ctx.qps.len();
-    let iters = cfg.iters;
-    // READs land in the data check's ring, one slot per outstanding READ.
-    let depth = ctx
-        .check_mem
-        .landing_ring()
-        .map_or(u64::from(cfg.tx_depth), |r| r.min(u64::from(cfg.tx_depth)));
-    // A completion at least every `depth` requests, or a QP whose ring holds fewer READs
-    // than `cq_mod` would wait for a completion nothing asked for (perftest keeps cq_mod
-    // within tx_depth the same way).
-    let cq_mod = u64::from(cfg.cq_mod).min(depth).max(1);
-    let timed = cfg.duration;
-    let mut pending_checks: Vec<std::collections::VecDeque<u64>> = vec![Default::default(); q];
-    let total = iters * q as u64;
-    let inline_ok =
-        size <= u64::from(cfg.inline) && matches!(cfg.test.verb(), Verb::Write | Verb::Send);
-    let mut state = vec![QpState::default(); q];
-    // perftest keeps a post and a completion time per message only to find the peak; without
-    // a peak (timed or long runs) it keeps the first post and the last completion.
-    let per_message = timed.is_none() && !cfg.no_peak;
-    let (mut posted_at, mut completed_at) = if per_message {
-        (
-            Vec::with_capacity(total as usize),
-            Vec::with_capacity(total as usize),
-        )
-    } else {
-        (Vec::new(), Vec::new())
-    };
-    let mut first_post = None;
-    let mut last_completion = None;
-    let mut batch = Vec::with_capacity(cfg.tx_depth as usize);
-    let mut wcs = Vec::with_capacity(256);
-    let mut done_msgs = 0u64;
-    let start = Instant::now();
-    let end = match timed {
-        Some(d) => Some(start.checked_add(d).ok_or_else(|| {
-            PerfError::new(
-                "-D: the end of the run is beyond what this system's clock can represent",
-            )
-        })?),
-        None => None,
-    };
-    let mut stopping = false;
-    progress.start(&format!("{} {size} B", cfg.test.as_str()));
-    loop {
-        if let Some(end) = end {
-            stopping = stopping || Instant::now() >= end;
+/// The sending half of a bandwidth run of one size (perftest's `run_iter_bw`, and the send
+/// side of `run_iter_bi`): keeps up to `tx_depth` requests in flight per QP, asks for a
+/// completion every `cq_mod` of them, and keeps the times the report needs. The caller
+/// polls the send CQ and hands the completions to [`Sender::complete`], so one loop can
+/// drive a receiver as well (`-b`).
+pub(crate) struct Sender {
+    size: u64,
+    iters: u64,
+    timed: Option<Duration>,
+    /// Outstanding requests per QP.
+    depth: u64,
+    cq_mod: u64,
+    inline_ok: bool,
+    state: Vec<QpState>,
+    /// Sampled READs waiting for their completion, per QP.
+    pending_checks: Vec<VecDeque<u64>>,
+    /// A post and a completion time per message (only to find the peak: perftest keeps the
+    /// first post and the last completion otherwise).
+    per_message: bool,
+    posted_at: Vec<Instant>,
+    completed_at: Vec<Instant>,
+    first_post: Option<Instant>,
+    last_completion: Option<Instant>,
+    done_msgs: u64,
+    total: u64,
+    start: Instant,
+    end: Option<Instant>,
+    stopping: bool,
+    batch: Vec<SendWr>,
+}
+
+impl Sender {
+    /// A sender of messages of `size`, starting its clock now.
+    pub(crate) fn new(ctx: &Ctx, size: u64) -> Result<Sender, PerfError> {
+        let cfg = &ctx.cfg;
+        let q = ctx.qps.len();
+        // READs land in the data check's ring, one slot per outstanding READ.
+        let depth = ctx
+            .check_mem
+            .landing_ring()
+            .map_or(u64::from(cfg.tx_depth), |r| r.min(u64::from(cfg.tx_depth)));
+        // A completion at least every `depth` requests, or a QP whose ring holds fewer READs
+        // than `cq_mod` would wait for a completion nothing asked for (perftest keeps cq_mod
+        // within tx_depth the same way).
+        let cq_mod = u64::from(cfg.cq_mod).min(depth).max(1);
+        let timed = cfg.duration;
+        let total = cfg.iters * q as u64;
+        let per_message = timed.is_none() && !cfg.no_peak;
+        let capacity = if per_message { total as usize } else { 0 };
+        let start = Instant::now();
+        let end = match timed {
+            Some(d) => Some(start.checked_add(d).ok_or_else(|| {
+                PerfError::new(
+                    "-D: the end of the run is beyond what this system's clock can represent",
+                )
+            })?),
+            None => None,
+        };
+        Ok(Sender {
+            size,
+            iters: cfg.iters,
+            timed,
+            depth,
+            cq_mod,
+            inline_ok: size <= u64::from(cfg.inline)
+                && matches!(cfg.test.verb(), Verb::Write | Verb::Send),
+            state: vec![QpState::default(); q],
+            pending_checks: vec![VecDeque::new(); q],
+            per_message,
+            posted_at: Vec::with_capacity(capacity),
+            completed_at: Vec::with_capacity(capacity),
+            first_post: None,
+            last_completion: None,
+            done_msgs: 0,
+            total,
+            start,
+            end,
+            stopping: false,
+            batch: Vec::with_capacity(cfg.tx_depth as usize),
+        })
+    }
+
+    /// Fills every QP's window with new requests (a timed run past its end posts only up to
+    /// the next signaled request).
+    pub(crate) fn post(&mut self, ctx: &Ctx) -> Result<(), PerfError> {
+        if let Some(end) = self.end {
+            self.stopping = self.stopping || Instant::now() >= end;
         }
-        for (i, st) in state.iter_mut().enumerate() {
-            batch.clear();
+        let (size, iters, cq_mod) = (self.size, self.iters, self.cq_mod);
+        for i in 0..self.state.len() {
+            self.batch.clear();
             loop {
-                let more = match timed {
+                let st = self.state[i];
+                let more = match self.timed {
                     None => st.posted < iters,
                     // A timed run stops right after a signaled request, so every request
                     // is accounted for by a completion.
-                    Some(_) => !stopping || st.posted % cq_mod != 0,
+                    Some(_) => !self.stopping || st.posted % cq_mod != 0,
                 };
-                if !more || st.posted - st.completed >= depth {
+                if !more || st.posted - st.completed >= self.depth {
                     break;
                 }
                 let seq = st.posted;
-                let inline = if inline_ok {
-                    let off = if cfg.test.verb() == Verb::Send {
+                let inline = if self.inline_ok {
+                    let off = if ctx.cfg.test.verb() == Verb::Send {
                         0
                     } else {
                         ctx.cycle_off(size, seq)
@@ -240,67 +280,185 @@ pub(crate) fn client(ctx: &mut Ctx, size: u64, progress: &mut Progress) -> Resul
                     Vec::new()
                 };
                 let check_it = ctx.check_mem.landing_ring().is_some()
-                    && sampled(seq, timed.is_none().then_some(iters));
+                    && sampled(seq, self.timed.is_none().then_some(iters));
                 if check_it {
-                    pending_checks[i].push_back(seq);
+                    self.pending_checks[i].push_back(seq);
                 }
                 let mut w = build_wr(ctx, i, size, seq, &inline, check_it)?;
-                let last = timed.is_none() && seq + 1 == iters;
+                let last = self.timed.is_none() && seq + 1 == iters;
                 w.flags = if seq % cq_mod == cq_mod - 1 || last {
                     w.flags | SendFlags::SIGNALED
                 } else {
                     without_signaled(w.flags)
                 };
-                batch.push(w);
-                if per_message {
-                    posted_at.push(Instant::now());
-                } else if first_post.is_none() {
-                    first_post = Some(Instant::now());
+                self.batch.push(w);
+                if self.per_message {
+                    self.posted_at.push(Instant::now());
+                } else if self.first_post.is_none() {
+                    self.first_post = Some(Instant::now());
                 }
-                st.posted += 1;
+                self.state[i].posted += 1;
             }
-            if !batch.is_empty() {
-                ctx.qps[i].post_send(batch.drain(..))?;
+            if !self.batch.is_empty() {
+                ctx.qps[i].post_send(self.batch.drain(..))?;
             }
         }
-        let all_done = state.iter().all(|s| s.completed == s.posted)
-            && (timed.is_some() && stopping || timed.is_none() && done_msgs == total);
-        if all_done {
+        Ok(())
+    }
+
+    /// Whether every request is posted and completed.
+    pub(crate) fn finished(&self) -> bool {
+        self.state.iter().all(|s| s.completed == s.posted)
+            && match self.timed {
+                Some(_) => self.stopping,
+                None => self.done_msgs == self.total,
+            }
+    }
+
+    /// Accounts for a batch of send completions that arrived at `now` (all successful: see
+    /// [`check_wcs`]); verifies the sampled READs they cover.
+    pub(crate) fn complete(
+        &mut self,
+        ctx: &mut Ctx,
+        wcs: &[WorkCompletion],
+        now: Instant,
+    ) -> Result<(), PerfError> {
+        let size = self.size;
+        for wc in wcs {
+            let (i, seq) = split_id(wc.wr_id);
+            let st = &mut self.state[i];
+            let covered = (seq + 1).saturating_sub(st.completed);
+            st.completed = seq + 1;
+            // Sampled READs up to this one have landed, and no later READ shares their slot.
+            while let Some(&s) = self.pending_checks[i].front().filter(|&&s| s <= seq) {
+                self.pending_checks[i].pop_front();
+                ctx.check_mem
+                    .verify_read(i, s, size, ctx.cycle_off(size, s))?;
+                ctx.reads_verified += 1;
+            }
+            self.done_msgs += covered;
+            if self.per_message {
+                self.completed_at
+                    .extend(std::iter::repeat(now).take(covered as usize));
+            }
+            self.last_completion = Some(now);
+        }
+        Ok(())
+    }
+
+    /// Messages completed so far, and of how many (`None`: a timed run).
+    pub(crate) fn progress(&self) -> (u64, Option<u64>) {
+        (
+            self.done_msgs,
+            self.timed.map_or(Some(self.total), |_| None),
+        )
+    }
+
+    /// The report of the run; records what each QP posted in `ctx.sent`. `span`: the
+    /// interval a run without a peak is measured over, if not from the first post to the
+    /// last completion (perftest's bidirectional SEND counts from its start to the end of
+    /// both directions).
+    pub(crate) fn finish(self, ctx: &mut Ctx, span: Option<Duration>) -> Row {
+        ctx.sent = self.state.iter().map(|s| s.posted).collect();
+        let gbits = ctx.cfg.gbits;
+        let (size, n) = (self.size, self.done_msgs);
+        Row::Bw(
+            match (self.timed, span, self.first_post, self.last_completion) {
+                (None, _, _, _) if self.per_message => report::bw_row(
+                    size,
+                    &self.posted_at,
+                    &self.completed_at,
+                    gbits,
+                    self.cq_mod as u32,
+                ),
+                (None, Some(d), _, _) => report::bw_row_duration(size, n, d, gbits),
+                (None, None, Some(a), Some(b)) => report::bw_row_duration(size, n, b - a, gbits),
+                _ => report::bw_row_duration(size, n, self.start.elapsed(), gbits),
+            },
+        )
+    }
+}
+
+/// The client side of a bandwidth test for one message size (with `-b`, either side of a
+/// WRITE, READ or atomic test).
+pub(crate) fn client(ctx: &mut Ctx, size: u64, progress: &mut Progress) -> Result<Row, PerfError> {
+    let mut tx = Sender::new(ctx, size)?;
+    let mut wcs = Vec::with_capacity(256);
+    progress.start(&format!("{} {size} B", ctx.cfg.test.as_str()));
+    loop {
+        tx.post(ctx)?;
+        if tx.finished() {
             break;
         }
         wcs.clear();
         poll_wait(ctx, &ctx.send_cq, 256, &mut wcs, "send completions")?;
         let now = Instant::now();
         check_wcs(&ctx.send_cq, &wcs, op_name(ctx))?;
-        for wc in &wcs {
-            let (i, seq) = split_id(wc.wr_id);
-            let st = &mut state[i];
-            let covered = (seq + 1).saturating_sub(st.completed);
-            st.completed = seq + 1;
-            // Sampled READs up to this one have landed, and no later READ shares their slot.
-            while let Some(&s) = pending_checks[i].front().filter(|&&s| s <= seq) {
-                pending_checks[i].pop_front();
-                ctx.check_mem
-                    .verify_read(i, s, size, ctx.cycle_off(size, s))?;
-                ctx.reads_verified += 1;
-            }
-            done_msgs += covered;
-            if per_message {
-                completed_at.extend(std::iter::repeat(now).take(covered as usize));
-            }
-            last_completion = Some(now);
-        }
-        progress.tick(done_msgs, timed.map_or(Some(total), |_| None));
+        tx.complete(ctx, &wcs, now)?;
+        let (done, of) = tx.progress();
+        progress.tick(done, of);
     }
     progress.finish();
-    ctx.sent = state.iter().map(|s| s.posted).collect();
-    Ok(Row::Bw(match (timed, first_post, last_completion) {
-        (None, _, _) if per_message => {
-            report::bw_row(size, &posted_at, &completed_at, cfg.gbits, cq_mod as u32)
+    Ok(tx.finish(ctx, None))
+}
+
+/// perftest's `perform_warm_up` (`--perform_warm_up`), before a size's measurement: each QP
+/// in turn posts a send queue's worth (`-t`, at most `-n`) of the run's first message — same
+/// addresses, unstamped, every one signaled (as perftest does since it stopped hanging on
+/// unsignaled ones) — and waits for all of them. Nothing of it is measured; atomics among them are
+/// counted for the data check ([`Ctx::warmed`]), as they change the peer's targets.
+pub(crate) fn warm_up(ctx: &mut Ctx, size: u64) -> Result<(), PerfError> {
+    // perftest lowers its send queue depth to the iterations of a counted run, and warms up
+    // with that many.
+    let depth = match ctx.cfg.duration {
+        None => u64::from(ctx.cfg.tx_depth).min(ctx.cfg.iters),
+        Some(_) => u64::from(ctx.cfg.tx_depth),
+    };
+    let verb = ctx.cfg.test.verb();
+    let inline = size <= u64::from(ctx.cfg.inline) && verb == Verb::Write;
+    let mut wcs = Vec::with_capacity(depth as usize);
+    // Left over from an earlier size: nothing, as every size waits for its completions.
+    ctx.send_cq.poll(depth as usize, &mut wcs);
+    for i in 0..ctx.qps.len() {
+        let rem = ctx.rem[i];
+        let sge = ctx.mr.sge(ctx.local_off(i) as usize, size as u32);
+        let wrs = (0..depth).map(|k| {
+            let id = wr_id(i, k);
+            let mut w = match (verb, ctx.cfg.atomic) {
+                (Verb::Read, _) => wr::read(id, vec![sge], rem.vaddr, rem.rkey),
+                (Verb::Atomic, AtomicKind::FETCH_AND_ADD) => {
+                    wr::fetch_add(id, sge, rem.vaddr, rem.rkey, 1)
+                }
+                (Verb::Atomic, AtomicKind::CMP_AND_SWAP) => {
+                    wr::compare_swap(id, sge, rem.vaddr, rem.rkey, 0, 0)
+                }
+                _ => wr::write(id, vec![sge], rem.vaddr, rem.rkey),
+            };
+            if inline {
+                w.sg_list.clear();
+                w.inline_data = Some(pattern(0, size as usize).into());
+                w.flags = w.flags | SendFlags::INLINE;
+            }
+            w.flags = w.flags | SendFlags::SIGNALED;
+            w
+        });
+        ctx.qps[i].post_send(wrs)?;
+        let mut done = 0;
+        while done < depth {
+            wcs.clear();
+            let n = poll_wait(
+                ctx,
+                &ctx.send_cq,
+                depth as usize,
+                &mut wcs,
+                "warm-up completions",
+            )?;
+            check_wcs(&ctx.send_cq, &wcs, op_name(ctx))?;
+            done += n as u64;
         }
-        (None, Some(a), Some(b)) => report::bw_row_duration(size, done_msgs, b - a, cfg.gbits),
-        _ => report::bw_row_duration(size, done_msgs, start.elapsed(), cfg.gbits),
-    }))
+        ctx.warmed[i] += depth;
+    }
+    Ok(())
 }
 
 fn without_signaled(f: SendFlags) -> SendFlags {
@@ -311,212 +469,11 @@ fn without_signaled(f: SendFlags) -> SendFlags {
     }
 }
 
-fn op_name(ctx: &Ctx) -> &'static str {
+pub(crate) fn op_name(ctx: &Ctx) -> &'static str {
     match ctx.cfg.test.verb() {
         Verb::Write => "RDMA WRITE",
         Verb::Read => "RDMA READ",
         Verb::Atomic => "atomic",
         Verb::Send => "SEND",
     }
-}
-
-/// Posts receives for messages of `size` on QP `i`, numbered from `from`.
-pub(crate) fn post_recvs(
-    ctx: &Ctx,
-    i: usize,
-    size: u64,
-    from: u64,
-    count: u64,
-) -> Result<(), PerfError> {
-    let slot = ctx.target_off(i);
-    // UD: room for the GRH area before the message.
-    let len = (size + ctx.grh) as u32;
-    let wrs = (from..from + count).map(|seq| {
-        let sge = match ctx.check_mem.recv_slot(i, seq) {
-            Some((mr, at)) => mr.sge(at, len),
-            None => ctx
-                .mr
-                .sge((slot + ctx.cycle_off(size + ctx.grh, seq)) as usize, len),
-        };
-        wr::recv(wr_id(i, seq), vec![sge])
-    });
-    match &ctx.srq {
-        Some(srq) => srq.post_recv(wrs)?,
-        None => ctx.qps[i].post_recv(wrs)?,
-    }
-    Ok(())
-}
-
-/// Receives the server posts before the sync that starts each size of `ib_send_bw` (and of
-/// `ib_send_lat`, on both sides). Returns how many per QP.
-pub(crate) fn prepost(ctx: &Ctx, size: u64) -> Result<u64, PerfError> {
-    let n = u64::from(report::rx_depth(&ctx.cfg));
-    let n = ctx.check_mem.recv_ring().map_or(n, |r| n.min(r));
-    for i in 0..ctx.qps.len() {
-        post_recvs(ctx, i, size, 0, n)?;
-    }
-    Ok(n)
-}
-
-/// Checks a received message against the pattern a softrdma sender uses: the message is
-/// QP `qp`'s `nth` (counted by the QP it arrived on), in the buffer its receive named (with
-/// `--use-srq` any QP's message may land in any QP's receive).
-pub(crate) fn check_recv(
-    ctx: &Ctx,
-    wc: &WorkCompletion,
-    size: u64,
-    (qp, nth): (usize, u64),
-) -> Result<(), PerfError> {
-    // A UD completion counts the GRH area too.
-    if u64::from(wc.byte_len) != size + ctx.grh {
-        return Err(PerfError::new(format!(
-            "received {} bytes, expected {}",
-            wc.byte_len,
-            size + ctx.grh
-        )));
-    }
-    if !ctx.softrdma_check() {
-        return Ok(());
-    }
-    let (i, seq) = split_id(wc.wr_id);
-    let got = match ctx.check_mem.recv_slot(i, seq) {
-        Some((mr, at)) => mr.read_vec(at + ctx.grh as usize, size as usize)?,
-        None => {
-            let off = ctx.target_off(i) + ctx.cycle_off(size + ctx.grh, seq) + ctx.grh;
-            ctx.mr.read_vec(off as usize, size as usize)?
-        }
-    };
-    // A softrdma sender stamps each message with its sequence number: the n-th receive must
-    // hold message n (none lost, duplicated or reordered). UC and UD may lose messages, so
-    // there the n-th receive holds message n or a later one, intact.
-    let mut message = nth;
-    if ctx.stamped() && ctx.cfg.transport != Transport::RC && got.len() >= 8 {
-        let m = u64::from_le_bytes(got[..8].try_into().expect("8 bytes"));
-        if m > nth {
-            message = m;
-        }
-    }
-    let want = if ctx.stamped() {
-        check::stamped_payload(qp, message, size, 0)
-    } else {
-        pattern(0, size as usize)
-    };
-    if got != want {
-        let at = got.iter().zip(&want).position(|(a, b)| a != b).unwrap_or(0);
-        let what = if ctx.stamped() && at < check::STAMP_LEN.min(got.len()) && got.len() >= 8 {
-            let other = u64::from_le_bytes(got[..8].try_into().expect("8 bytes"));
-            format!("it carries message {other}'s stamp")
-        } else {
-            format!("byte {at} differs from what was sent")
-        };
-        return Err(PerfError::check(format!(
-            "message {nth} on QP index {qp}: {what}"
-        )));
-    }
-    Ok(())
-}
-
-/// The server side of `send-bw` for one size: receive every message, re-posting receives,
-/// and measure. `preposted` receives per QP are already posted.
-pub(crate) fn send_server(
-    ctx: &mut Ctx,
-    size: u64,
-    preposted: u64,
-    checks: &mut u64,
-) -> Result<Row, PerfError> {
-    let q = ctx.qps.len();
-    let iters = ctx.cfg.iters;
-    let timed = ctx.cfg.duration.is_some();
-    let mut posted = vec![preposted; q];
-    let mut received = vec![0u64; q];
-    let total = iters * q as u64;
-    let mut got = 0u64;
-    let mut wcs = Vec::with_capacity(256);
-    let start = Instant::now();
-    let mut last = start;
-    let mut idle_since = Instant::now();
-    let mut draining = false;
-    let unreliable = ctx.cfg.transport != Transport::RC;
-    while timed || got < total {
-        wcs.clear();
-        let n = ctx.recv_cq.poll(256, &mut wcs);
-        if n == 0 {
-            if timed {
-                // The client ends a timed run on its own clock; it then goes on to the
-                // next out-of-band step, which is how this side learns the run is over.
-                // Its last messages completed here before it saw them acknowledged: one
-                // more poll collects what arrived since the last one.
-                if draining {
-                    break;
-                }
-                if ctx.peer_moved_on() {
-                    draining = true;
-                    continue;
-                }
-                ctx.recv_cq.wait(Some(Duration::from_millis(20)));
-                continue;
-            }
-            if unreliable {
-                // UC and UD lose messages silently, so the count may never be reached: once
-                // the client has moved on to the next out-of-band step, what has not arrived
-                // after one more short wait is lost.
-                if draining {
-                    break;
-                }
-                if ctx.peer_moved_on() {
-                    draining = true;
-                    ctx.recv_cq.wait(Some(Duration::from_millis(50)));
-                    continue;
-                }
-            }
-            ctx.recv_cq.wait(Some(Duration::from_millis(100)));
-            let stall = ctx.stall();
-            if idle_since.elapsed() > stall {
-                return Err(PerfError::new(format!(
-                    "received {got} of {total} messages, then nothing for {} s",
-                    crate::limits::fmt_secs(stall.as_secs_f64())
-                )));
-            }
-            continue;
-        }
-        idle_since = Instant::now();
-        last = idle_since;
-        draining = false;
-        ctx.beat();
-        check_wcs(&ctx.recv_cq, &wcs, "receive")?;
-        for wc in &wcs {
-            // The receive's QP slot (`i`) and the QP the message came on (`j`): the same but
-            // with `--use-srq`, where any QP's message takes the SRQ's next receive.
-            let (i, _) = split_id(wc.wr_id);
-            let j = if ctx.srq.is_some() {
-                ctx.qps
-                    .iter()
-                    .position(|qp| qp.qp_num() == wc.qp_num)
-                    .ok_or_else(|| {
-                        PerfError::new(format!("a message on unknown QP {:#x}", wc.qp_num))
-                    })?
-            } else {
-                i
-            };
-            let nth = received[j];
-            // Checking every message would measure memcpy; check a sample.
-            if nth % 16 == 0 || nth + 1 == iters {
-                check_recv(ctx, wc, size, (j, nth))?;
-                *checks += 1;
-            } else if u64::from(wc.byte_len) != size + ctx.grh {
-                check_recv(ctx, wc, size, (j, nth))?;
-            }
-            received[j] += 1;
-            got += 1;
-            if timed || posted[i] < iters {
-                post_recvs(ctx, i, size, posted[i], 1)?;
-                posted[i] += 1;
-            }
-        }
-    }
-    ctx.sent = received;
-    let elapsed = last.duration_since(start);
-    let row = report::bw_row_duration(size, got, elapsed, ctx.cfg.gbits);
-    // Like perftest's server: no peak (0.00), the average over the receiving time.
-    Ok(Row::Bw(row))
 }

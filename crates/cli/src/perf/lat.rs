@@ -18,10 +18,11 @@ use softrdma::{wr, SendFlags, WorkCompletion};
 use softrdma_cm::perftest::Role;
 
 use super::args::{AtomicKind, TestName, Verb};
-use super::bw::{check_recv, check_wcs, poll_spin, post_recvs};
+use super::bw::{check_wcs, poll_spin};
 use super::layout::{pattern, split_id, wr_id};
 use super::oob::Ctx;
 use super::output::{PerfError, Progress};
+use super::recv::{check_recv, post_recvs};
 use super::report::{one_way_factor, LatDurRow, LatRow, Row};
 
 /// Whether this side of a ping-pong waits for the peer's first message before sending its

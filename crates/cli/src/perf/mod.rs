@@ -7,8 +7,9 @@
 //!   the data pattern;
 //! - [`oob`]: connection, resources and key exchanges (via `softrdma_cm::perftest`);
 //!   [`watch`]: the watchdog for silent peers;
-//! - [`bw`]: bandwidth traffic; [`lat`]: latency traffic;
-//! - [`check`]: the data check's stamps and marks; [`verify`]: what a passive server checks;
+//! - [`bw`]: bandwidth traffic, sending side; [`recv`]: the receiving side of SEND tests;
+//!   [`duplex`]: bidirectional runs (`-b`); [`lat`]: latency traffic;
+//! - [`check`]: the data check's stamps and marks; [`verify`]: what the receiving side checks;
 //! - [`report`]: banner, address lines, tables, statistics, JSON.
 //!
 //! `--loopback` runs the server side on a thread of this process (127.0.0.1) and the client
@@ -19,10 +20,12 @@ mod bw;
 mod check;
 mod cmlink;
 mod control;
+mod duplex;
 mod lat;
 mod layout;
 mod oob;
 mod output;
+mod recv;
 mod report;
 mod verify;
 mod watch;
@@ -43,13 +46,7 @@ use report::{BwRow, Outcome, Row, RESULT_LINE};
 /// The report a bandwidth client sends its server (perftest's `bw_report_data`).
 fn to_report(row: Option<&Row>) -> BwReport {
     match row {
-        Some(Row::Bw(r)) => BwReport {
-            size: r.size,
-            iters: r.iters,
-            bw_peak: r.bw_peak,
-            bw_avg: r.bw_avg,
-            msg_rate_avg: r.msg_rate,
-        },
+        Some(Row::Bw(r)) => r.to_report(),
         _ => BwReport::default(),
     }
 }
@@ -63,7 +60,8 @@ fn run_side(
 ) -> Result<Outcome, PerfError> {
     // perftest warns while parsing its arguments, before anything else.
     let server = conn.is_server();
-    if cfg.test.is_bw() && (cfg.no_peak || server && cfg.test.verb() == Verb::Send) {
+    let send_server = server && cfg.test.verb() == Verb::Send && !cfg.duplex;
+    if cfg.test.is_bw() && (cfg.no_peak || send_server) {
         p.line(args::NO_PEAK_WARNING);
     }
     let mut ctx = oob::setup(cfg, conn, p)?;
@@ -99,10 +97,16 @@ fn traffic(
     let test = cfg.test;
     let verb = test.verb();
     let schedule = ctx.schedule;
-    // The server of WRITE/READ/atomic bandwidth and of READ/atomic latency takes no part in
-    // the traffic: the device serves it.
+    let duplex = cfg.duplex;
+    // The server of WRITE/READ/atomic bandwidth (but with -b) and of READ/atomic latency
+    // takes no part in the traffic: the device serves it.
     let passive = role == Role::Server
+        && !duplex
         && (matches!(verb, Verb::Read | Verb::Atomic) || verb == Verb::Write && test.is_bw());
+    // Who sends as a bandwidth client: the client, and with -b the server too.
+    let sends_bw = test.is_bw() && (role == Role::Client || duplex);
+    // Who receives SENDs: the server of send-bw, both sides of send-lat and of send-bw -b.
+    let receives = verb == Verb::Send && (role == Role::Server || !test.is_bw() || duplex);
     // A passive latency server prints no table (its client measures everything).
     let shows_table = !passive || test.is_bw();
     let mut out = Outcome {
@@ -118,31 +122,52 @@ fn traffic(
     if !passive {
         // The sizes of the run (UD: shrunk to the path MTU, see `Config::for_path_mtu`).
         for size in ctx.cfg.sizes.clone() {
-            let pre = if verb == Verb::Send && (role == Role::Server || !test.is_bw()) {
-                bw::prepost(ctx, size)?
+            let pre = if receives {
+                recv::prepost(ctx, size)?
             } else {
                 0
             };
+            // perftest warms up after posting its work requests, before the size's sync.
+            if cfg.warm_up && sends_bw {
+                bw::warm_up(ctx, size)?;
+            }
             for _ in 0..schedule.keys_before_size {
                 ctx.sync()?;
             }
             let row = match test {
-                _ if test.is_bw() && role == Role::Client => bw::client(ctx, size, progress)?,
-                args::TestName::SendBw => bw::send_server(ctx, size, pre, &mut sampled)?,
+                args::TestName::SendBw if duplex => {
+                    duplex::send(ctx, size, pre, &mut sampled, progress)?
+                }
+                _ if sends_bw => bw::client(ctx, size, progress)?,
+                args::TestName::SendBw => recv::send_server(ctx, size, pre, &mut sampled)?,
                 args::TestName::SendLat => lat::send_lat(ctx, size, pre, progress)?,
                 args::TestName::WriteLat => lat::write_lat(ctx, size, progress)?,
                 _ => lat::read_lat(ctx, size, progress)?,
             };
-            p.line(&row.render(cfg.gbits));
-            out.rows.push(row);
+            if !schedule.size_report {
+                p.line(&row.render(cfg.gbits));
+                out.rows.push(row);
+            }
             for _ in 0..schedule.keys_after_size {
+                ctx.sync()?;
+            }
+            if schedule.size_report {
+                // -b: both sides show the sum of both directions; perftest picks the
+                // extra-precision format by this side's own average.
+                let (mine, theirs) = duplex::exchange(ctx, &row)?;
+                let sum = mine.plus(&theirs);
+                p.line(&sum.render_ext(cfg.gbits && mine.bw_avg < 0.1));
+                out.rows.push(Row::Bw(sum));
+                out.directions.push((mine, theirs));
+            }
+            for _ in 0..schedule.keys_after_report {
                 ctx.sync()?;
             }
             if ctx.softrdma_check() && test == args::TestName::WriteLat {
                 checks.push(lat::check_write_lat(ctx, size)?);
             }
         }
-        if ctx.softrdma_check() && verb == Verb::Send && (role == Role::Server || !test.is_bw()) {
+        if ctx.softrdma_check() && receives {
             let n = if test.is_bw() {
                 format!("{sampled} sampled messages")
             } else {
@@ -152,7 +177,7 @@ fn traffic(
                 "OK ({n} verified: each holds its sender's stamp for its place in the sequence)"
             ));
         }
-        if ctx.softrdma_check() && role == Role::Client && verb == Verb::Read {
+        if ctx.softrdma_check() && (role == Role::Client || duplex) && verb == Verb::Read {
             checks.push(format!(
                 "OK ({} sampled READs verified as they completed, each into a slot poisoned just before)",
                 ctx.reads_verified
@@ -169,13 +194,7 @@ fn traffic(
         let theirs = ctx.sess()?.exchange_bw_report(&mine)?;
         if passive {
             // A passive server shows the client's figures, as perftest does.
-            let row = Row::Bw(BwRow {
-                size: theirs.size,
-                iters: theirs.iters,
-                bw_peak: theirs.bw_peak,
-                bw_avg: theirs.bw_avg,
-                msg_rate: theirs.msg_rate_avg,
-            });
+            let row = Row::Bw(BwRow::from(theirs));
             p.line(&row.render(cfg.gbits));
             out.rows.push(row);
         }
@@ -205,39 +224,25 @@ fn traffic(
                 | args::TestName::AtomicLat
         );
     if ctx.softrdma_check() && counts_needed {
-        if role == Role::Client {
-            check::send_counts(&mut ctx.peek, &ctx.sent)?;
+        // What this side posted; atomic warm-ups count, as they hit the peer's targets too.
+        let mine: Vec<u64> = if verb == Verb::Atomic {
+            ctx.sent
+                .iter()
+                .zip(&ctx.warmed)
+                .map(|(s, w)| s + w)
+                .collect()
+        } else {
+            ctx.sent.clone()
+        };
+        if duplex {
+            let theirs = duplex::swap_counts(ctx, &mine)?;
+            checks.push(verify::peer_counts(ctx, &theirs)?);
+        } else if role == Role::Client {
+            check::send_counts(&mut ctx.peek, &mine)?;
         } else {
             let wait = ctx.stall();
             let counts = check::read_counts(&mut ctx.peek, ctx.qps.len(), wait)?;
-            if passive {
-                checks.push(verify::passive(ctx, &counts)?);
-            } else {
-                // The SEND server: every message the client posted arrived (UC and UD: no
-                // more than it posted; they lose messages silently).
-                let (got, posted): (u64, u64) = (ctx.sent.iter().sum(), counts.iter().sum());
-                let unreliable = cfg.transport != crate::transport::Transport::RC;
-                let arrived_ok = if unreliable {
-                    ctx.sent.iter().zip(&counts).all(|(g, p)| g <= p)
-                } else {
-                    ctx.sent == counts
-                };
-                if !arrived_ok || ctx.sent.len() != counts.len() {
-                    return Err(PerfError::check(format!(
-                        "the client posted {posted} SENDs, {got} arrived ({:?} per QP, {:?} posted)",
-                        ctx.sent, counts
-                    )));
-                }
-                checks.push(if got == posted {
-                    format!("OK (all {posted} SENDs the client posted arrived)")
-                } else {
-                    format!(
-                        "OK ({got} of the {posted} SENDs the client posted arrived, intact; {} lost, as {} may lose them)",
-                        posted - got,
-                        cfg.transport.as_str()
-                    )
-                });
-            }
+            checks.push(verify::peer_counts(ctx, &counts)?);
         }
     }
     // -R: the rdma_cm connections end here, the test QPs' first.
@@ -247,7 +252,7 @@ fn traffic(
     if let control::Control::Cm(c) = &ctx.peek {
         c.disconnect();
     }
-    if passive && cfg.check && verb == Verb::Read {
+    if (passive || duplex) && cfg.check && verb == Verb::Read {
         // The READ source is ours: its bytes must not have changed, whoever read them.
         checks.push(verify::passive(ctx, &[])?);
     }

@@ -89,6 +89,11 @@ pub(crate) struct Ctx {
     pub check_mem: CheckMemory,
     /// Messages each QP posted in the last size (the data-check counts).
     pub sent: Vec<u64>,
+    /// Messages each QP received in the last size (SEND tests' receiving side).
+    pub received: Vec<u64>,
+    /// Warm-up messages each QP posted (`--perform_warm_up`), all sizes together: atomics
+    /// among them change the targets as much as measured ones.
+    pub warmed: Vec<u64>,
     /// Sampled READs verified on arrival.
     pub reads_verified: u64,
     /// UD: where each QP's SENDs go (the peer QP's address, QPN and [`DEF_QKEY`]).
@@ -437,7 +442,14 @@ pub(crate) fn setup(cfg: &Config, conn: Conn, p: &mut Printer) -> Result<Ctx, Pe
     }
 
     // Keys, in perftest's order.
-    let schedule = cfg.test.cm_test().schedule(q, cfg.run_all);
+    let schedule = if cfg.duplex {
+        cfg.test
+            .cm_test()
+            .schedule_bidirectional(q, cfg.run_all, cfg.duration.is_some())
+            .ok_or_else(|| PerfError::new("-b applies to bandwidth tests only"))?
+    } else {
+        cfg.test.cm_test().schedule(q, cfg.run_all)
+    };
     let mut rem = Vec::with_capacity(q);
     for d in &my {
         rem.push(sess.exchange_keys(d)?);
@@ -540,9 +552,10 @@ pub(crate) fn setup(cfg: &Config, conn: Conn, p: &mut Printer) -> Result<Ctx, Pe
     let peer_softrdma = check::is_softrdma(&rem);
     let mut check_mem = CheckMemory::none();
     if cfg.check && peer_softrdma {
+        // With -b both sides send (and receive, and READ) as a client does.
         let sends = matches!(verb, Verb::Write | Verb::Send)
             && cfg.test != TestName::WriteLat
-            && (role == Role::Client || !bw);
+            && (role == Role::Client || !bw || cfg.duplex);
         if sends {
             let depth = u64::from(tx);
             let len = q as u64 * depth * check::STAMP_LEN as u64;
@@ -551,7 +564,7 @@ pub(crate) fn setup(cfg: &Config, conn: Conn, p: &mut Printer) -> Result<Ctx, Pe
                 .map_err(|e| PerfError::new(format!("cannot register the check's stamps: {e}")))?;
             check_mem = check_mem.with_stamps(stamps, depth);
         }
-        let receives = verb == Verb::Send && (role == Role::Server || !bw);
+        let receives = verb == Verb::Send && (role == Role::Server || !bw || cfg.duplex);
         if receives {
             let slot = cfg.max_size() + grh;
             let ring = check::landing_ring(q as u64, u64::from(rx), slot);
@@ -562,7 +575,7 @@ pub(crate) fn setup(cfg: &Config, conn: Conn, p: &mut Printer) -> Result<Ctx, Pe
             })?;
             check_mem = check_mem.with_recv(recv, ring, slot);
         }
-        if verb == Verb::Read && role == Role::Client {
+        if verb == Verb::Read && (role == Role::Client || cfg.duplex) {
             let slot = cfg.max_size();
             let ring = check::landing_ring(q as u64, u64::from(tx), slot);
             let len = usize::try_from(q as u64 * ring * slot)
@@ -606,6 +619,8 @@ pub(crate) fn setup(cfg: &Config, conn: Conn, p: &mut Printer) -> Result<Ctx, Pe
         peer_softrdma,
         check_mem,
         sent: vec![0; q],
+        received: vec![0; q],
+        warmed: vec![0; q],
         reads_verified: 0,
         ud,
         grh,

@@ -5,7 +5,7 @@
 use std::fmt::Write as _;
 use std::time::{Duration, Instant};
 
-use softrdma_cm::perftest::{PerftestDest, Role};
+use softrdma_cm::perftest::{BwReport, PerftestDest, Role};
 
 use super::args::{Config, TestName, Verb};
 
@@ -46,7 +46,9 @@ pub(crate) fn title(cfg: &Config) -> String {
         t.push(' ');
         t.push_str(cfg.atomic.as_str());
     }
-    t.push_str(if cfg.test.is_bw() {
+    t.push_str(if cfg.test.is_bw() && cfg.duplex {
+        " Bidirectional BW Test"
+    } else if cfg.test.is_bw() {
         " BW Test"
     } else {
         " Latency Test"
@@ -68,10 +70,11 @@ pub(crate) fn banner(cfg: &Config, role: Role, device: &str, mtu: u32) -> String
         cfg.transport.as_str(),
         if cfg.use_srq { "ON " } else { "OFF" }
     );
-    if role == Role::Client {
+    // With -b both sides send and, in SEND tests, both receive.
+    if role == Role::Client || cfg.duplex {
         let _ = writeln!(w, " TX depth        : {}", cfg.tx_depth);
     }
-    if cfg.test.verb() == Verb::Send && role == Role::Server {
+    if cfg.test.verb() == Verb::Send && (role == Role::Server || cfg.duplex) {
         let _ = writeln!(w, " RX depth        : {}", rx_depth(cfg));
     }
     if cfg.test.is_bw() {
@@ -167,7 +170,12 @@ pub(crate) struct BwRow {
 impl BwRow {
     /// `REPORT_FMT` (or `REPORT_FMT_EXT` for tiny Gb/s figures, as perftest does).
     pub(crate) fn render(&self, gbits: bool) -> String {
-        if gbits && self.bw_avg < 0.1 {
+        self.render_ext(gbits && self.bw_avg < 0.1)
+    }
+
+    /// The row in `REPORT_FMT_EXT`'s extra precision (`ext`) or `REPORT_FMT`'s.
+    pub(crate) fn render_ext(&self, ext: bool) -> String {
+        if ext {
             format!(
                 " {:<7}    {}           {:<7.6}            {:<7.6}            {:<7.6}",
                 self.size, self.iters, self.bw_peak, self.bw_avg, self.msg_rate
@@ -177,6 +185,29 @@ impl BwRow {
                 " {:<7}    {:<10}       {:<7.2}            {:<7.2}\t\t   {:<7.6}",
                 self.size, self.iters, self.bw_peak, self.bw_avg, self.msg_rate
             )
+        }
+    }
+
+    /// The report the peer gets (perftest's `bw_report_data`).
+    pub(crate) fn to_report(self) -> BwReport {
+        BwReport {
+            size: self.size,
+            iters: self.iters,
+            bw_peak: self.bw_peak,
+            bw_avg: self.bw_avg,
+            msg_rate_avg: self.msg_rate,
+        }
+    }
+
+    /// What a bidirectional run shows (`print_full_bw_report` with the peer's report): this
+    /// side's size and iterations, both sides' peaks, averages and message rates added up.
+    pub(crate) fn plus(&self, theirs: &BwRow) -> BwRow {
+        BwRow {
+            size: self.size,
+            iters: self.iters,
+            bw_peak: self.bw_peak + theirs.bw_peak,
+            bw_avg: self.bw_avg + theirs.bw_avg,
+            msg_rate: self.msg_rate + theirs.msg_rate,
         }
     }
 
@@ -191,6 +222,19 @@ impl BwRow {
             num(self.bw_avg),
             num(self.msg_rate)
         )
+    }
+}
+
+impl From<BwReport> for BwRow {
+    /// The peer's report as a row (a passive server shows its client's; `-b` adds it up).
+    fn from(r: BwReport) -> BwRow {
+        BwRow {
+            size: r.size,
+            iters: r.iters,
+            bw_peak: r.bw_peak,
+            bw_avg: r.bw_avg,
+            msg_rate: r.msg_rate_avg,
+        }
     }
 }
 
@@ -464,6 +508,9 @@ pub(crate) struct Outcome {
     pub counters: Counters,
     /// Every counter of the device after the run (`--counters`).
     pub device_counters: Option<Vec<(String, u64)>>,
+    /// `-b`: per size, what this side measured and what the peer reported (`rows` holds
+    /// their sums).
+    pub directions: Vec<(BwRow, BwRow)>,
 }
 
 /// What a run cost on the wire: the device counters `--json` reports.
@@ -515,8 +562,10 @@ impl Counters {
 
 /// The `--json` document for a finished run.
 pub(crate) fn json(cfg: &Config, role: Role, out: &Outcome) -> String {
-    // The server of a SEND test measures no peak (perftest's `noPeak` there too).
-    let peak = !(cfg.no_peak || role == Role::Server && cfg.test.verb() == Verb::Send);
+    // The server of a SEND test measures no peak (perftest's `noPeak` there too), unless it
+    // sends as well (-b).
+    let peak =
+        !(cfg.no_peak || role == Role::Server && cfg.test.verb() == Verb::Send && !cfg.duplex);
     let rows: Vec<String> = out.rows.iter().map(|r| r.json(cfg.gbits, peak)).collect();
     let role = match role {
         Role::Client => "client",
@@ -531,6 +580,24 @@ pub(crate) fn json(cfg: &Config, role: Role, out: &Outcome) -> String {
     } else {
         "null".into()
     };
+    // -b: both directions' own figures, whose sums are the results.
+    let directions = if cfg.duplex {
+        let side = |pick: fn(&(BwRow, BwRow)) -> &BwRow| -> String {
+            let v: Vec<String> = out
+                .directions
+                .iter()
+                .map(|d| pick(d).json(cfg.gbits, peak))
+                .collect();
+            v.join(",")
+        };
+        format!(
+            ",\"bidirectional\":{{\"local\":[{}],\"remote\":[{}]}}",
+            side(|d| &d.0),
+            side(|d| &d.1)
+        )
+    } else {
+        String::new()
+    };
     let device_counters = match &out.device_counters {
         Some(c) => {
             let body: Vec<String> = c.iter().map(|(k, n)| format!("\"{k}\":{n}")).collect();
@@ -539,7 +606,7 @@ pub(crate) fn json(cfg: &Config, role: Role, out: &Outcome) -> String {
         None => String::new(),
     };
     format!(
-        "{{\"test\":\"{}\",\"connection\":\"{}\",\"role\":\"{role}\",\"qps\":{},\"mtu\":{},\"tx_depth\":{},\"cq_mod\":{},\"atomic_type\":{atomic},\"check\":{check},\"results\":[{}],\"counters\":{}{device_counters}}}",
+        "{{\"test\":\"{}\",\"connection\":\"{}\",\"role\":\"{role}\",\"qps\":{},\"mtu\":{},\"tx_depth\":{},\"cq_mod\":{},\"atomic_type\":{atomic},\"check\":{check},\"results\":[{}]{directions},\"counters\":{}{device_counters}}}",
         cfg.test.as_str(),
         cfg.transport.as_str(),
         cfg.qps,

@@ -1,5 +1,7 @@
-//! What a passive softrdma server verifies once its client is done (see [`super::check`] for
-//! the scheme): the last WRITE at every position, atomic sums, an intact READ source.
+//! What the receiving side verifies once its peer is done (see [`super::check`] for the
+//! scheme): the last WRITE at every position, atomic sums, an intact READ source, every SEND
+//! arrived. The receiving side is a passive server, a `send-bw` server, or with `-b` either
+//! side.
 
 use super::args::{AtomicKind, Verb};
 use super::check::{stamp, stamped_payload, STAMP_LEN};
@@ -70,7 +72,50 @@ pub(crate) fn verify_writes(ctx: &Ctx, size: u64, counts: &[u64]) -> Result<Stri
     ))
 }
 
-/// What a passive server verifies once the client is done: for WRITE tests the last WRITE at
+/// The side that sent to us: the client, or with `-b` the peer (both send).
+fn sender(ctx: &Ctx) -> &'static str {
+    if ctx.cfg.duplex {
+        "the peer"
+    } else {
+        "the client"
+    }
+}
+
+/// What the receiving side verifies once it knows how many messages each of the peer's QPs
+/// posted (`counts`): SENDs, that every one arrived (UC and UD: no more than were posted,
+/// intact); WRITEs and atomics, the memory they target ([`passive`]).
+pub(crate) fn peer_counts(ctx: &Ctx, counts: &[u64]) -> Result<String, PerfError> {
+    if ctx.cfg.test.verb() != Verb::Send {
+        return passive(ctx, counts);
+    }
+    let who = sender(ctx);
+    // The SEND receiver: every message the peer posted arrived (UC and UD: no more than it
+    // posted; they lose messages silently).
+    let got_each = &ctx.received;
+    let (got, posted): (u64, u64) = (got_each.iter().sum(), counts.iter().sum());
+    let unreliable = ctx.cfg.transport != Transport::RC;
+    let arrived_ok = if unreliable {
+        got_each.iter().zip(counts).all(|(g, p)| g <= p)
+    } else {
+        got_each == counts
+    };
+    if !arrived_ok || got_each.len() != counts.len() {
+        return Err(PerfError::check(format!(
+            "{who} posted {posted} SENDs, {got} arrived ({got_each:?} per QP, {counts:?} posted)"
+        )));
+    }
+    Ok(if got == posted {
+        format!("OK (all {posted} SENDs {who} posted arrived)")
+    } else {
+        format!(
+            "OK ({got} of the {posted} SENDs {who} posted arrived, intact; {} lost, as {} may lose them)",
+            posted - got,
+            ctx.cfg.transport.as_str()
+        )
+    })
+}
+
+/// What a passive server (or with `-b` either side) verifies once the peer is done: for WRITE tests the last WRITE at
 /// every position ([`verify_writes`]); for atomics that the targets add up to what the client
 /// posted (`counts`, per QP); for READ tests that the source the client read is intact.
 pub(crate) fn passive(ctx: &Ctx, counts: &[u64]) -> Result<String, PerfError> {
@@ -93,13 +138,15 @@ pub(crate) fn passive(ctx: &Ctx, counts: &[u64]) -> Result<String, PerfError> {
             };
             if sum != expect {
                 return Err(PerfError::check(format!(
-                    "the atomic targets add up to {sum}, but the client posted {posted} {} (expected {expect})",
+                    "the atomic targets add up to {sum}, but {} posted {posted} {} (expected {expect})",
+                    sender(ctx),
                     cfg.atomic.as_str()
                 )));
             }
             Ok(format!(
-                "OK (the atomic targets add up to {expect} for the {posted} {} the client posted)",
-                cfg.atomic.as_str()
+                "OK (the atomic targets add up to {expect} for the {posted} {} {} posted)",
+                cfg.atomic.as_str(),
+                sender(ctx)
             ))
         }
         Verb::Read => {

@@ -31,3 +31,14 @@ pub(crate) fn loopback(args: &[&str]) -> (String, String) {
     );
     (stdout, stderr)
 }
+
+/// A usage error: exit status 2, nothing on stdout, one message containing `want` on stderr,
+/// and no panic.
+pub(crate) fn usage_error(args: &[&str], want: &str) {
+    let out = perf(args);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(2), "{args:?}: {stderr}");
+    assert!(out.stdout.is_empty(), "{args:?}");
+    assert!(stderr.contains(want), "{args:?}: {stderr}");
+    assert!(!stderr.contains("panicked"), "{stderr}");
+}

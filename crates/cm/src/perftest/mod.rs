@@ -13,7 +13,7 @@
 //! | sys data (remote ≥ 5.32) | 4 + 4 | page size, cache-line size, `u32` BE, two exchanges | [`PerftestSession::exchange_sys_data`] |
 //! | MTU (remote ≥ 5.1) | 2 | `enum ibv_mtu` in decimal + NUL (`"3\0"`) | [`PerftestSession::exchange_mtu`] |
 //! | keys (n times) | 108 | [`PerftestDest`] text | [`PerftestSession::exchange_keys`] |
-//! | bw report (RDMA `*_bw` only) | 5 × 8 | size, iters `u64` BE; bw_peak, bw_avg, msgRate `f64` BE | [`PerftestSession::exchange_bw_report`] |
+//! | bw report (RDMA `*_bw`; with `-b` every `*_bw`, after each size) | 5 × 8 | size, iters `u64` BE; bw_peak, bw_avg, msgRate `f64` BE | [`PerftestSession::exchange_bw_report`] |
 //! | close | 108, then 5 | a last key exchange, then `done\0` (nobody reads it first) | [`PerftestSession::finish`] |
 //!
 //! Each message goes out in one `write`: perftest reads each with a single
@@ -222,12 +222,13 @@ pub enum Test {
     AtomicLat,
 }
 
-/// How many key exchanges a test makes and where, for a unidirectional run (no `-b`).
+/// How many key exchanges a test makes and where.
 ///
 /// The sequence is: versions, sys data, MTU, then `setup_keys` key exchanges; then, for each
 /// message size (one size, or every power of two 2..=2^23 with `-a`), `keys_before_size`
-/// exchanges, the traffic, `keys_after_size` exchanges; then, if `bw_report`, one key
-/// exchange and the report exchange; then, if `close`, [`PerftestSession::finish`].
+/// exchanges, the traffic, `keys_after_size` exchanges, then — if `size_report` (`-b`) — the
+/// report exchange and `keys_after_report` exchanges; then, if `bw_report`, one key exchange
+/// and the report exchange; then, if `close`, [`PerftestSession::finish`].
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub struct KeySchedule {
     /// Key exchanges after the MTU step and before the first size.
@@ -236,6 +237,11 @@ pub struct KeySchedule {
     pub keys_before_size: usize,
     /// Key exchanges after each size's traffic.
     pub keys_after_size: usize,
+    /// Bidirectional runs (`-b`): each size ends with a report exchange, after
+    /// `keys_after_size`; both sides then print the sum of both reports.
+    pub size_report: bool,
+    /// Key exchanges after each size's report exchange (`size_report` only).
+    pub keys_after_report: usize,
     /// After all traffic: one key exchange, then [`PerftestSession::exchange_bw_report`].
     pub bw_report: bool,
     /// The test ends with [`PerftestSession::finish`] (key exchange + `done`); if false the
@@ -268,6 +274,8 @@ impl Test {
                 setup_keys: per_qp,
                 keys_before_size: 0,
                 keys_after_size: 0,
+                size_report: false,
+                keys_after_report: 0,
                 bw_report: true,
                 close: true,
             },
@@ -275,6 +283,8 @@ impl Test {
                 setup_keys: per_qp,
                 keys_before_size: 1,
                 keys_after_size: usize::from(run_all),
+                size_report: false,
+                keys_after_report: 0,
                 bw_report: false,
                 close: true,
             },
@@ -282,6 +292,8 @@ impl Test {
                 setup_keys: 3,
                 keys_before_size: 1,
                 keys_after_size: 0,
+                size_report: false,
+                keys_after_report: 0,
                 bw_report: false,
                 close: true,
             },
@@ -289,6 +301,8 @@ impl Test {
                 setup_keys: 4,
                 keys_before_size: 0,
                 keys_after_size: 0,
+                size_report: false,
+                keys_after_report: 0,
                 bw_report: false,
                 close: false,
             },
@@ -296,9 +310,48 @@ impl Test {
                 setup_keys: 4,
                 keys_before_size: 0,
                 keys_after_size: 0,
+                size_report: false,
+                keys_after_report: 0,
                 bw_report: false,
                 close: true,
             },
+        }
+    }
+
+    /// The exchange schedule of a bidirectional run (`-b`, bandwidth tests only; `None` for a
+    /// latency test, which perftest refuses `-b` for), `timed` for `-D`.
+    ///
+    /// From perftest 4.5's `*_bw.c`: the setup is the unidirectional one; each size then
+    /// starts with a key exchange (after `ib_write_bw`'s, `ib_read_bw`'s and
+    /// `ib_atomic_bw`'s warm-up) and ends with a report exchange whose sum each side prints —
+    /// RDMA tests add a key exchange before the report with `-a`, `ib_send_bw` one after it
+    /// (as it does unidirectionally), and `ib_send_bw -D` exchanges no report (each side's
+    /// count already holds both directions). No report follows the traffic.
+    pub fn schedule_bidirectional(
+        self,
+        num_qps: usize,
+        run_all: bool,
+        timed: bool,
+    ) -> Option<KeySchedule> {
+        let uni = self.schedule(num_qps, run_all);
+        match self {
+            Test::WriteBw | Test::ReadBw | Test::AtomicBw => Some(KeySchedule {
+                keys_before_size: 1,
+                keys_after_size: usize::from(run_all),
+                size_report: true,
+                keys_after_report: 0,
+                bw_report: false,
+                ..uni
+            }),
+            Test::SendBw => Some(KeySchedule {
+                keys_before_size: 1,
+                keys_after_size: 0,
+                size_report: !timed,
+                keys_after_report: usize::from(run_all),
+                bw_report: false,
+                ..uni
+            }),
+            Test::SendLat | Test::WriteLat | Test::ReadLat | Test::AtomicLat => None,
         }
     }
 }
@@ -736,5 +789,33 @@ mod tests {
             assert_eq!(t.schedule(1, false).keys_before_traffic(), 4);
         }
         assert!(!Test::WriteLat.schedule(1, false).close);
+    }
+
+    #[test]
+    fn bidirectional_schedules() {
+        let w = Test::WriteBw
+            .schedule_bidirectional(2, false, false)
+            .unwrap();
+        assert_eq!(w.setup_keys, 5);
+        assert_eq!((w.keys_before_size, w.keys_after_size), (1, 0));
+        assert!(w.size_report && !w.bw_report && w.close);
+        let wa = Test::ReadBw.schedule_bidirectional(1, true, false).unwrap();
+        assert_eq!((wa.keys_after_size, wa.keys_after_report), (1, 0));
+        let sa = Test::SendBw.schedule_bidirectional(1, true, false).unwrap();
+        assert_eq!((sa.keys_before_size, sa.keys_after_size), (1, 0));
+        assert_eq!(sa.keys_after_report, 1);
+        assert!(
+            !Test::SendBw
+                .schedule_bidirectional(1, false, true)
+                .unwrap()
+                .size_report
+        );
+        assert!(
+            Test::WriteBw
+                .schedule_bidirectional(1, false, true)
+                .unwrap()
+                .size_report
+        );
+        assert_eq!(Test::SendLat.schedule_bidirectional(1, false, false), None);
     }
 }
