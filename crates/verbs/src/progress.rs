@@ -613,7 +613,14 @@ impl Inner {
     /// Runs `f` on the core as an application thread, then transmits what it produced (inline
     /// mode) or wakes the progress thread, and wakes completion waiters.
     pub(crate) fn with_core<R>(&self, f: impl FnOnce(&mut Core, Instant) -> R) -> R {
-        self.with_core_then(true, f)
+        self.with_core_then(Flush::After, f)
+    }
+
+    /// [`with_core`](Self::with_core) for work that may end a QP (modify, destroy): what is
+    /// queued goes out first — the ACKs a spinner held back (see [`Inner::drive_inner`]) must
+    /// not die with the QP, or the peer would retry into a void.
+    pub(crate) fn with_core_settled<R>(&self, f: impl FnOnce(&mut Core, Instant) -> R) -> R {
+        self.with_core_then(Flush::BeforeAndAfter, f)
     }
 
     /// [`with_core`](Self::with_core) for work that puts nothing on the wire (posting
@@ -621,15 +628,18 @@ impl Inner {
     /// application's answer (see [`Inner::drive_inner`]) still go out with that answer when
     /// the application reposts its receive first, as ping-pong loops do.
     pub(crate) fn with_core_quiet<R>(&self, f: impl FnOnce(&mut Core, Instant) -> R) -> R {
-        self.with_core_then(false, f)
+        self.with_core_then(Flush::Never, f)
     }
 
-    fn with_core_then<R>(&self, transmit: bool, f: impl FnOnce(&mut Core, Instant) -> R) -> R {
+    fn with_core_then<R>(&self, flush: Flush, f: impl FnOnce(&mut Core, Instant) -> R) -> R {
         let mut wakers = Vec::new();
         let mut core = self.lock();
         let now = core.now();
+        if flush == Flush::BeforeAndAfter {
+            core.flush(now);
+        }
         let r = f(&mut core, now);
-        if self.inline_transmit && transmit {
+        if self.inline_transmit && flush != Flush::Never {
             core.flush(now);
         }
         core.notify_cqs(&mut wakers);
@@ -806,6 +816,14 @@ impl Inner {
     }
 }
 
+/// When [`Inner::with_core_then`] transmits what the engine has queued.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Flush {
+    Never,
+    After,
+    BeforeAndAfter,
+}
+
 /// The progress thread: runs until `inner.stop`.
 pub(crate) fn run(inner: Arc<Inner>) {
     let mut wakers = Vec::new();
@@ -835,8 +853,11 @@ pub(crate) fn run(inner: Arc<Inner>) {
         inner.sleep(timeout, socket);
         inner.lock().io.wakeups += 1;
     }
-    // Shutdown: anything still connected goes to ERR so its work completes with flush errors.
+    // Shutdown: what is queued (held ACKs above all) goes out, then anything still connected
+    // goes to ERR so its work completes with flush errors.
     let mut core = inner.lock();
+    let now = core.now();
+    core.flush(now);
     let qpns: Vec<u32> = core.engine.qpns().collect();
     for qpn in qpns {
         let attr = softrdma_proto::QpAttr {

@@ -158,7 +158,7 @@ impl Drop for QpInner {
         // ibverbs' destroy discards outstanding work silently; softrdma flushes it first so
         // every posted WR completes exactly once (with WR_FLUSH_ERR) — the CQs are still alive.
         let qpn = self.qpn;
-        self.pd.device().inner().with_core(|core, _| {
+        self.pd.device().inner().with_core_settled(|core, _| {
             let attr = QpAttr {
                 qp_state: Some(QpState::Err),
                 ..Default::default()
@@ -355,7 +355,7 @@ impl QueuePair {
             }
         }
         let qpn = self.inner.qpn;
-        device.inner().with_core(|core, _| {
+        device.inner().with_core_settled(|core, _| {
             core.engine.modify_qp(qpn, attr).map_err(|e| match e {
                 EngineError::Modify(m) => ModifyQpError::Transition(m),
                 _ => ModifyQpError::Transition(softrdma_proto::ModifyQpError::NoSuchQp),

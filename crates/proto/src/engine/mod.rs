@@ -80,6 +80,10 @@ impl Shared {
 /// GSO datagram holds (the largest UDP payload over IPv4), so a turn fills one.
 const TRANSMIT_TURN: usize = 65_507;
 
+/// Free budget (in packets) per budget-starved QP woken: a QP's turn is about this many
+/// packets or more (15 at MTU 4096, 60 at MTU 1024).
+const WAKE_PER_PACKETS: u32 = 8;
+
 /// The transport engine of one software RNIC.
 pub struct Engine {
     shared: Shared,
@@ -729,9 +733,12 @@ impl Engine {
         if self.inflight >= limit {
             return;
         }
-        let room = limit - self.inflight;
+        // A woken QP sends up to a turn's worth of packets (see `TRANSMIT_TURN`): waking one
+        // per free packet would poll most of them only to refuse them again. Too few woken
+        // leaves room unused only until the ready line empties, which wakes more.
+        let wake = (limit - self.inflight).div_ceil(WAKE_PER_PACKETS);
         let mut woken = 0;
-        while woken < room {
+        while woken < wake {
             let Some(qpn) = self.starved.pop_front() else {
                 break;
             };
