@@ -200,6 +200,14 @@ impl QueuePair {
             self.req.peer_reorders = Some(false);
         }
         if psn.next().is_before(r.horizon) {
+            if r.probe && self.req.peer_reorders == Some(true) {
+                // A probe's answer names where the responder's run stopped, not what it kept
+                // beyond (its NAK of that gap was what got lost): repair the next packet
+                // alone, and go back only if that answer shows nothing was kept. Going back
+                // at once resent a whole window per retransmit timeout under 1 % loss.
+                self.repair(psn.next(), false);
+                return;
+            }
             // Packets between the answer and the horizon never arrived (or were dropped).
             self.req.go_back(psn.next());
         } else {
