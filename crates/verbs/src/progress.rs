@@ -454,8 +454,6 @@ impl Core {
         io
     }
 
-    /// Wakes the waiters of every CQ that got completions; returns async wakers to call once
-    /// the core lock is released.
     /// Whether a watched CQ has completions its waiters have not been told of.
     fn has_fresh_completions(&self) -> bool {
         self.watches.iter().any(|w| {
@@ -465,6 +463,8 @@ impl Core {
         })
     }
 
+    /// Wakes the waiters of every CQ that got completions; returns async wakers to call once
+    /// the core lock is released.
     pub(crate) fn notify_cqs(&mut self, wakers: &mut Vec<Waker>) {
         for w in &mut self.watches {
             let Some(cq) = self.engine.cq(w.handle) else {

@@ -114,10 +114,13 @@ impl QueuePair {
     /// Whether the packet at the cursor, inside the QP's window, may go now. Retransmissions
     /// may; a new packet only while the device's packets in flight, over all QPs, are fewer
     /// than its budget — what keeps many QPs together from overrunning the receiver's socket
-    /// buffer, or a slow link's queue. A QP with nothing in flight may always send one, so
-    /// every QP progresses however many share the budget — but a READ request, which brings
-    /// a chunk of responses, only if they fit or the device has nothing else in flight (256
-    /// QPs each asking for 16 responses at once overran a 4 MiB socket buffer).
+    /// buffer, or a slow link's queue. A READ request costs the responses it asks for (256
+    /// QPs each asking for 16 responses at once overran a 4 MiB socket buffer). The budget
+    /// has no exemption but an idle device: a QP with nothing in flight used to be allowed
+    /// one packet regardless, and a thousand of them kept the budget full of single packets,
+    /// each asking for its own ACK. A QP refused here is woken when ACKs free the budget
+    /// (`Engine::wake_starved`); one timing out towards a dead peer counts as one packet
+    /// (`Requester::budget_share`), so it cannot hold the budget the others need.
     fn may_send_next(&mut self, ctx: &mut Ctx<'_>) -> bool {
         if self.qp_type != QpType::Rc {
             return true;
@@ -135,10 +138,10 @@ impl QueuePair {
             }
             _ => 1,
         };
-        if own == 0 && ctx.others_inflight == 0 {
-            return true;
-        }
-        if own == 0 && ctx.others_inflight.saturating_add(cost) <= ctx.budget.limit() {
+        if own == 0
+            && (ctx.others_inflight == 0
+                || ctx.others_inflight.saturating_add(cost) <= ctx.budget.limit())
+        {
             return true;
         }
         if ctx.others_inflight.saturating_add(own) >= ctx.budget.limit() {
