@@ -430,6 +430,12 @@ fn json_output() {
     assert!(sent >= 100, "{line}");
     assert!(received >= 100 && received <= sent, "{line}");
     let _ = counter("packets_retransmitted");
+    // The process's peak memory and its share per QP end (one QP on each side here): at
+    // least the two registered 1 KiB-message buffers, and the share is the quotient.
+    assert_eq!(counter("qp_ends"), 2, "{line}");
+    let rss = counter("peak_rss_bytes");
+    assert!(rss > 1 << 20, "{line}");
+    assert_eq!(counter("per_qp_end_bytes"), rss / 2, "{line}");
 }
 
 #[test]

@@ -263,6 +263,7 @@ fn traffic(
         out.check = Some(checks.join("; "));
     }
     out.counters = report::Counters::of(&ctx.send_cq.device().stats().engine);
+    out.qp_ends = ctx.qps.len() as u64;
     if cfg.cc_line_bps.is_some() {
         let rates: Vec<String> = ctx
             .qps
@@ -351,6 +352,15 @@ fn print_counters(p: &mut Printer, out: &Outcome) {
         let _ = crate::devinfo::write_counter_lines(&mut text, c);
         for l in String::from_utf8_lossy(&text).lines() {
             p.line(l);
+        }
+        if let Some(rss) = report::peak_rss_bytes() {
+            let ends = out.qp_ends.max(1);
+            p.line(&format!(
+                " Memory          : peak RSS {:.1} MiB, {} KiB per QP end ({} QP ends)",
+                rss as f64 / f64::from(1 << 20),
+                rss / ends / 1024,
+                out.qp_ends
+            ));
         }
     }
 }
@@ -446,6 +456,7 @@ fn loopback(cfg: &Config, progress_on: bool) -> ExitCode {
         (Ok(mut out), Ok(s)) => {
             finish_text(cfg, &mut p, out.check.as_deref(), s.check.as_deref());
             out.counters = out.counters.add(s.counters);
+            out.qp_ends += s.qp_ends;
             print_counters(&mut p, &out);
             if let Some(sc) = s.check {
                 out.check = Some(match out.check {

@@ -511,6 +511,29 @@ pub(crate) struct Outcome {
     /// `-b`: per size, what this side measured and what the peer reported (`rows` holds
     /// their sums).
     pub directions: Vec<(BwRow, BwRow)>,
+    /// Test QP ends this side created (with `--loopback`, both sides').
+    pub qp_ends: u64,
+}
+
+/// What the process holds in memory at its peak, and its share per QP end: how a user sizes a
+/// host for thousands of connections (`--json`'s `memory`). Read from the kernel's high-water
+/// mark of the resident set (`VmHWM`), so it covers the buffers the run registered too, as
+/// perftest's would (one `-s`-sized buffer per QP, twice for the loopback's two ends).
+pub(crate) fn peak_rss_bytes() -> Option<u64> {
+    let status = std::fs::read_to_string("/proc/self/status").ok()?;
+    let line = status.lines().find(|l| l.starts_with("VmHWM:"))?;
+    let kib: u64 = line.split_whitespace().nth(1)?.parse().ok()?;
+    Some(kib * 1024)
+}
+
+fn memory_json(qp_ends: u64) -> String {
+    match peak_rss_bytes() {
+        Some(rss) => format!(
+            ",\"memory\":{{\"peak_rss_bytes\":{rss},\"qp_ends\":{qp_ends},\"per_qp_end_bytes\":{}}}",
+            rss / qp_ends.max(1)
+        ),
+        None => String::new(),
+    }
 }
 
 /// What a run cost on the wire: the device counters `--json` reports.
@@ -606,7 +629,7 @@ pub(crate) fn json(cfg: &Config, role: Role, out: &Outcome) -> String {
         None => String::new(),
     };
     format!(
-        "{{\"test\":\"{}\",\"connection\":\"{}\",\"role\":\"{role}\",\"qps\":{},\"mtu\":{},\"tx_depth\":{},\"cq_mod\":{},\"atomic_type\":{atomic},\"check\":{check},\"results\":[{}]{directions},\"counters\":{}{device_counters}}}",
+        "{{\"test\":\"{}\",\"connection\":\"{}\",\"role\":\"{role}\",\"qps\":{},\"mtu\":{},\"tx_depth\":{},\"cq_mod\":{},\"atomic_type\":{atomic},\"check\":{check},\"results\":[{}]{directions},\"counters\":{}{device_counters}{}}}",
         cfg.test.as_str(),
         cfg.transport.as_str(),
         cfg.qps,
@@ -614,7 +637,8 @@ pub(crate) fn json(cfg: &Config, role: Role, out: &Outcome) -> String {
         cfg.tx_depth,
         cfg.cq_mod,
         rows.join(","),
-        out.counters.json()
+        out.counters.json(),
+        memory_json(out.qp_ends)
     )
 }
 
