@@ -353,6 +353,7 @@ pub(crate) fn counter_list(s: &DeviceStats) -> Vec<(String, u64)> {
         ("cq_overruns", e.cq_overruns),
         ("retransmitted_packets", e.retransmitted_packets),
         ("retransmit_timeouts", e.retransmit_timeouts),
+        ("tail_probes", e.tail_probes),
         ("duplicate_requests", e.duplicate_requests),
         ("reads_served", e.reads_served),
         ("atomics_executed", e.atomics_executed),

@@ -172,6 +172,8 @@ pub struct Stats {
     pub reordered_requests: u64,
     /// Sequence NAKs answered by resending the missing packet alone (selective repeat).
     pub selective_repeats: u64,
+    /// Tail-loss probes sent: the newest packet again, a few round trips into a silence.
+    pub tail_probes: u64,
     /// Times a QP held a new packet back for the device's in-flight budget.
     pub budget_waits: u64,
     /// SEND_WITH_INV messages whose rkey could not be invalidated (no bound type 2 window):

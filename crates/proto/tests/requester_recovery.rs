@@ -58,9 +58,17 @@ fn a_qp_timing_out_towards_a_dead_peer_does_not_hold_the_budget_of_live_ones() {
 }
 
 /// Writes `pkts` packets (MTU 1024) from node 0 to node 1 at `offset`, drops the first
-/// transmission of its packet `lost` and, when `lose_nak`, node 1's NAK of it; runs to the
-/// end and returns node 0's retransmitted packets for it.
-fn write_losing(net: &mut Net, qpn: u32, wr_id: u64, pkts: u32, lost: u32, lose_nak: bool) -> u64 {
+/// transmission of its packets numbered in `lost` and, when `lose_nak`, node 1's first NAK;
+/// runs to the end and returns node 0's retransmitted packets for it.
+fn write_losing(
+    net: &mut Net,
+    qpn: u32,
+    wr_id: u64,
+    pkts: u32,
+    lost: &[u32],
+    lose_nak: bool,
+) -> u64 {
+    let lost = lost.to_vec();
     let before = net.nodes[0].engine.stats().retransmitted_packets;
     // Node 0's first packets of the phase are the WRITE's, in order.
     let (mut sent, mut dropped_nak) = (0u32, !lose_nak);
@@ -72,7 +80,7 @@ fn write_losing(net: &mut Net, qpn: u32, wr_id: u64, pkts: u32, lost: u32, lose_
         if from == 0 {
             sent += 1;
         }
-        if from == 0 && sent == lost + 1 {
+        if from == 0 && sent <= pkts && lost.contains(&(sent - 1)) {
             Fate::Drop
         } else if from == 1 && nak && !dropped_nak {
             dropped_nak = true;
@@ -106,11 +114,36 @@ fn a_lost_nak_costs_a_probe_and_the_lost_packet_not_a_window() {
     let mut net = Net::new(2);
     let [qpn, _] = net.rc_pair_on([None, None]);
     // A first loss shows that the responder keeps what follows a gap.
-    assert_eq!(write_losing(&mut net, qpn, 1, 16, 3, false), 1);
+    assert_eq!(write_losing(&mut net, qpn, 1, 16, &[3], false), 1);
     // Now the NAK of the gap is lost too: the retransmit timer fires, the probe (the oldest
     // unacknowledged packet) is answered with an ACK of where the responder's run stopped,
     // and the packet after it alone goes again; the twelve it kept are not resent.
-    let resent = write_losing(&mut net, qpn, 20, 16, 3, true);
+    let resent = write_losing(&mut net, qpn, 20, 16, &[3], true);
     assert_eq!(net.nodes[0].engine.stats().retransmit_timeouts, 1);
     assert_eq!(resent, 2, "the probe and the lost packet");
+}
+
+#[test]
+fn a_lost_tail_is_probed_long_before_the_retransmit_timeout() {
+    let mut net = Net::new(2);
+    let [qpn, _] = net.rc_pair_on([None, None]);
+    // perftest's local ACK timeout (14: 67 ms), far above the round trip.
+    let attr = QpAttr {
+        timeout: Some(14),
+        ..QpAttr::default()
+    };
+    net.nodes[0].engine.modify_qp(qpn, &attr).unwrap();
+    // A clean WRITE first: the round trip is measured.
+    assert_eq!(write_losing(&mut net, qpn, 1, 4, &[], false), 0);
+    // The last three packets of the next one are lost, the one asking for the ACK among
+    // them: nothing follows them to make the responder NAK.
+    let start = net.now;
+    let resent = write_losing(&mut net, qpn, 20, 16, &[13, 14, 15], false);
+    let took = net.now.saturating_duration_since(start);
+    let stats = net.nodes[0].engine.stats();
+    assert_eq!(stats.tail_probes, 1);
+    assert_eq!(stats.retransmit_timeouts, 0);
+    // The probe (the newest packet) and the two before it, repaired one by one.
+    assert_eq!(resent, 3);
+    assert!(took < Duration::from_millis(5), "recovered after {took:?}");
 }

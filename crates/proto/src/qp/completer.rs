@@ -432,7 +432,9 @@ impl QueuePair {
                 }
             }
         }
+        // Both timers measure a silence: it ended (the caller re-arms them from now).
         self.timers.stop(Timer::Retransmit);
+        self.timers.stop(Timer::TailProbe);
     }
 
     /// Pops finished WQEs off the front of the send queue and reports them, in order.
@@ -467,10 +469,41 @@ impl QueuePair {
         let outstanding = self.req.outstanding() > 0;
         if !outstanding || self.req.rnr_wait {
             self.timers.stop(Timer::Retransmit);
-        } else if !self.timers.is_armed(Timer::Retransmit) {
-            if let Some(timeout) = self.retransmit_timeout() {
-                self.timers.set(Timer::Retransmit, ctx.now + timeout);
+            self.timers.stop(Timer::TailProbe);
+        } else {
+            if !self.timers.is_armed(Timer::Retransmit) {
+                if let Some(timeout) = self.retransmit_timeout() {
+                    self.timers.set(Timer::Retransmit, ctx.now + timeout);
+                }
             }
+            self.arm_tail_probe(ctx);
+        }
+    }
+
+    /// Arms the tail-loss probe (from now) unless it is armed or already went out in this
+    /// silence. The retransmit timer cannot fire before the local ACK timeout T (IBTA
+    /// 9.7.6.1.3; 67 ms at perftest's timeout 14), a thousand round trips on a LAN: when the
+    /// last packets of a burst are lost, nothing after them makes the responder NAK, and the
+    /// QP would sit idle that long. After [`tail_probe_delay`] without an ACK the newest
+    /// packet goes once more, asking for an ACK. Arriving, it is a duplicate (only ACKs were
+    /// lost: the answer acknowledges everything) or a packet after a gap (the responder NAKs
+    /// the gap, and repair starts). It costs no retry and leaves the budget alone. Only
+    /// towards a responder not known to drop early packets: against rxe (go-back-N) the
+    /// timer recovers as IBTA says.
+    pub(crate) fn arm_tail_probe(&mut self, ctx: &Ctx<'_>) {
+        if self.timers.is_armed(Timer::TailProbe)
+            || self.req.tail_probed
+            || !ctx.config.selective_repeat
+            || self.req.peer_reorders == Some(false)
+        {
+            return;
+        }
+        let (Some(srtt), Some(rto)) = (self.req.rtt.srtt(), self.retransmit_timeout()) else {
+            return;
+        };
+        let delay = tail_probe_delay(srtt);
+        if delay < rto {
+            self.timers.set(Timer::TailProbe, ctx.now + delay);
         }
     }
 
@@ -492,7 +525,30 @@ impl QueuePair {
             // The retransmit timer was stopped for the wait; outstanding work needs it again.
             self.rearm_retransmit(ctx);
         }
+        if self.timers.take_expired(Timer::TailProbe, ctx.now)
+            && self.req.outstanding() > 0
+            && self.req.repair.is_none()
+            && self.req.resend.is_none()
+            && self.state != super::QpState::Err
+        {
+            // The newest PSN of a READ or atomic is the responder's to send (a response):
+            // those are restarted by the retransmit timer, as before.
+            let newest = self.req.sent_high.sub(1);
+            let request = self
+                .req
+                .sq
+                .iter()
+                .find(|w| w.contains(newest))
+                .is_some_and(|w| !w.wr.op.is_read_or_atomic());
+            if request {
+                self.req.tail_probed = true;
+                ctx.stats.tail_probes += 1;
+                self.req.resend = Some(newest);
+                self.req.rtt.on_retransmit();
+            }
+        }
         if self.timers.take_expired(Timer::Retransmit, ctx.now) {
+            self.timers.stop(Timer::TailProbe);
             if self.req.outstanding() == 0 || self.state == super::QpState::Err {
                 return;
             }
@@ -539,4 +595,10 @@ impl QueuePair {
             self.req.go_back(resume);
         }
     }
+}
+
+/// How long a silence lasts before the tail-loss probe: four smoothed round trips, at least
+/// 1 ms (a queue's ordinary wobble must not trigger it; a spurious probe costs one packet).
+fn tail_probe_delay(srtt: Duration) -> Duration {
+    (srtt * 4).max(Duration::from_millis(1))
 }

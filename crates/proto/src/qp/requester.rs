@@ -396,6 +396,7 @@ impl QueuePair {
                 self.timers.set(Timer::Retransmit, ctx.now + timeout);
             }
         }
+        self.arm_tail_probe(ctx);
         Ok(t)
     }
 

@@ -117,6 +117,8 @@ pub(crate) struct Requester {
     /// (TCP's "pipe" after an RTO), so a dead peer's QP does not hold the budget that live
     /// QPs need while it spends its retries.
     pub timed_out: bool,
+    /// The tail-loss probe went out and no ACK has shown progress since (one per silence).
+    pub tail_probed: bool,
     /// Packets since the last AckReq.
     pub pkts_since_ackreq: u32,
     /// The next packet built asks for an ACK whatever its place (a repair).
@@ -169,6 +171,7 @@ impl Requester {
         self.retry_left = cfg.retry_cnt;
         self.rnr_left = cfg.rnr_retry;
         self.timed_out = false;
+        self.tail_probed = false;
     }
 
     /// Request packets this QP holds of the device's in-flight budget.

@@ -13,9 +13,11 @@ pub enum Timer {
     Pace = 2,
     /// Congestion control's own timers (DCQCN's α decay and rate increase).
     Cc = 3,
+    /// Tail-loss probe: a few round trips without an ACK for the newest packets.
+    TailProbe = 4,
 }
 
-const TIMER_COUNT: usize = 4;
+const TIMER_COUNT: usize = 5;
 
 /// Deadlines by timer kind.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
