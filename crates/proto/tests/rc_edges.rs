@@ -463,3 +463,51 @@ fn flush_checks_its_placement_rights_range_and_region() {
     assert!(net.nodes[0].engine.post_send(net.now, a, with_sgl).is_err());
     let _ = Reth::default();
 }
+
+/// The opcodes of `pkts`.
+fn opcodes(pkts: &[(u16, Vec<u8>)]) -> Vec<Opcode> {
+    pkts.iter()
+        .map(|(_, p)| PacketRepr::parse(p).unwrap().bth.opcode)
+        .collect()
+}
+
+#[test]
+fn an_answer_goes_out_before_the_ack_of_the_message_it_answers() {
+    let mut net = Net::new(2);
+    let [a, b] = net.rc_pair_on([None, None]);
+    net.recv(1, b, 1, 0, 64);
+    net.recv(0, a, 1, 0, 64);
+    let now = net.now;
+    let ping = wr(1, SendOp::Send, net.sge(0, 128, 8));
+    net.nodes[0].engine.post_send(now, a, ping).unwrap();
+    let out = drain(&mut net, 0);
+    assert_eq!(opcodes(&out), [Opcode::RC_SEND_ONLY]);
+    deliver(&mut net, 0, 1, &out[0]);
+    // b answers before its device sent the ACK of the ping: the answer leaves first, one
+    // packet ahead, then the ACK.
+    let pong = wr(2, SendOp::Send, net.sge(1, 128, 8));
+    net.nodes[1].engine.post_send(now, b, pong).unwrap();
+    let out = drain(&mut net, 1);
+    assert_eq!(
+        opcodes(&out),
+        [Opcode::RC_SEND_ONLY, Opcode::RC_ACKNOWLEDGE]
+    );
+    // An ACK waits behind one request at most: a, with the ACK of the pong queued, posts
+    // three messages.
+    for p in &out {
+        deliver(&mut net, 1, 0, p);
+    }
+    for id in 3..6 {
+        let w = wr(id, SendOp::Send, net.sge(0, 128, 8));
+        net.nodes[0].engine.post_send(now, a, w).unwrap();
+    }
+    assert_eq!(
+        opcodes(&drain(&mut net, 0)),
+        [
+            Opcode::RC_SEND_ONLY,
+            Opcode::RC_ACKNOWLEDGE,
+            Opcode::RC_SEND_ONLY,
+            Opcode::RC_SEND_ONLY
+        ]
+    );
+}

@@ -472,7 +472,19 @@ impl QueuePair {
         if let Some(t) = self.poll_cnp(ctx, out) {
             return Some(t);
         }
+        // One request packet may go ahead of a lone queued ACK. In a ping-pong the ACK of the
+        // message just received and the answer leave in one batch; answer first, the peer
+        // can start on it while its kernel still delivers the ACK (on loopback the sender's
+        // system call runs the receiver's whole path, one datagram after the other). Never
+        // more than one: the ACK must not wait behind a stream of requests.
+        if !self.resp.ack_yielded && self.resp.only_an_ack() {
+            if let Some(t) = self.poll_paced_requester_transmit(ctx, out) {
+                self.resp.ack_yielded = true;
+                return Some(t);
+            }
+        }
         if let Some(t) = self.poll_responder_transmit(ctx, out) {
+            self.resp.ack_yielded = false;
             return Some(t);
         }
         self.poll_paced_requester_transmit(ctx, out)

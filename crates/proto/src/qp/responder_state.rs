@@ -106,6 +106,9 @@ pub(crate) struct Responder {
     pub fatal: bool,
     /// Requests that arrived ahead of a missing one, to run once it comes.
     pub early: ReorderBuffer,
+    /// A request packet of this QP went out ahead of the queued ACK (see
+    /// `QueuePair::poll_transmit`); the ACK goes next.
+    pub ack_yielded: bool,
 }
 
 impl Responder {
@@ -124,6 +127,18 @@ impl Responder {
 
     pub(crate) fn has_output(&self) -> bool {
         !self.output.is_empty()
+    }
+
+    /// Whether all that is queued is one plain ACK (no NAK, READ response or atomic ACK).
+    pub(crate) fn only_an_ack(&self) -> bool {
+        self.output.len() == 1
+            && matches!(
+                self.output.front(),
+                Some(Output::Ack {
+                    syndrome: Syndrome::Ack { .. },
+                    ..
+                })
+            )
     }
 
     /// Queues an ACK or NAK, replacing a queued ACK right before it (coalescing).
