@@ -297,7 +297,9 @@ fn write_lat() {
 }
 
 /// Who sent each packet with `opcode` in a capture, in order: 'S' for `server`'s address,
-/// 'C' for the other side; read with `softrdma decode` (ACKs and other opcodes skipped).
+/// 'C' for the other side; read with `softrdma decode` (ACKs and other opcodes skipped, and
+/// a packet sent again — a retransmission or a tail-loss probe on a loaded machine — counted
+/// once: by source and PSN).
 fn senders(pcap: &Path, opcode: &str, server: &str) -> String {
     let out = Command::new(env!("CARGO_BIN_EXE_softrdma"))
         .arg("decode")
@@ -305,10 +307,15 @@ fn senders(pcap: &Path, opcode: &str, server: &str) -> String {
         .output()
         .expect("run softrdma decode");
     assert!(out.status.success(), "decode {}", pcap.display());
+    let mut seen = std::collections::BTreeSet::new();
     String::from_utf8(out.stdout)
         .expect("utf-8")
         .lines()
         .filter(|l| l.split_whitespace().nth(5) == Some(opcode))
+        .filter(|l| {
+            let f: Vec<&str> = l.split_whitespace().collect();
+            seen.insert((f[2].to_owned(), f[7].to_owned()))
+        })
         .map(|l| {
             let src = l.split_whitespace().nth(2).expect("source field");
             if src.starts_with(&format!("{server}:")) {

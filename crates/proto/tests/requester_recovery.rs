@@ -145,5 +145,6 @@ fn a_lost_tail_is_probed_long_before_the_retransmit_timeout() {
     assert_eq!(stats.retransmit_timeouts, 0);
     // The probe (the newest packet) and the two before it, repaired one by one.
     assert_eq!(resent, 3);
-    assert!(took < Duration::from_millis(5), "recovered after {took:?}");
+    // The probe after 5 ms of silence, not the retransmit timer after 67.
+    assert!(took < Duration::from_millis(10), "recovered after {took:?}");
 }
