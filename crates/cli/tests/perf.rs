@@ -8,7 +8,7 @@ use std::process::Command;
 
 #[path = "common/perf_run.rs"]
 mod perf_run;
-use perf_run::{loopback, perf, usage_error, LOOPBACK};
+use perf_run::{json_u64, loopback, perf, usage_error, LOOPBACK};
 
 /// The numeric rows of the result table (lines after the `#bytes` header that start with a
 /// number), split into fields.
@@ -421,18 +421,8 @@ fn json_output() {
     }
     // Both devices' counters, summed: 100 SENDs plus their ACKs went each way at least, and
     // every packet sent was received (loopback loses nothing but what is retransmitted).
-    let counter = |name: &str| -> u64 {
-        let at = line
-            .find(&format!("\"{name}\":"))
-            .unwrap_or_else(|| panic!("{name}: {line}"));
-        let rest = &line[at + name.len() + 3..];
-        let end = rest
-            .find(|c: char| !c.is_ascii_digit())
-            .unwrap_or(rest.len());
-        rest[..end]
-            .parse()
-            .unwrap_or_else(|e| panic!("{name}: {e}: {line}"))
-    };
+    let counter =
+        |name: &str| -> u64 { json_u64(line, name).unwrap_or_else(|| panic!("{name}: {line}")) };
     let (sent, received) = (counter("packets_sent"), counter("packets_received"));
     assert!(sent >= 100, "{line}");
     assert!(received >= 100 && received <= sent, "{line}");

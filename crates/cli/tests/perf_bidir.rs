@@ -8,7 +8,7 @@
 
 #[path = "common/perf_run.rs"]
 mod perf_run;
-use perf_run::{loopback, usage_error};
+use perf_run::{json_u64, loopback, usage_error};
 
 /// The objects of the JSON array that follows `"key":[` (flat objects, as `--json` prints).
 fn objects(json: &str, key: &str) -> Vec<String> {
@@ -41,16 +41,7 @@ fn num(obj: &str, key: &str) -> f64 {
 
 /// A device counter of `--counters` (0 when absent: opcode counters are listed if non-zero).
 fn counter(json: &str, name: &str) -> u64 {
-    let Some(at) = json.find(&format!("\"{name}\":")) else {
-        return 0;
-    };
-    let rest = &json[at + name.len() + 3..];
-    let end = rest
-        .find(|c: char| !c.is_ascii_digit())
-        .unwrap_or(rest.len());
-    rest[..end]
-        .parse()
-        .unwrap_or_else(|e| panic!("{name}: {e}"))
+    json_u64(json, name).unwrap_or(0)
 }
 
 /// `perf ARGS --json --counters --loopback`: the JSON line.

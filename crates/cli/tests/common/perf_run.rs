@@ -42,3 +42,18 @@ pub(crate) fn usage_error(args: &[&str], want: &str) {
     assert!(stderr.contains(want), "{args:?}: {stderr}");
     assert!(!stderr.contains("panicked"), "{stderr}");
 }
+
+/// The unsigned number after `"name":` in a `--json` line, if the key is there.
+#[allow(dead_code)] // not every test binary that includes this module reads JSON
+pub(crate) fn json_u64(json: &str, name: &str) -> Option<u64> {
+    let at = json.find(&format!("\"{name}\":"))?;
+    let rest = &json[at + name.len() + 3..];
+    let end = rest
+        .find(|c: char| !c.is_ascii_digit())
+        .unwrap_or(rest.len());
+    Some(
+        rest[..end]
+            .parse()
+            .unwrap_or_else(|e| panic!("{name}: {e}: {json}")),
+    )
+}

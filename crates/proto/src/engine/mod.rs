@@ -725,9 +725,9 @@ impl Engine {
         qp.scheduled = next;
     }
 
-    /// Puts QPs that waited for the device budget back in line: as many as the budget has
-    /// room for, oldest first. Waking them all on every ACK would poll and refuse all but a
-    /// few again, at O(QPs) per ACK (with 64 QPs that was most of the CPU).
+    /// Puts QPs that waited for the device budget back in line, oldest first: one per
+    /// [`WAKE_PER_PACKETS`] packets of room. Waking them all on every ACK would poll and
+    /// refuse all but a few again, at O(QPs) per ACK (with 64 QPs that was most of the CPU).
     fn wake_starved(&mut self) {
         let limit = self.shared.budget.limit();
         if self.inflight >= limit {
