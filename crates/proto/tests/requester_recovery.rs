@@ -1,6 +1,6 @@
 //! The requester's recovery when answers stop coming: a QP timing out towards a dead peer
-//! must not hold the device budget that live QPs share, and a lost NAK must cost the lost
-//! packet, not a window.
+//! must not hold the device budget that live QPs share; a lost NAK, repair or probe must
+//! cost the lost packets, not a window, and a tail probe, not the retransmit timer.
 
 mod common;
 
@@ -57,33 +57,59 @@ fn a_qp_timing_out_towards_a_dead_peer_does_not_hold_the_budget_of_live_ones() {
     assert_eq!(net.read_mem(2, 50_000, 8 * 1024), pattern(7, 8 * 1024));
 }
 
-/// Writes `pkts` packets (MTU 1024) from node 0 to node 1 at `offset`, drops the first
-/// transmission of its packets numbered in `lost` and, when `lose_nak`, node 1's first NAK;
-/// runs to the end and returns node 0's retransmitted packets for it.
-fn write_losing(
-    net: &mut Net,
-    qpn: u32,
-    wr_id: u64,
-    pkts: u32,
-    lost: &[u32],
-    lose_nak: bool,
-) -> u64 {
-    let lost = lost.to_vec();
+/// What the wire loses while a WRITE runs: transmissions of its packets (packet number, and
+/// how many of its first transmissions) and node 1's NAKs (by their number in the phase).
+#[derive(Default)]
+struct Losses {
+    packets: Vec<(u32, u32)>,
+    naks: Vec<u32>,
+}
+
+impl Losses {
+    /// The first transmission of each of `pkts`.
+    fn first_of(pkts: &[u32]) -> Losses {
+        Losses {
+            packets: pkts.iter().map(|&p| (p, 1)).collect(),
+            naks: Vec::new(),
+        }
+    }
+}
+
+/// Writes `pkts` packets (MTU 1024) from node 0 to node 1 at `offset`, losing what `losses`
+/// names; runs to the end and returns node 0's retransmitted packets for it.
+fn write_losing(net: &mut Net, qpn: u32, wr_id: u64, pkts: u32, losses: Losses) -> u64 {
     let before = net.nodes[0].engine.stats().retransmitted_packets;
-    // Node 0's first packets of the phase are the WRITE's, in order.
-    let (mut sent, mut dropped_nak) = (0u32, !lose_nak);
+    // Node 0's first packet of the phase is the WRITE's first.
+    let mut first_psn = None;
+    let mut sent = vec![0u32; pkts as usize];
+    let mut naks = 0u32;
     net.fate = Box::new(move |from, p, _| {
         let nak = p
             .ext
             .aeth
             .is_some_and(|a| !matches!(a.syndrome, Syndrome::Ack { .. }));
-        if from == 0 {
-            sent += 1;
+        if from == 1 && nak {
+            naks += 1;
+            return if losses.naks.contains(&(naks - 1)) {
+                Fate::Drop
+            } else {
+                Fate::Deliver
+            };
         }
-        if from == 0 && sent <= pkts && lost.contains(&(sent - 1)) {
-            Fate::Drop
-        } else if from == 1 && nak && !dropped_nak {
-            dropped_nak = true;
+        if from != 0 {
+            return Fate::Deliver;
+        }
+        let first = *first_psn.get_or_insert(p.bth.psn);
+        let k = p.bth.psn.distance(first);
+        let Some(n) = usize::try_from(k).ok().and_then(|k| sent.get_mut(k)) else {
+            return Fate::Deliver;
+        };
+        *n += 1;
+        let lose = losses
+            .packets
+            .iter()
+            .any(|&(pkt, times)| i64::from(pkt) == i64::from(k) && *n <= times);
+        if lose {
             Fate::Drop
         } else {
             Fate::Deliver
@@ -109,36 +135,55 @@ fn write_losing(
     net.nodes[0].engine.stats().retransmitted_packets - before
 }
 
+/// A pair whose requester runs with perftest's local ACK timeout (14: 67 ms, far above the
+/// round trip, so tail probes go before it), the round trip measured by a clean WRITE and,
+/// when `learn`, the responder known to keep early packets (a first loss showed it).
+fn perftest_pair(learn: bool) -> (Net, u32) {
+    let mut net = Net::new(2);
+    let [qpn, _] = net.rc_pair_on([None, None]);
+    let attr = QpAttr {
+        timeout: Some(14),
+        ..QpAttr::default()
+    };
+    net.nodes[0].engine.modify_qp(qpn, &attr).unwrap();
+    assert_eq!(write_losing(&mut net, qpn, 1, 4, Losses::default()), 0);
+    if learn {
+        assert_eq!(
+            write_losing(&mut net, qpn, 2, 16, Losses::first_of(&[3])),
+            1
+        );
+    }
+    (net, qpn)
+}
+
 #[test]
 fn a_lost_nak_costs_a_probe_and_the_lost_packet_not_a_window() {
     let mut net = Net::new(2);
     let [qpn, _] = net.rc_pair_on([None, None]);
     // A first loss shows that the responder keeps what follows a gap.
-    assert_eq!(write_losing(&mut net, qpn, 1, 16, &[3], false), 1);
+    assert_eq!(
+        write_losing(&mut net, qpn, 1, 16, Losses::first_of(&[3])),
+        1
+    );
     // Now the NAK of the gap is lost too: the retransmit timer fires, the probe (the oldest
     // unacknowledged packet) is answered with an ACK of where the responder's run stopped,
     // and the packet after it alone goes again; the twelve it kept are not resent.
-    let resent = write_losing(&mut net, qpn, 20, 16, &[3], true);
+    let losses = Losses {
+        naks: vec![0],
+        ..Losses::first_of(&[3])
+    };
+    let resent = write_losing(&mut net, qpn, 20, 16, losses);
     assert_eq!(net.nodes[0].engine.stats().retransmit_timeouts, 1);
     assert_eq!(resent, 2, "the probe and the lost packet");
 }
 
 #[test]
 fn a_lost_tail_is_probed_long_before_the_retransmit_timeout() {
-    let mut net = Net::new(2);
-    let [qpn, _] = net.rc_pair_on([None, None]);
-    // perftest's local ACK timeout (14: 67 ms), far above the round trip.
-    let attr = QpAttr {
-        timeout: Some(14),
-        ..QpAttr::default()
-    };
-    net.nodes[0].engine.modify_qp(qpn, &attr).unwrap();
-    // A clean WRITE first: the round trip is measured.
-    assert_eq!(write_losing(&mut net, qpn, 1, 4, &[], false), 0);
+    let (mut net, qpn) = perftest_pair(false);
     // The last three packets of the next one are lost, the one asking for the ACK among
     // them: nothing follows them to make the responder NAK.
     let start = net.now;
-    let resent = write_losing(&mut net, qpn, 20, 16, &[13, 14, 15], false);
+    let resent = write_losing(&mut net, qpn, 20, 16, Losses::first_of(&[13, 14, 15]));
     let took = net.now.saturating_duration_since(start);
     let stats = net.nodes[0].engine.stats();
     assert_eq!(stats.tail_probes, 1);
@@ -146,5 +191,98 @@ fn a_lost_tail_is_probed_long_before_the_retransmit_timeout() {
     // The probe (the newest packet) and the two before it, repaired one by one.
     assert_eq!(resent, 3);
     // The probe after 5 ms of silence, not the retransmit timer after 67.
+    assert!(took < Duration::from_millis(10), "recovered after {took:?}");
+}
+
+/// The repair a NAK asked for is lost too: the tail probe sends it again after 5 ms, where
+/// the retransmit timer took 67 (what made 1 % loss on loopback cost a timeout every few
+/// thousand WRITEs).
+#[test]
+fn a_lost_repair_is_sent_again_by_the_tail_probe() {
+    let (mut net, qpn) = perftest_pair(true);
+    let start = net.now;
+    let losses = Losses {
+        packets: vec![(3, 2)],
+        naks: vec![],
+    };
+    let resent = write_losing(&mut net, qpn, 20, 16, losses);
+    let took = net.now.saturating_duration_since(start);
+    let stats = net.nodes[0].engine.stats();
+    assert_eq!(stats.retransmit_timeouts, 0);
+    assert_eq!(stats.tail_probes, 1);
+    assert_eq!(resent, 2, "the repair, twice");
+    assert!(took < Duration::from_millis(10), "recovered after {took:?}");
+}
+
+/// Two packets in a row are lost, and the NAK of the second gap (sent when the first was
+/// repaired) too. The tail probe resends the repair; the duplicate's answer stops short of
+/// the horizon, and the packet after it alone is repaired, not the eleven the responder kept
+/// beyond it (going back N there resent 127 packets for 7 lost on loopback).
+#[test]
+fn a_lost_nak_of_a_second_gap_costs_one_packet_not_a_window() {
+    let (mut net, qpn) = perftest_pair(true);
+    let losses = Losses {
+        packets: vec![(3, 1), (4, 1)],
+        naks: vec![1],
+    };
+    let resent = write_losing(&mut net, qpn, 20, 16, losses);
+    let stats = net.nodes[0].engine.stats();
+    assert_eq!(stats.retransmit_timeouts, 0);
+    assert_eq!(stats.tail_probes, 1);
+    assert_eq!(resent, 3, "packet 3, 3 again as the probe, then 4");
+}
+
+/// A lost probe is followed by another, twice as late, before the retransmit timer.
+#[test]
+fn a_lost_probe_is_followed_by_another() {
+    let (mut net, qpn) = perftest_pair(true);
+    let start = net.now;
+    // The last packet and its first resend (the probe) are lost.
+    let losses = Losses {
+        packets: vec![(15, 2)],
+        naks: vec![],
+    };
+    let resent = write_losing(&mut net, qpn, 20, 16, losses);
+    let took = net.now.saturating_duration_since(start);
+    let stats = net.nodes[0].engine.stats();
+    assert_eq!(stats.retransmit_timeouts, 0);
+    assert_eq!(stats.tail_probes, 2);
+    assert!(resent <= 3, "resent {resent}");
+    // 5 ms, then 10 more: well before the 67 ms timer.
+    assert!(took < Duration::from_millis(20), "recovered after {took:?}");
+}
+
+/// The first ACKs of a QP are lost, so no round trip is measured yet: the probe still goes
+/// after the 5 ms floor, not the 67 ms timer.
+#[test]
+fn a_probe_goes_before_the_first_round_trip_is_measured() {
+    let mut net = Net::new(2);
+    let [qpn, _] = net.rc_pair_on([None, None]);
+    let attr = QpAttr {
+        timeout: Some(14),
+        ..QpAttr::default()
+    };
+    net.nodes[0].engine.modify_qp(qpn, &attr).unwrap();
+    let start = net.now;
+    let mut acks = 0;
+    net.fate = Box::new(move |from, _, _| {
+        acks += u32::from(from == 1);
+        if from == 1 && acks == 1 {
+            Fate::Drop
+        } else {
+            Fate::Deliver
+        }
+    });
+    net.write_mem(0, 0, &pattern(3, 4096));
+    let w = write(&net, 9, 1, 0, 4096);
+    let now = net.now;
+    net.nodes[0].engine.post_send(now, qpn, w).unwrap();
+    net.run_for(Duration::from_secs(1));
+    let wcs = net.completions(0);
+    assert_eq!((wcs[0].wr_id, wcs[0].status), (9, WcStatus::Success));
+    let stats = net.nodes[0].engine.stats();
+    assert_eq!(stats.retransmit_timeouts, 0);
+    assert_eq!(stats.tail_probes, 1);
+    let took = net.now.saturating_duration_since(start);
     assert!(took < Duration::from_millis(10), "recovered after {took:?}");
 }

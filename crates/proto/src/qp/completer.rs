@@ -8,7 +8,7 @@
 
 use softrdma_wire::{rnr_timer_us, NakCode, OpKind, PacketRepr, Position, Psn, Syndrome};
 
-use super::send_queue::Repair;
+use super::send_queue::{Repair, RepairKind};
 use super::timers::Timer;
 use super::{Ctx, QueuePair};
 use crate::stats::{DropReason, NakKind};
@@ -166,25 +166,30 @@ impl QueuePair {
         if self.wqe_index(psn).is_none() {
             return false;
         }
-        self.repair(psn, false);
+        self.repair(psn, RepairKind::Gap);
         ctx.stats.selective_repeats += 1;
         true
     }
 
-    fn repair(&mut self, psn: Psn, probe: bool) {
+    fn repair(&mut self, psn: Psn, kind: RepairKind) {
         self.req.repair = Some(Repair {
             psn,
             horizon: self.req.sent_high,
-            probe,
+            kind,
         });
         self.req.resend = Some(psn);
         self.req.rtt.on_retransmit();
     }
 
     /// An ACK through `psn` came while a selective repeat is under way. The first answer to
-    /// the repair tells the responder's kind: everything up to the horizon acknowledged, or at
-    /// least more than the repaired packet, means it kept what followed the gap; the repaired
-    /// packet alone means it dropped it (IBTA C9-92), and the rest goes again, go-back-N.
+    /// a gap's repair tells the responder's kind: more than the repaired packet acknowledged
+    /// means it kept what followed the gap; the repaired packet alone means it dropped it
+    /// (IBTA C9-92), and the rest goes again, go-back-N.
+    ///
+    /// An answer short of the horizon from a responder that keeps early packets repairs the
+    /// next packet alone ([`RepairKind::Next`]) and goes back only if that answer shows
+    /// nothing was kept. Going back at once resent a whole window (127 packets, 7 of them
+    /// lost) each time the NAK of a second gap was lost under 1 % loss.
     fn repair_answered(&mut self, psn: Psn) {
         let Some(r) = self.req.repair else {
             return;
@@ -192,26 +197,24 @@ impl QueuePair {
         if psn.is_before(r.psn) {
             return; // an older ACK, overtaken by the NAK
         }
-        if r.probe {
-            // Nothing to learn: what follows the probe may all have been lost.
-        } else if psn.is_after(r.psn) {
-            self.req.peer_reorders = Some(true);
-        } else if self.req.peer_reorders.is_none() {
-            self.req.peer_reorders = Some(false);
-        }
-        if psn.next().is_before(r.horizon) {
-            if r.probe && self.req.peer_reorders == Some(true) {
-                // A probe's answer names where the responder's run stopped, not what it kept
-                // beyond (its NAK of that gap was what got lost): repair the next packet
-                // alone, and go back only if that answer shows nothing was kept. Going back
-                // at once resent a whole window per retransmit timeout under 1 % loss.
-                self.repair(psn.next(), false);
-                return;
+        match r.kind {
+            RepairKind::Probe => {} // what follows the probe may all have been lost
+            _ if psn.is_after(r.psn) => self.req.peer_reorders = Some(true),
+            RepairKind::Gap if self.req.peer_reorders.is_none() => {
+                self.req.peer_reorders = Some(false);
             }
-            // Packets between the answer and the horizon never arrived (or were dropped).
-            self.req.go_back(psn.next());
-        } else {
+            _ => {}
+        }
+        if !psn.next().is_before(r.horizon) {
             self.req.repair = None;
+            return;
+        }
+        // Packets between the answer and the horizon are missing at the responder.
+        let nothing_kept = r.kind == RepairKind::Next && psn == r.psn;
+        if self.req.peer_reorders == Some(true) && !nothing_kept {
+            self.repair(psn.next(), RepairKind::Next);
+        } else {
+            self.req.go_back(psn.next());
         }
     }
 
@@ -480,28 +483,30 @@ impl QueuePair {
         }
     }
 
-    /// Arms the tail-loss probe (from now) unless it is armed or already went out in this
-    /// silence. The retransmit timer cannot fire before the local ACK timeout T (IBTA
-    /// 9.7.6.1.3; 67 ms at perftest's timeout 14), hundreds of round trips on a LAN: when the
-    /// last packets of a burst are lost, nothing after them makes the responder NAK, and the
-    /// QP would sit idle that long. After [`tail_probe_delay`] without an ACK the newest
-    /// packet goes once more, asking for an ACK. Arriving, it is a duplicate (only ACKs were
-    /// lost: the answer acknowledges everything) or a packet after a gap (the responder NAKs
-    /// the gap, and repair starts). It costs no retry and leaves the budget alone. Only
-    /// towards a responder not known to drop early packets: against rxe (go-back-N) the
-    /// timer recovers as IBTA says.
+    /// Arms the tail-loss probe (from now) unless it is armed. The retransmit timer cannot
+    /// fire before the local ACK timeout T (IBTA 9.7.6.1.3; 67 ms at perftest's timeout 14),
+    /// hundreds of round trips on a LAN: when the last packets of a burst are lost, or a NAK
+    /// or the repair it asked for, nothing more makes the responder answer, and the QP would
+    /// sit idle that long. After [`tail_probe_delay`] without an ACK a packet goes once more,
+    /// asking for an ACK (see [`QueuePair::tail_probe`] for which). Each further probe of the
+    /// same silence waits twice as long as the one before, while that is shorter than the
+    /// retransmit timeout: a lost probe (1 % loss loses one in a hundred) does not leave the
+    /// QP to the timer. Probes cost no retry and leave the budget alone. Only towards a
+    /// responder not known to drop early packets: against rxe (go-back-N) the timer recovers
+    /// as IBTA says.
     pub(crate) fn arm_tail_probe(&mut self, ctx: &Ctx<'_>) {
         if self.timers.is_armed(Timer::TailProbe)
-            || self.req.tail_probed
             || !ctx.config.selective_repeat
             || self.req.peer_reorders == Some(false)
         {
             return;
         }
-        let (Some(srtt), Some(rto)) = (self.req.rtt.srtt(), self.retransmit_timeout()) else {
+        let Some(rto) = self.retransmit_timeout() else {
             return;
         };
-        let delay = tail_probe_delay(srtt);
+        // Before the first round trip is measured (the first ACKs lost), the floor alone.
+        let first = tail_probe_delay(self.req.rtt.srtt().unwrap_or_default());
+        let delay = first * (1u32 << self.req.tail_probes.min(16));
         if delay < rto {
             self.timers.set(Timer::TailProbe, ctx.now + delay);
         }
@@ -527,25 +532,10 @@ impl QueuePair {
         }
         if self.timers.take_expired(Timer::TailProbe, ctx.now)
             && self.req.outstanding() > 0
-            && self.req.repair.is_none()
             && self.req.resend.is_none()
             && self.state != super::QpState::Err
         {
-            // The newest PSN of a READ or atomic is the responder's to send (a response):
-            // those are restarted by the retransmit timer, as before.
-            let newest = self.req.sent_high.sub(1);
-            let request = self
-                .req
-                .sq
-                .iter()
-                .find(|w| w.contains(newest))
-                .is_some_and(|w| !w.wr.op.is_read_or_atomic());
-            if request {
-                self.req.tail_probed = true;
-                ctx.stats.tail_probes += 1;
-                self.req.resend = Some(newest);
-                self.req.rtt.on_retransmit();
-            }
+            self.tail_probe(ctx);
         }
         if self.timers.take_expired(Timer::Retransmit, ctx.now) {
             self.timers.stop(Timer::TailProbe);
@@ -570,15 +560,10 @@ impl QueuePair {
             if ctx.config.selective_repeat && !front_is_read {
                 // Probe with the oldest unacknowledged packet alone: if only ACKs were lost,
                 // its answer acknowledges everything; otherwise it says where to go back to.
-                let probe = self.req.repair.map_or(true, |r| r.probe);
-                let unacked = self.req.unacked_psn;
-                if probe {
-                    self.repair(unacked, true);
-                } else {
-                    // A repair (or its answer) was lost: send it again, still learning.
-                    self.req.resend = Some(unacked);
-                    self.req.rtt.on_retransmit();
-                }
+                // (A repair under way is that packet: it or its answer was lost, and sent
+                // again it may arrive as a duplicate, which teaches nothing about the
+                // responder's kind either.)
+                self.repair(self.req.unacked_psn, RepairKind::Probe);
                 return;
             }
             let resume = match self.req.sq.front() {
@@ -594,6 +579,39 @@ impl QueuePair {
             self.req.gap_retry_at = Some(resume);
             self.req.go_back(resume);
         }
+    }
+
+    /// Sends the tail-loss probe (see [`QueuePair::arm_tail_probe`]) after a silence: the
+    /// repair under way, if any (it or its answer was lost); otherwise, towards a responder
+    /// known to keep early packets, the oldest unacknowledged packet as a probe; otherwise the
+    /// newest packet. A responder that keeps early packets NAKs a gap once, and silently keeps
+    /// whatever follows: when that NAK is lost, the newest packet gets no answer, while the
+    /// oldest always does (it fills the gap, or is a duplicate, which is acknowledged).
+    /// READ and atomic PSNs are the responder's to send (a response): those are restarted by
+    /// the retransmit timer.
+    fn tail_probe(&mut self, ctx: &mut Ctx<'_>) {
+        let request_at = |req: &super::send_queue::Requester, psn: Psn| {
+            req.sq
+                .iter()
+                .find(|w| w.contains(psn))
+                .is_some_and(|w| !w.wr.op.is_read_or_atomic())
+        };
+        let unacked = self.req.unacked_psn;
+        let newest = self.req.sent_high.sub(1);
+        if let Some(r) = self.req.repair {
+            // Sent again, the repair may arrive as a duplicate, whose answer says where the
+            // responder's run stopped but not what it kept: a probe.
+            self.repair(r.psn, RepairKind::Probe);
+        } else if self.req.peer_reorders == Some(true) && request_at(&self.req, unacked) {
+            self.repair(unacked, RepairKind::Probe);
+        } else if request_at(&self.req, newest) {
+            self.req.resend = Some(newest);
+            self.req.rtt.on_retransmit();
+        } else {
+            return;
+        }
+        self.req.tail_probes = self.req.tail_probes.saturating_add(1);
+        ctx.stats.tail_probes += 1;
     }
 }
 

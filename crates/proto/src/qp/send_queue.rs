@@ -117,8 +117,9 @@ pub(crate) struct Requester {
     /// (TCP's "pipe" after an RTO), so a dead peer's QP does not hold the budget that live
     /// QPs need while it spends its retries.
     pub timed_out: bool,
-    /// The tail-loss probe went out and no ACK has shown progress since (one per silence).
-    pub tail_probed: bool,
+    /// Tail-loss probes sent since an ACK last showed progress (each waits twice as long as
+    /// the one before).
+    pub tail_probes: u8,
     /// Packets since the last AckReq.
     pub pkts_since_ackreq: u32,
     /// The next packet built asks for an ACK whatever its place (a repair).
@@ -139,16 +140,29 @@ pub(crate) struct Requester {
 }
 
 /// A selective repeat: only `psn` is resent, and new packets keep flowing from `horizon` (one
-/// past the highest sent when it started). Started by a sequence NAK for `psn`, or by a
-/// retransmit timeout, when `psn` is the oldest unacknowledged packet and the resend a probe:
-/// a lost ACK costs one packet instead of a window, and the answer says what else is missing.
+/// past the highest sent when it started).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) struct Repair {
     pub psn: Psn,
     pub horizon: Psn,
-    /// After a timeout: the answer says nothing about the responder's kind (everything after
-    /// `psn` may simply be lost).
-    pub probe: bool,
+    pub kind: RepairKind,
+}
+
+/// Why a packet is being repaired, which decides what its answer means.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum RepairKind {
+    /// The PSN a sequence NAK named. An answer acknowledging more than `psn` shows that the
+    /// responder kept what followed the gap; `psn` alone, that it dropped it (IBTA C9-92).
+    Gap,
+    /// The oldest unacknowledged packet, alone, after a retransmit timeout: a lost ACK costs
+    /// one packet instead of a window. The answer says where the responder's run stopped, not
+    /// what kind it is (everything after `psn` may simply be lost).
+    Probe,
+    /// The packet after where a short answer stopped, towards a responder that keeps early
+    /// packets. The short answer may mean everything after it was lost, or only that the NAK
+    /// of the next gap was (a responder NAKs a gap once): resending one packet tells which.
+    /// Answered with `psn` alone, nothing beyond was kept, and the rest goes back N.
+    Next,
 }
 
 impl Requester {
@@ -171,7 +185,7 @@ impl Requester {
         self.retry_left = cfg.retry_cnt;
         self.rnr_left = cfg.rnr_retry;
         self.timed_out = false;
-        self.tail_probed = false;
+        self.tail_probes = 0;
     }
 
     /// Request packets this QP holds of the device's in-flight budget.
