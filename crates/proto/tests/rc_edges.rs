@@ -511,3 +511,41 @@ fn an_answer_goes_out_before_the_ack_of_the_message_it_answers() {
         ]
     );
 }
+
+/// Packets are built over whatever the caller's buffer held (zero-filling every packet first
+/// cost a pass over it): a short, padded SEND built where a full-MTU WRITE was carries none of
+/// it — its pad is zero and its ICRC covers exactly what is on the wire.
+#[test]
+fn a_packet_built_over_an_older_one_carries_nothing_of_it() {
+    let mut net = Net::new(2);
+    let [a, _] = net.rc_pair_on([None, None]);
+    net.write_mem(0, 0, &pattern(5, 4096));
+    net.write_mem(0, 8192, b"hello");
+    let now = net.now;
+    let write = SendOp::RdmaWrite {
+        remote_addr: BASE,
+        rkey: net.nodes[1].key,
+    };
+    let (w, s) = (
+        rdma(1, write, vec![net.sge(0, 0, 1024)]),
+        rdma(2, SendOp::Send, vec![net.sge(0, 8192, 5)]),
+    );
+    net.nodes[0].engine.post_send(now, a, w).unwrap();
+    net.nodes[0].engine.post_send(now, a, s).unwrap();
+    let mut buf = vec![0xa5; 5000];
+    let first = net.nodes[0].engine.poll_transmit(now, &mut buf).unwrap();
+    assert_eq!(
+        buf[first.len - 1024 - 4..first.len - 4],
+        pattern(5, 1024)[..]
+    );
+    let t = net.nodes[0].engine.poll_transmit(now, &mut buf).unwrap();
+    let pkt = &buf[..t.len];
+    assert_eq!(t.len, 12 + 5 + 3 + 4, "BTH, payload, pad, ICRC");
+    let parsed = PacketRepr::parse(pkt).unwrap();
+    assert_eq!(parsed.bth.opcode, Opcode::RC_SEND_ONLY);
+    assert_eq!(parsed.payload, b"hello");
+    assert_eq!(pkt[17..20], [0, 0, 0], "the pad");
+    IcrcContext::new(ip(0), ip(1), t.src_port, 4791)
+        .verify(pkt)
+        .unwrap();
+}

@@ -122,11 +122,11 @@ pub(crate) struct Core {
     socket: RoceSocket,
     epoch: std::time::Instant,
     last_now: u64,
-    /// One buffer per datagram of a batch; a GSO datagram holds its segments back to back.
+    /// One buffer per datagram of a batch; a GSO datagram holds its segments back to back,
+    /// each built in place by the engine. Only the first `TxGroup::len` bytes count: the
+    /// buffers keep their length between batches, so that building in them never zero-fills.
     tx_bufs: Vec<Vec<u8>>,
     tx_meta: Vec<TxGroup>,
-    /// Where the engine writes one packet before it joins a batch.
-    tx_scratch: Vec<u8>,
     /// Batch equal-sized packets to one destination into UDP GSO sends (see [`TxGroup`]).
     gso: bool,
     /// GSO to every destination, not only loopback ones (see
@@ -162,7 +162,6 @@ impl Core {
             last_now: 0,
             tx_bufs: (0..BATCH_MAX).map(|_| Vec::with_capacity(4200)).collect(),
             tx_meta: Vec::with_capacity(BATCH_MAX),
-            tx_scratch: Vec::with_capacity(4200),
             gso,
             gso_any_destination: false,
             ports: HashMap::new(),
@@ -264,13 +263,18 @@ impl Core {
                     Some(g) if g.open => g.count as u16,
                     _ => 0,
                 };
-                let Some(t) = self
-                    .engine
-                    .poll_transmit_segment(now, &mut self.tx_scratch, next_id)
+                // Built straight after the open group's datagrams, where it joins them if it
+                // can; otherwise in the next free slot.
+                let (slot, at) = match self.tx_meta.last() {
+                    Some(g) if g.open => (self.tx_meta.len() - 1, g.len),
+                    _ => (self.tx_meta.len(), 0),
+                };
+                let Some(t) =
+                    self.engine
+                        .poll_transmit_at(now, &mut self.tx_bufs[slot], at, next_id)
                 else {
                     break;
                 };
-                self.tx_scratch.truncate(t.len);
                 let port = match self.ports.get(&t.src_port) {
                     Some(&p) => p,
                     None => {
@@ -299,37 +303,42 @@ impl Core {
                         ipv4_id: id,
                         ..IcrcContext::new(local, t.dst.ip(), port, t.dst.port())
                     };
-                    if ctx.fill(&mut self.tx_scratch).is_err() {
+                    if ctx.fill(&mut self.tx_bufs[slot][at..at + t.len]).is_err() {
                         self.io.tx_errors += 1;
                         continue;
                     }
                 }
                 if joins {
-                    let i = self.tx_meta.len() - 1;
-                    self.tx_bufs[i].extend_from_slice(&self.tx_scratch);
-                    let g = &mut self.tx_meta[i];
+                    let g = &mut self.tx_meta[slot];
                     g.count += 1;
                     g.len += t.len;
                     // GSO allows only the last segment to be shorter; a full group is done.
                     g.open = t.len == g.segment
                         && g.count < MAX_GSO_SEGMENTS
                         && g.len + g.segment <= MAX_UDP_PAYLOAD;
-                } else {
-                    let i = self.tx_meta.len();
-                    // A packet that starts a datagram is not copied: its buffer becomes the
-                    // batch slot (the old slot becomes scratch; the engine clears it first).
-                    std::mem::swap(&mut self.tx_bufs[i], &mut self.tx_scratch);
-                    let gso = self.gso && (self.gso_any_destination || t.dst.ip().is_loopback());
-                    self.tx_meta.push(TxGroup {
-                        dst: t.dst,
-                        src_port: port,
-                        ecn: t.ecn,
-                        segment: t.len,
-                        count: 1,
-                        len: t.len,
-                        open: gso,
-                    });
+                    continue;
                 }
+                let i = self.tx_meta.len();
+                if slot != i {
+                    // Built behind a group it does not join: it starts the next slot (the only
+                    // packets copied, one per group at most).
+                    let (done, free) = self.tx_bufs.split_at_mut(i);
+                    let to = &mut free[0];
+                    if to.len() < t.len {
+                        to.resize(t.len, 0);
+                    }
+                    to[..t.len].copy_from_slice(&done[slot][at..at + t.len]);
+                }
+                let gso = self.gso && (self.gso_any_destination || t.dst.ip().is_loopback());
+                self.tx_meta.push(TxGroup {
+                    dst: t.dst,
+                    src_port: port,
+                    ecn: t.ecn,
+                    segment: t.len,
+                    count: 1,
+                    len: t.len,
+                    open: gso,
+                });
             }
             if self.tx_meta.is_empty() {
                 return;

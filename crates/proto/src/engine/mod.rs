@@ -72,6 +72,7 @@ impl Shared {
             others_inflight: 0,
             budget: &mut self.budget,
             turn_left: None,
+            out_at: 0,
         }
     }
 }
@@ -609,6 +610,25 @@ impl Engine {
         out: &mut Vec<u8>,
         ipv4_id: u16,
     ) -> Option<Transmit> {
+        let t = self.poll_transmit_at(now, out, 0, ipv4_id);
+        if let Some(t) = &t {
+            out.truncate(t.len);
+        }
+        t
+    }
+
+    /// Like [`Engine::poll_transmit_segment`], but writes the datagram at
+    /// `out[at..at + len]`, growing `out` as needed and leaving the rest of it as it was. A
+    /// caller joining datagrams into one GSO send builds each straight after the one before
+    /// (instead of copying it there), and may keep its buffer long to spare the zero-filling
+    /// of growth.
+    pub fn poll_transmit_at(
+        &mut self,
+        now: Instant,
+        out: &mut Vec<u8>,
+        at: usize,
+        ipv4_id: u16,
+    ) -> Option<Transmit> {
         if self.ready.is_empty() {
             // Nothing else would wake the QPs waiting for the budget if no ACK is to come.
             self.wake_starved();
@@ -621,6 +641,7 @@ impl Engine {
                 continue;
             };
             let mut ctx = self.shared.ctx(now, ipv4_id);
+            ctx.out_at = at;
             ctx.others_inflight = self.inflight - qp.counted_inflight;
             ctx.turn_left = (self.ready.len() > 1).then(|| TRANSMIT_TURN - self.turn_bytes);
             let sent = qp.poll_transmit(&mut ctx, out);

@@ -24,7 +24,7 @@ pub(crate) mod validate;
 use std::collections::{BTreeMap, VecDeque};
 use std::net::{IpAddr, SocketAddr};
 
-use softrdma_wire::{emit_headers, packet_len, Bth, ExtHeaders, IcrcContext};
+use softrdma_wire::{emit_headers, packet_len, Bth, ExtHeaders, IcrcContext, ICRC_LEN};
 
 use crate::budget::InflightBudget;
 use crate::cc::{NotificationPoint, ReactionPoint};
@@ -69,6 +69,8 @@ pub(crate) struct Ctx<'a> {
     /// Datagram bytes left in this QP's transmit turn while other QPs wait their turn
     /// (`None`: nobody waits, the turn does not end).
     pub turn_left: Option<usize>,
+    /// Where in the caller's buffer a packet built now goes (see `Engine::poll_transmit_at`).
+    pub out_at: usize,
 }
 
 impl Ctx<'_> {
@@ -404,9 +406,9 @@ impl QueuePair {
     }
 
     /// Builds one packet into `out`: headers from `bth` and `ext`, then `payload_len` bytes
-    /// written by `fill` (given the region table) straight into the buffer, then pad and ICRC. `fill` returns `false`
-    /// if the payload could not be produced (memory became inaccessible), which abandons the
-    /// packet.
+    /// written by `fill` (given the region table) straight into the buffer, then pad and ICRC.
+    /// `fill` writes every byte of the slice it is given, or returns `false` if the payload
+    /// could not be produced (memory became inaccessible), which abandons the packet.
     pub(crate) fn build_packet(
         &self,
         ctx: &mut Ctx<'_>,
@@ -433,13 +435,19 @@ impl QueuePair {
         fill: impl FnOnce(&MrTable, &mut [u8]) -> bool,
     ) -> Option<Transmit> {
         let len = packet_len(bth.opcode, payload_len);
-        out.clear();
-        out.resize(len, 0);
+        let end = ctx.out_at + len;
+        if out.len() < end {
+            out.resize(end, 0);
+        }
+        // No zero-filling (a pass over every packet): whatever the buffer held there before
+        // is overwritten, the headers by `emit_headers`, the payload by `fill`, the pad below
+        // and the ICRC by `IcrcContext::fill`.
+        let out = &mut out[ctx.out_at..end];
         let hlen = emit_headers(&bth, ext, payload_len, out);
         if !fill(ctx.mrs, &mut out[hlen..hlen + payload_len]) {
             return None;
         }
-        // pad and ICRC slot are already zero from resize
+        out[hlen + payload_len..len - ICRC_LEN].fill(0);
         let icrc = IcrcContext {
             ipv4_id: ctx.ipv4_id,
             ..IcrcContext::new(ctx.config.local_ip, dst.ip(), self.src_port, dst.port())
