@@ -1,30 +1,10 @@
-//! The progress engine: the software NIC of one device.
-//!
-//! One [`Core`] per device holds the sans-IO [`Engine`] and the [`RoceSocket`] behind one
-//! mutex. A dedicated thread ([`run`]) receives datagrams (`recvmmsg` batches), feeds them to
-//! the engine, runs its timers, transmits what it produces (`sendmmsg` batches) and wakes
-//! completion waiters. Application threads take the same mutex briefly to post work requests
-//! and poll completions; with `inline_transmit` (the default) the posting thread also sends
-//! the packets its post produced, so a request leaves without a thread hand-off.
-//!
-//! The thread sleeps in `ppoll(2)` on the socket and an eventfd, with the engine's next timer
-//! deadline as the timeout; posting threads write the eventfd only when they armed a timer
-//! earlier than the one the thread sleeps for (or, without inline transmit, always). With
-//! `busy_poll` the thread never sleeps.
-//!
-//! Application threads waiting for completions run the same [`Inner::drive`] step and sleep
-//! on the socket plus their CQ's event fd ([`CqNotify`]), which any thread producing
-//! completions for that CQ writes while the waiter has armed it. While at least one such
-//! poller exists the progress thread sleeps on timers and its eventfd only (one wake-up per
-//! datagram, for the thread that wants it); the last poller to leave hands the socket back.
-//!
-//! Time: `std::time::Instant` since the device opened, read *under the mutex* and clamped to
-//! never go backwards, so the engine sees one monotonic clock whichever thread calls it.
+//! The I/O half of a device: the engine and its socket behind the device mutex, moving
+//! datagrams between them in batches (`recvmmsg` in, `sendmmsg` with UDP GSO out) and telling
+//! completion waiters what arrived. Which thread runs it, and when, is `super`'s business.
 
 use std::collections::HashMap;
-use std::os::fd::RawFd;
-use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
-use std::sync::{Arc, Mutex, MutexGuard, OnceLock};
+use std::sync::atomic::Ordering;
+use std::sync::Arc;
 use std::task::Waker;
 use std::time::Duration;
 
@@ -34,7 +14,8 @@ use softrdma_udp::{
 };
 use softrdma_wire::IcrcContext;
 
-use crate::event::{AsyncEvent, AsyncEvents, EventPipe};
+use super::notify::CqNotify;
+use crate::event::{AsyncEvent, AsyncEvents};
 use crate::tap::Tap;
 
 /// Counters of the I/O around the engine (the engine counts the protocol).
@@ -69,45 +50,6 @@ pub struct IoCounters {
     /// [`DeviceConfig::allowed_peers`](crate::DeviceConfig::allowed_peers).
     pub rx_denied: u64,
 }
-
-/// Wake-up state of one completion queue: async wakers, and an event fd for a thread that
-/// waits (ibverbs' completion channel, per CQ). The fd is written only while a waiter has
-/// `armed` it — like `ibv_req_notify_cq` — so producing completions costs no system call when
-/// nobody sleeps on them.
-#[derive(Debug)]
-pub(crate) struct CqNotify {
-    pub state: Mutex<NotifyState>,
-    pub fd: WakeFd,
-    pub armed: AtomicBool,
-    /// The completion channel this CQ reports to, and the token its events carry.
-    pub channel: OnceLock<(Arc<EventPipe>, u64)>,
-    /// Armed by `req_notify`: the next completion writes one event to `channel`.
-    pub channel_armed: AtomicBool,
-}
-
-/// Guarded by [`CqNotify::state`].
-#[derive(Debug, Default)]
-pub(crate) struct NotifyState {
-    /// Async waiters to wake.
-    pub wakers: Vec<Waker>,
-}
-
-impl CqNotify {
-    pub(crate) fn new() -> std::io::Result<CqNotify> {
-        Ok(CqNotify {
-            state: Mutex::new(NotifyState::default()),
-            fd: WakeFd::new()?,
-            armed: AtomicBool::new(false),
-            channel: OnceLock::new(),
-            channel_armed: AtomicBool::new(false),
-        })
-    }
-
-    pub(crate) fn lock(&self) -> MutexGuard<'_, NotifyState> {
-        self.state.lock().unwrap_or_else(|e| e.into_inner())
-    }
-}
-
 struct CqWatch {
     handle: CqHandle,
     notify: Arc<CqNotify>,
@@ -120,7 +62,7 @@ struct CqWatch {
 pub(crate) struct Core {
     pub engine: Engine,
     socket: RoceSocket,
-    epoch: std::time::Instant,
+    pub(super) epoch: std::time::Instant,
     last_now: u64,
     /// One buffer per datagram of a batch; a GSO datagram holds its segments back to back,
     /// each built in place by the engine. Only the first `TxGroup::len` bytes count: the
@@ -209,7 +151,7 @@ impl Core {
     }
 
     /// Receives one batch and feeds it to the engine; returns the number of messages.
-    fn receive(&mut self, now: Instant) -> usize {
+    pub(super) fn receive(&mut self, now: Instant) -> usize {
         let arena = &mut self.arena;
         let n = match self.socket.try_recv(arena) {
             Ok(n) => n,
@@ -464,7 +406,7 @@ impl Core {
     }
 
     /// Whether a watched CQ has completions its waiters have not been told of.
-    fn has_fresh_completions(&self) -> bool {
+    pub(super) fn has_fresh_completions(&self) -> bool {
         self.watches.iter().any(|w| {
             self.engine
                 .cq(w.handle)
@@ -530,354 +472,4 @@ struct TxGroup {
 /// device sends from a veth interface ([`crate::netdev::kernel_segments_gso`]).
 fn gso_allowed(socket: &RoceSocket) -> bool {
     socket.max_gso_segments() > 1
-}
-
-/// A level-triggered wake-up file descriptor (eventfd).
-#[derive(Debug)]
-pub(crate) struct WakeFd(pub(crate) RawFd);
-
-impl WakeFd {
-    pub(crate) fn new() -> std::io::Result<WakeFd> {
-        // SAFETY: plain system call; the result is checked.
-        let fd = unsafe { libc::eventfd(0, libc::EFD_NONBLOCK | libc::EFD_CLOEXEC) };
-        if fd < 0 {
-            return Err(std::io::Error::last_os_error());
-        }
-        Ok(WakeFd(fd))
-    }
-
-    pub(crate) fn signal(&self) {
-        let one: u64 = 1;
-        // SAFETY: writes 8 bytes from a live u64 to our own eventfd. A full counter (EAGAIN)
-        // still leaves the fd readable, which is all that matters.
-        let _ = unsafe { libc::write(self.0, (&one as *const u64).cast(), 8) };
-    }
-
-    pub(crate) fn drain(&self) {
-        let mut v: u64 = 0;
-        // SAFETY: reads 8 bytes into a live u64 from our own non-blocking eventfd.
-        let _ = unsafe { libc::read(self.0, (&mut v as *mut u64).cast(), 8) };
-    }
-}
-
-impl Drop for WakeFd {
-    fn drop(&mut self) {
-        // SAFETY: the fd is ours and closed once.
-        unsafe { libc::close(self.0) };
-    }
-}
-
-/// How long a busy-polling application thread keeps the socket after its last poll.
-const SPIN_LEASE: Duration = Duration::from_millis(2);
-
-/// What the device's threads share.
-pub(crate) struct Inner {
-    core: Mutex<Core>,
-    wake: WakeFd,
-    sock_fd: RawFd,
-    pub stop: AtomicBool,
-    /// The deadline (engine ns) the progress thread sleeps until; `u64::MAX` = no timer.
-    next_wake_ns: AtomicU64,
-    pub busy_poll: bool,
-    pub inline_transmit: bool,
-    epoch: std::time::Instant,
-    /// Application threads driving progress while they wait for completions. While there is
-    /// one, the progress thread leaves the socket to it and watches only timers and the wake
-    /// fd, so an arriving packet wakes one thread — the one that wants the result.
-    pollers: AtomicUsize,
-    /// When (ns since `epoch`) an application thread last drove the device from a
-    /// non-blocking poll ([`Inner::drive_from_poll`]): while such a spinner is recent, the
-    /// progress thread leaves the socket to it, as to a waiter.
-    last_spin_ns: AtomicU64,
-}
-
-impl Inner {
-    pub(crate) fn new(
-        core: Core,
-        sock_fd: RawFd,
-        busy_poll: bool,
-        inline_transmit: bool,
-    ) -> std::io::Result<Inner> {
-        let epoch = core.epoch;
-        Ok(Inner {
-            core: Mutex::new(core),
-            wake: WakeFd::new()?,
-            sock_fd,
-            stop: AtomicBool::new(false),
-            next_wake_ns: AtomicU64::new(u64::MAX),
-            busy_poll,
-            inline_transmit,
-            epoch,
-            pollers: AtomicUsize::new(0),
-            last_spin_ns: AtomicU64::new(0),
-        })
-    }
-
-    /// Locks the core. A panic on another thread while it held the lock leaves the engine in
-    /// whatever state it reached; carrying on is better than poisoning every later call.
-    pub(crate) fn lock(&self) -> MutexGuard<'_, Core> {
-        self.core.lock().unwrap_or_else(|e| e.into_inner())
-    }
-
-    /// Runs `f` on the core as an application thread, then transmits what it produced (inline
-    /// mode) or wakes the progress thread, and wakes completion waiters.
-    pub(crate) fn with_core<R>(&self, f: impl FnOnce(&mut Core, Instant) -> R) -> R {
-        self.with_core_then(Flush::After, f)
-    }
-
-    /// [`with_core`](Self::with_core) for work that may end a QP (modify, destroy): what is
-    /// queued goes out first — the ACKs a spinner held back (see [`Inner::drive_inner`]) must
-    /// not die with the QP, or the peer would retry into a void.
-    pub(crate) fn with_core_settled<R>(&self, f: impl FnOnce(&mut Core, Instant) -> R) -> R {
-        self.with_core_then(Flush::BeforeAndAfter, f)
-    }
-
-    /// [`with_core`](Self::with_core) for work that puts nothing on the wire (posting
-    /// receives): it leaves queued datagrams queued, so the ACKs a spinner held back for the
-    /// application's answer (see [`Inner::drive_inner`]) still go out with that answer when
-    /// the application reposts its receive first, as ping-pong loops do.
-    pub(crate) fn with_core_quiet<R>(&self, f: impl FnOnce(&mut Core, Instant) -> R) -> R {
-        self.with_core_then(Flush::Never, f)
-    }
-
-    fn with_core_then<R>(&self, flush: Flush, f: impl FnOnce(&mut Core, Instant) -> R) -> R {
-        let mut wakers = Vec::new();
-        let mut core = self.lock();
-        let now = core.now();
-        if flush == Flush::BeforeAndAfter {
-            core.flush(now);
-        }
-        let r = f(&mut core, now);
-        if self.inline_transmit && flush != Flush::Never {
-            core.flush(now);
-        }
-        core.notify_cqs(&mut wakers);
-        // The progress thread must learn of a timer earlier than the one it sleeps for —
-        // unless an application thread waits on the device: waiters run the timers themselves
-        // (and the last one to leave wakes the progress thread), so a ping-pong does not wake
-        // it for the retransmit timer every request arms.
-        let earlier_timer = core
-            .engine
-            .poll_timeout()
-            .is_some_and(|d| d.as_nanos() < self.next_wake_ns.load(Ordering::Acquire));
-        // Nor while a spinner holds its lease: it runs the timers on every poll, and the
-        // progress thread looks again when the lease ends (a wake-up per post would cost the
-        // spinner a context switch per message).
-        let wake_thread = !self.busy_poll
-            && (!self.inline_transmit
-                || (earlier_timer
-                    && self.pollers.load(Ordering::Acquire) == 0
-                    && self.spin_lease_left().is_none()));
-        drop(core);
-        if wake_thread {
-            self.wake.signal();
-        }
-        for w in wakers {
-            w.wake();
-        }
-        r
-    }
-
-    /// Wakes the progress thread.
-    pub(crate) fn signal(&self) {
-        self.wake.signal();
-    }
-
-    /// Sleeps until a datagram arrives or `cq` (a CQ's event fd) fires, or `timeout` passes:
-    /// how an application thread waits for completions while it drives the device.
-    pub(crate) fn sleep_for_cq(&self, cq: &WakeFd, timeout: Option<Duration>) {
-        if poll_two(self.sock_fd, cq.0, timeout) {
-            cq.drain();
-        }
-    }
-
-    /// Sleeps until a datagram arrives (if `socket`), the wake fd fires, or `timeout` passes.
-    pub(crate) fn sleep(&self, timeout: Option<Duration>, socket: bool) {
-        // ppoll ignores negative descriptors.
-        let sock = if socket { self.sock_fd } else { -1 };
-        if poll_two(sock, self.wake.0, timeout) {
-            self.wake.drain();
-        }
-    }
-}
-
-/// `ppoll` on two descriptors for reading; returns whether the second one is readable.
-fn poll_two(first: RawFd, second: RawFd, timeout: Option<Duration>) -> bool {
-    let mut fds = [
-        libc::pollfd {
-            fd: first,
-            events: libc::POLLIN,
-            revents: 0,
-        },
-        libc::pollfd {
-            fd: second,
-            events: libc::POLLIN,
-            revents: 0,
-        },
-    ];
-    let ts = timeout.map(|d| libc::timespec {
-        tv_sec: libc::time_t::try_from(d.as_secs()).unwrap_or(libc::time_t::MAX),
-        tv_nsec: libc::c_long::from(d.subsec_nanos() as i32),
-    });
-    let tsp = ts
-        .as_ref()
-        .map_or(std::ptr::null(), |t| t as *const libc::timespec);
-    // SAFETY: `fds` is a live array of two pollfds, `tsp` null or a live timespec, and the
-    // signal mask pointer is null (unchanged).
-    let _ = unsafe { libc::ppoll(fds.as_mut_ptr(), 2, tsp, std::ptr::null()) };
-    fds[1].revents != 0
-}
-
-impl Inner {
-    /// One round of progress on the calling thread: receive what is queued, run due timers,
-    /// transmit, wake completion waiters. Returns whether any datagram was received.
-    pub(crate) fn drive(&self) -> bool {
-        self.drive_inner(false)
-    }
-
-    /// [`drive`](Self::drive); with `hold_replies`, what the received datagrams produced (their
-    /// ACKs above all) stays queued when they also completed work: the caller is a spinner
-    /// about to hand those completions to an application that typically answers at once, and
-    /// its post then sends the ACK and the answer in one `sendmmsg`. Sent first and on their
-    /// own, the ACKs would put a system call (and, on loopback, the peer's whole receive
-    /// path) between every message and its answer. The next round of progress on any thread
-    /// — the spinner's next poll, its post, or the progress thread when the spinner's lease
-    /// ends — sends them.
-    fn drive_inner(&self, hold_replies: bool) -> bool {
-        let mut wakers = Vec::new();
-        let mut core = self.lock();
-        let now = core.now();
-        let got = core.receive(now);
-        if core.engine.poll_timeout().is_some_and(|d| d <= now) {
-            core.engine.handle_timeout(now);
-        }
-        if !(hold_replies && got > 0 && core.has_fresh_completions()) {
-            core.flush(now);
-        }
-        core.notify_cqs(&mut wakers);
-        let deadline = core.engine.poll_timeout();
-        if got == 0 {
-            // Going idle: make what the tap has seen visible in the file.
-            if let Some(tap) = core.tap.as_mut() {
-                tap.flush();
-            }
-        }
-        self.next_wake_ns.store(
-            deadline.map_or(u64::MAX, Instant::as_nanos),
-            Ordering::Release,
-        );
-        drop(core);
-        for w in wakers {
-            w.wake();
-        }
-        got > 0
-    }
-
-    /// Time until the engine's next timer, `None` if none is armed.
-    pub(crate) fn until_next_timer(&self) -> Option<Duration> {
-        let d = self.next_wake_ns.load(Ordering::Acquire);
-        (d != u64::MAX).then(|| {
-            let now_ns = u64::try_from(self.epoch.elapsed().as_nanos()).unwrap_or(u64::MAX);
-            Duration::from_nanos(d.saturating_sub(now_ns))
-        })
-    }
-
-    /// One round of progress on behalf of a thread that busy-polls a CQ (`ibv_poll_cq` in a
-    /// loop, as perftest does): the datagram the spinner waits for is received by the spinner
-    /// itself instead of waking the progress thread, which would have to get a core first.
-    /// The spinner holds the socket for [`SPIN_LEASE`] after its last call; then the progress
-    /// thread takes it back.
-    pub(crate) fn drive_from_poll(&self) -> bool {
-        self.last_spin_ns
-            .store(self.now_ns().max(1), Ordering::Release);
-        self.drive_inner(true)
-    }
-
-    fn now_ns(&self) -> u64 {
-        u64::try_from(self.epoch.elapsed().as_nanos()).unwrap_or(u64::MAX)
-    }
-
-    /// How long the progress thread leaves the socket to a spinner that has stopped calling:
-    /// `None` when no spinner is recent.
-    fn spin_lease_left(&self) -> Option<Duration> {
-        let last = self.last_spin_ns.load(Ordering::Acquire);
-        if last == 0 {
-            return None;
-        }
-        let end = last.saturating_add(SPIN_LEASE.as_nanos() as u64);
-        end.checked_sub(self.now_ns())
-            .filter(|&left| left > 0)
-            .map(Duration::from_nanos)
-    }
-
-    /// Registers the calling application thread as a poller of the socket.
-    pub(crate) fn start_polling(&self) {
-        self.pollers.fetch_add(1, Ordering::AcqRel);
-    }
-
-    /// Unregisters a poller; the last one hands the socket back to the progress thread —
-    /// unless a spinner's lease holds it: the progress thread then sleeps no longer than the
-    /// lease, and waking it for nothing would cost the spinner a context switch per wait.
-    pub(crate) fn stop_polling(&self) {
-        if self.pollers.fetch_sub(1, Ordering::AcqRel) == 1 && self.spin_lease_left().is_none() {
-            self.wake.signal();
-        }
-    }
-}
-
-/// When [`Inner::with_core_then`] transmits what the engine has queued.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-enum Flush {
-    Never,
-    After,
-    BeforeAndAfter,
-}
-
-/// The progress thread: runs until `inner.stop`.
-pub(crate) fn run(inner: Arc<Inner>) {
-    let mut wakers = Vec::new();
-    loop {
-        if inner.stop.load(Ordering::Acquire) {
-            break;
-        }
-        if inner.drive() {
-            continue;
-        }
-        let lease = inner.spin_lease_left();
-        let socket = inner.pollers.load(Ordering::Acquire) == 0 && lease.is_none();
-        // Busy polling spins on the socket — unless an application thread already does (it
-        // spins in its own wait): two spinners per device would only fight for the cores.
-        if inner.busy_poll && socket {
-            std::hint::spin_loop();
-            continue;
-        }
-        // A spinner's lease ends by itself: look again then.
-        let timeout = match (inner.until_next_timer(), lease) {
-            (Some(a), Some(b)) => Some(a.min(b)),
-            (a, b) => a.or(b),
-        };
-        if timeout.is_some_and(|t| t.is_zero()) {
-            continue;
-        }
-        inner.sleep(timeout, socket);
-        inner.lock().io.wakeups += 1;
-    }
-    // Shutdown: what is queued (held ACKs above all) goes out, then anything still connected
-    // goes to ERR so its work completes with flush errors.
-    let mut core = inner.lock();
-    let now = core.now();
-    core.flush(now);
-    let qpns: Vec<u32> = core.engine.qpns().collect();
-    for qpn in qpns {
-        let attr = softrdma_proto::QpAttr {
-            qp_state: Some(softrdma_proto::QpState::Err),
-            ..Default::default()
-        };
-        let _ = core.engine.modify_qp(qpn, &attr);
-    }
-    core.notify_cqs(&mut wakers);
-    drop(core);
-    for w in wakers.drain(..) {
-        w.wake();
-    }
 }

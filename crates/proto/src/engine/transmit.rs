@@ -1,0 +1,201 @@
+//! Egress and time: which QP transmits next and how much (turns of one GSO datagram, the
+//! device's in-flight budget shared by all QPs), the timer index, and the timers firing.
+
+use super::Engine;
+use crate::io::Transmit;
+use crate::qp::QpState;
+use crate::time::Instant;
+
+/// Datagram bytes one QP may send in a turn before the next ready QP's turn: what one UDP
+/// GSO datagram holds (the largest UDP payload over IPv4), so a turn fills one.
+const TRANSMIT_TURN: usize = 65_507;
+
+/// Free budget (in packets) per budget-starved QP woken: a QP's turn is about this many
+/// packets or more (15 at MTU 4096, 60 at MTU 1024).
+const WAKE_PER_PACKETS: u32 = 8;
+
+impl Engine {
+    /// Writes the next datagram to send into `out` and describes it, or returns `None` when
+    /// nothing is ready. Call until `None`. The ICRC assumes the datagram leaves with IPv4
+    /// identification 0 (a plain don't-fragment send from an unconnected socket).
+    pub fn poll_transmit(&mut self, now: Instant, out: &mut Vec<u8>) -> Option<Transmit> {
+        self.poll_transmit_segment(now, out, 0)
+    }
+
+    /// Like [`Engine::poll_transmit`], for a datagram the kernel will send with IPv4
+    /// identification `ipv4_id` — segment `k` of a UDP GSO send gets identification `k`
+    /// (see `softrdma_udp::ipv4_id_of_segment`), and the ICRC covers it. A caller batching
+    /// datagrams into GSO sends asks for segment `k` with `ipv4_id = k`; if the datagram turns
+    /// out not to fit the batch, it recomputes the ICRC for the identification it really gets.
+    pub fn poll_transmit_segment(
+        &mut self,
+        now: Instant,
+        out: &mut Vec<u8>,
+        ipv4_id: u16,
+    ) -> Option<Transmit> {
+        let t = self.poll_transmit_at(now, out, 0, ipv4_id);
+        if let Some(t) = &t {
+            out.truncate(t.len);
+        }
+        t
+    }
+
+    /// Like [`Engine::poll_transmit_segment`], but writes the datagram at
+    /// `out[at..at + len]`, growing `out` as needed and leaving the rest of it as it was. A
+    /// caller joining datagrams into one GSO send builds each straight after the one before
+    /// (instead of copying it there), and may keep its buffer long to spare the zero-filling
+    /// of growth.
+    pub fn poll_transmit_at(
+        &mut self,
+        now: Instant,
+        out: &mut Vec<u8>,
+        at: usize,
+        ipv4_id: u16,
+    ) -> Option<Transmit> {
+        if self.ready.is_empty() {
+            // Nothing else would wake the QPs waiting for the budget if no ACK is to come.
+            self.wake_starved();
+        }
+        let mut rewoken = false;
+        while let Some(&qpn) = self.ready.front() {
+            let Some(qp) = self.qps.get_mut(&qpn) else {
+                self.ready.pop_front();
+                self.turn_bytes = 0;
+                continue;
+            };
+            let mut ctx = self.shared.ctx(now, ipv4_id);
+            ctx.out_at = at;
+            ctx.others_inflight = self.inflight - qp.counted_inflight;
+            ctx.turn_left = (self.ready.len() > 1).then(|| TRANSMIT_TURN - self.turn_bytes);
+            let sent = qp.poll_transmit(&mut ctx, out);
+            // Round robin by turns of up to `TRANSMIT_TURN` bytes: a QP with more to send keeps
+            // the front of the line until its turn is used, then goes to the back. Turns, not
+            // single packets, because the I/O layer joins a QP's consecutive packets into one
+            // GSO datagram; one packet per turn would give every datagram a different source
+            // port and cost a system call per packet as soon as two QPs send.
+            let more = sent.is_some() && qp.wants_transmit();
+            let len = sent.as_ref().map_or(0, |t| t.len);
+            self.turn_bytes += len;
+            // The turn goes on while another packet of this size still fits (the requester
+            // asks for an ACK on the packet that ends its turn: `turn_ends`).
+            if !(more && self.turn_bytes + len <= TRANSMIT_TURN) {
+                self.ready.pop_front();
+                self.turn_bytes = 0;
+                if more {
+                    self.ready.push_back(qpn);
+                }
+            }
+            if std::mem::take(&mut qp.req.starved) && !qp.budget_listed {
+                qp.budget_listed = true;
+                self.starved.push_back(qpn);
+            }
+            // Sending arms the retransmit timer; a failed send may have stopped them all.
+            self.sync_timer(qpn);
+            self.settle_overflows();
+            if sent.is_some() {
+                return sent;
+            }
+            // The woken QPs had nothing to send after all (an error, a flush): wake the
+            // others while the budget has room, or they would wait for an ACK that may not
+            // come. Once per call: a QP the budget refuses again waits for the next ACK.
+            if self.ready.is_empty() && !rewoken {
+                rewoken = true;
+                self.wake_starved();
+            }
+        }
+        None
+    }
+
+    /// The earliest instant at which [`Engine::handle_timeout`] has work.
+    pub fn poll_timeout(&self) -> Option<Instant> {
+        self.timers.first().map(|&(at, _)| at)
+    }
+
+    /// Runs every timer that has expired at `now`.
+    pub fn handle_timeout(&mut self, now: Instant) {
+        let due: Vec<u32> = self
+            .timers
+            .iter()
+            .take_while(|&&(at, _)| at <= now)
+            .map(|&(_, qpn)| qpn)
+            .collect();
+        for qpn in due {
+            let Some(qp) = self.qps.get_mut(&qpn) else {
+                continue;
+            };
+            let mut ctx = self.shared.ctx(now, 0);
+            qp.handle_timeout(&mut ctx);
+            if qp.wants_transmit() {
+                self.ready.push_back(qpn);
+            }
+            self.sync_timer(qpn);
+        }
+        self.settle_overflows();
+    }
+
+    /// Brings the engine's view of `qpn` up to date after anything that may have changed it:
+    /// its packets in flight in the device total (waking QPs that waited for the budget when
+    /// it went down) and its earliest timer in the timer index.
+    pub(super) fn sync_timer(&mut self, qpn: u32) {
+        let Some(qp) = self.qps.get_mut(&qpn) else {
+            return;
+        };
+        let now_inflight = match qp.state {
+            QpState::Rts | QpState::Sqd => qp.req.budget_share(),
+            _ => 0,
+        };
+        if now_inflight != qp.counted_inflight {
+            let freed = qp.counted_inflight.saturating_sub(now_inflight);
+            self.inflight = self.inflight - qp.counted_inflight + now_inflight;
+            qp.counted_inflight = now_inflight;
+            if freed > 0 {
+                self.shared.budget.on_acked(freed);
+                self.wake_starved();
+            }
+        }
+        let Some(qp) = self.qps.get_mut(&qpn) else {
+            return;
+        };
+        let next = qp.next_deadline();
+        if next == qp.scheduled {
+            return;
+        }
+        if let Some(old) = qp.scheduled {
+            self.timers.remove(&(old, qpn));
+        }
+        if let Some(new) = next {
+            self.timers.insert((new, qpn));
+        }
+        qp.scheduled = next;
+    }
+
+    /// Puts QPs that waited for the device budget back in line, oldest first: one per
+    /// [`WAKE_PER_PACKETS`] packets of room. Waking them all on every ACK would poll and
+    /// refuse all but a few again, at O(QPs) per ACK (with 64 QPs that was most of the CPU).
+    pub(super) fn wake_starved(&mut self) {
+        let limit = self.shared.budget.limit();
+        if self.inflight >= limit {
+            return;
+        }
+        // A woken QP sends up to a turn's worth of packets (see `TRANSMIT_TURN`): waking one
+        // per free packet would poll most of them only to refuse them again. Too few woken
+        // leaves room unused only until the ready line empties, which wakes more.
+        let wake = (limit - self.inflight).div_ceil(WAKE_PER_PACKETS);
+        let mut woken = 0;
+        while woken < wake {
+            let Some(qpn) = self.starved.pop_front() else {
+                break;
+            };
+            let Some(qp) = self.qps.get_mut(&qpn) else {
+                continue;
+            };
+            qp.budget_listed = false;
+            // One that has nothing to send any more (flushed, or the WQE it waited with
+            // was completed in error) takes no room.
+            if qp.wants_transmit() {
+                self.ready.push_back(qpn);
+                woken += 1;
+            }
+        }
+    }
+}
