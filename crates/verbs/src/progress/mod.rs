@@ -215,6 +215,12 @@ impl Inner {
         let mut wakers = Vec::new();
         let mut core = self.lock();
         let now = core.now();
+        if hold_replies {
+            // A spinner's lease starts at its last poll (the engine's clock and `now_ns`
+            // count from the same epoch: one clock read per spin, not two).
+            self.last_spin_ns
+                .store(now.as_nanos().max(1), Ordering::Release);
+        }
         let got = core.receive(now);
         if core.engine.poll_timeout().is_some_and(|d| d <= now) {
             core.engine.handle_timeout(now);
@@ -256,8 +262,6 @@ impl Inner {
     /// The spinner holds the socket for [`SPIN_LEASE`] after its last call; then the progress
     /// thread takes it back.
     pub(crate) fn drive_from_poll(&self) -> bool {
-        self.last_spin_ns
-            .store(self.now_ns().max(1), Ordering::Release);
         self.drive_inner(true)
     }
 
