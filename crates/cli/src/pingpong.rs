@@ -256,10 +256,12 @@ pub(crate) fn remote_line(d: &PingpongDest) -> String {
 
 /// The device side of one run: everything rc_pingpong's `pp_init_ctx` creates.
 struct Ctx {
-    device: Device,
-    mr: MemoryRegion,
-    cq: CompletionQueue,
+    // Dropped in `pp_close_ctx`'s order, the QP before the region its receives point into
+    // (see `srq_pingpong::Ctx`).
     qp: QueuePair,
+    cq: CompletionQueue,
+    mr: MemoryRegion,
+    device: Device,
     transport: Transport,
     /// The message size (`-s`; UD: the payload).
     size: u32,
