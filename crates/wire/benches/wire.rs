@@ -35,7 +35,7 @@ fn ctx() -> IcrcContext {
 
 fn bench_icrc(c: &mut Criterion) {
     let mut g = c.benchmark_group("icrc");
-    for len in [64usize, 1024, 4096] {
+    for len in [8usize, 64, 1024, 4096] {
         let mut p = packet(len);
         g.throughput(Throughput::Bytes(p.len() as u64));
         g.bench_function(format!("fill/{len}"), |b| {
