@@ -4,6 +4,8 @@
 
 mod common;
 
+use std::net::SocketAddr;
+
 use common::*;
 use softrdma_proto::*;
 use softrdma_wire::Syndrome;
@@ -285,4 +287,123 @@ fn a_probe_goes_before_the_first_round_trip_is_measured() {
     assert_eq!(stats.tail_probes, 1);
     let took = net.now.saturating_duration_since(start);
     assert!(took < Duration::from_millis(10), "recovered after {took:?}");
+}
+
+/// Runs `net` with every datagram delayed by `one_way` (nothing lost) until nothing is pending
+/// or `limit` has passed.
+fn run_delayed(net: &mut Net, one_way: Duration, limit: Duration) {
+    let end = net.now + limit;
+    let mut queue: Vec<(Instant, SocketAddr, std::net::IpAddr, Vec<u8>)> = Vec::new();
+    let mut buf = Vec::new();
+    loop {
+        for i in 0..net.nodes.len() {
+            while let Some(t) = net.nodes[i].engine.poll_transmit(net.now, &mut buf) {
+                let src = SocketAddr::new(ip(i), t.src_port);
+                queue.push((net.now + one_way, src, t.dst.ip(), buf[..t.len].to_vec()));
+            }
+        }
+        let next_packet = queue.iter().map(|p| p.0).min();
+        let next_timer = net
+            .nodes
+            .iter()
+            .filter_map(|n| n.engine.poll_timeout())
+            .min();
+        let Some(next) = next_packet.into_iter().chain(next_timer).min() else {
+            return;
+        };
+        if next > end {
+            return;
+        }
+        net.now = net.now.max(next);
+        let now = net.now;
+        let (due, rest): (Vec<_>, Vec<_>) = queue.into_iter().partition(|p| p.0 <= now);
+        queue = rest;
+        for (_, src, dst, data) in due {
+            let to = (0..net.nodes.len()).find(|&j| ip(j) == dst).unwrap();
+            let meta = DatagramMeta::new(src, dst);
+            net.nodes[to].engine.handle_datagram(now, &meta, &data);
+        }
+        for n in &mut net.nodes {
+            n.engine.handle_timeout(now);
+        }
+    }
+}
+
+/// A path slower than the probe's delay (a 10 ms round trip: a WAN, or a loaded peer), nothing
+/// lost: the first WRITE is probed (no round trip measured yet), but the probe keeps the
+/// round-trip sample, so the round trip is learned and no later WRITE is probed. (A probe that
+/// dropped the sample left it unmeasured: each of the 20 WRITEs went twice.)
+#[test]
+fn a_slow_path_is_measured_despite_the_probe() {
+    let mut net = Net::new(2);
+    let [qpn, _] = net.rc_pair_on([None, None]);
+    let attr = QpAttr {
+        timeout: Some(14),
+        ..QpAttr::default()
+    };
+    net.nodes[0].engine.modify_qp(qpn, &attr).unwrap();
+    net.write_mem(0, 0, &pattern(1, 1024));
+    for i in 0..20u64 {
+        let w = write(&net, i, 1, 0, 1024);
+        let now = net.now;
+        net.nodes[0].engine.post_send(now, qpn, w).unwrap();
+        run_delayed(&mut net, Duration::from_millis(5), Duration::from_secs(1));
+        let wcs = net.completions(0);
+        assert_eq!((wcs.len(), wcs[0].status), (1, WcStatus::Success));
+    }
+    let stats = net.nodes[0].engine.stats();
+    assert!(
+        stats.retransmitted_packets <= 2,
+        "nothing lost, yet {} WRITEs went twice",
+        stats.retransmitted_packets
+    );
+}
+
+/// Towards a responder that drops early packets (as rxe): a lost atomic is repaired on the
+/// NAK, and its ATOMIC ACK ends the repair as an ACK would, so the WRITE the responder
+/// dropped after it goes again at once. (The repair used to stand: the tail probe resent its
+/// PSN, already acknowledged — nothing — and the WRITE waited 67 ms for the timer.)
+#[test]
+fn an_atomic_ack_answers_the_repair_of_the_atomic() {
+    let mut net = Net::with_config(2, |c| EngineConfig {
+        reorder_packets: 0,
+        ..c
+    });
+    let [qpn, _] = net.rc_pair_on([None, None]);
+    let attr = QpAttr {
+        timeout: Some(14),
+        ..QpAttr::default()
+    };
+    net.nodes[0].engine.modify_qp(qpn, &attr).unwrap();
+    assert_eq!(write_losing(&mut net, qpn, 1, 1, Losses::default()), 0);
+    let mut lost = false;
+    net.fate = Box::new(move |from, p, _| {
+        if from == 0 && p.ext.atomic_eth.is_some() && !lost {
+            lost = true;
+            return Fate::Drop;
+        }
+        Fate::Deliver
+    });
+    let start = net.now;
+    let add = SendOp::AtomicFetchAdd {
+        remote_addr: BASE + 8192,
+        rkey: net.nodes[1].key,
+        add: 1,
+    };
+    let w = wr(2, add, net.sge(0, 16, 8));
+    let now = net.now;
+    net.nodes[0].engine.post_send(now, qpn, w).unwrap();
+    let w = write(&net, 3, 1, 0, 1024);
+    net.nodes[0].engine.post_send(now, qpn, w).unwrap();
+    net.run_for(Duration::from_secs(1));
+    let wcs: Vec<_> = net
+        .completions(0)
+        .iter()
+        .map(|w| (w.wr_id, w.status))
+        .collect();
+    assert_eq!(wcs, [(2, WcStatus::Success), (3, WcStatus::Success)]);
+    let took = net.now.saturating_duration_since(start);
+    let stats = net.nodes[0].engine.stats();
+    assert_eq!(stats.retransmit_timeouts, 0, "recovered after {took:?}");
+    assert!(took < Duration::from_millis(5), "recovered after {took:?}");
 }

@@ -37,12 +37,16 @@ impl QueuePair {
                 let Some(aeth) = pkt.ext.aeth else { return };
                 self.handle_ack(ctx, psn, aeth.syndrome);
             }
-            OpKind::ReadResponse => self.handle_read_response(ctx, pkt, info.position),
+            OpKind::ReadResponse => {
+                self.handle_read_response(ctx, pkt, info.position);
+                self.response_answers_repair();
+            }
             OpKind::AtomicAcknowledge => {
                 let Some(ack) = pkt.ext.atomic_ack_eth else {
                     return;
                 };
                 self.handle_atomic_ack(ctx, psn, ack.orig);
+                self.response_answers_repair();
             }
             _ => ctx.stats.drop(DropReason::UnexpectedResponse),
         }
@@ -172,13 +176,52 @@ impl QueuePair {
     }
 
     fn repair(&mut self, psn: Psn, kind: RepairKind) {
+        self.repair_keeping_sample(psn, kind);
+        self.req.rtt.on_retransmit();
+    }
+
+    /// [`repair`](Self::repair) without dropping the round-trip sample (see `tail_probe`).
+    fn repair_keeping_sample(&mut self, psn: Psn, kind: RepairKind) {
         self.req.repair = Some(Repair {
             psn,
             horizon: self.req.sent_high,
             kind,
         });
         self.req.resend = Some(psn);
-        self.req.rtt.on_retransmit();
+    }
+
+    /// A READ response or atomic ACK moved the oldest unacknowledged PSN past the packet under
+    /// repair: the responder executed it, and the answer ends the repair like an ACK — but
+    /// teaches nothing of the responder's kind (an ATOMIC ACK is not merged into a later ACK
+    /// or NAK as a plain ACK is, so a responder that kept the packets after it may still be
+    /// answering them). Left standing, the repair kept the tail probe resending a PSN already
+    /// acknowledged, that is nothing, until the retransmit timer. The middle of a READ's
+    /// responses answers nothing yet: its request's PSN is done only with its last response.
+    fn response_answers_repair(&mut self) {
+        let Some(r) = self.req.repair else {
+            return;
+        };
+        let unacked = self.req.unacked_psn;
+        if !r.psn.is_before(unacked) {
+            return;
+        }
+        let mid_read = self
+            .req
+            .sq
+            .iter()
+            .find(|w| w.contains(unacked))
+            .is_some_and(|w| w.started && w.first_psn != unacked);
+        if mid_read {
+            return;
+        }
+        let acked = unacked.sub(1);
+        if !acked.next().is_before(r.horizon) {
+            self.req.repair = None;
+        } else if self.req.peer_reorders == Some(true) {
+            self.repair(acked.next(), RepairKind::Next);
+        } else {
+            self.req.go_back(acked.next());
+        }
     }
 
     /// An ACK through `psn` came while a selective repeat is under way. The first answer to
@@ -598,17 +641,21 @@ impl QueuePair {
         };
         let unacked = self.req.unacked_psn;
         let newest = self.req.sent_high.sub(1);
-        if let Some(r) = self.req.repair {
+        // The round-trip sample stays: an ACK covering it is timed from the packet's first
+        // transmission, so a probe can make the sample longer, never shorter (what Karn's rule
+        // is about). Dropping it left a path slower than the probe's delay unmeasured for
+        // ever, every message probed (a 10 ms round trip: each of 20 WRITEs sent twice).
+        match self.req.repair {
             // Sent again, the repair may arrive as a duplicate, whose answer says where the
             // responder's run stopped but not what it kept: a probe.
-            self.repair(r.psn, RepairKind::Probe);
-        } else if self.req.peer_reorders == Some(true) && request_at(&self.req, unacked) {
-            self.repair(unacked, RepairKind::Probe);
-        } else if request_at(&self.req, newest) {
-            self.req.resend = Some(newest);
-            self.req.rtt.on_retransmit();
-        } else {
-            return;
+            Some(r) if !r.psn.is_before(unacked) => {
+                self.repair_keeping_sample(r.psn, RepairKind::Probe);
+            }
+            _ if self.req.peer_reorders == Some(true) && request_at(&self.req, unacked) => {
+                self.repair_keeping_sample(unacked, RepairKind::Probe);
+            }
+            _ if request_at(&self.req, newest) => self.req.resend = Some(newest),
+            _ => return,
         }
         self.req.tail_probes = self.req.tail_probes.saturating_add(1);
         ctx.stats.tail_probes += 1;
