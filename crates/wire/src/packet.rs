@@ -171,11 +171,15 @@ pub fn emit_headers(bth: &Bth, ext: &ExtHeaders, payload_len: usize, buf: &mut [
         "extension headers do not match opcode {:?}",
         bth.opcode
     );
+    // One pass in wire order, each present header right after the one before (asking
+    // `offset_of` per header walked the order again for each).
+    let mut off = Bth::LEN;
     for (which, hlen) in Headers::ORDER {
-        let Some(off) = headers.offset_of(which) else {
+        if !headers.contains(which) {
             continue;
-        };
+        }
         let slot = &mut buf[off..off + hlen];
+        off += hlen;
         slot.fill(0);
         match which {
             Headers::DETH => ext.deth.unwrap_or_default().emit(slot),
@@ -193,7 +197,7 @@ pub fn emit_headers(bth: &Bth, ext: &ExtHeaders, payload_len: usize, buf: &mut [
             _ => {} // CNP reserved bytes: zero
         }
     }
-    headers.header_len()
+    off
 }
 
 /// The opcode of a packet without parsing the rest, if there is a byte to read.
