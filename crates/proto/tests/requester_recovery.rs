@@ -407,3 +407,77 @@ fn an_atomic_ack_answers_the_repair_of_the_atomic() {
     assert_eq!(stats.retransmit_timeouts, 0, "recovered after {took:?}");
     assert!(took < Duration::from_millis(5), "recovered after {took:?}");
 }
+
+/// A tail loss the probe repairs leaves a round-trip sample that holds the probe's delay: the
+/// estimate takes it, but not the device budget, which halves on a round trip above half the
+/// local ACK timeout (at timeout 11, 4.2 ms: one recovered loss halved it).
+#[test]
+fn a_probe_recovered_tail_loss_does_not_halve_the_budget() {
+    let mut net = Net::new(2);
+    let [qpn, _] = net.rc_pair_on([None, None]);
+    let attr = QpAttr {
+        timeout: Some(11),
+        ..QpAttr::default()
+    };
+    net.nodes[0].engine.modify_qp(qpn, &attr).unwrap();
+    assert_eq!(write_losing(&mut net, qpn, 1, 4, Losses::default()), 0);
+    let before = net.nodes[0].engine.packets_in_flight().1;
+    assert_eq!(write_losing(&mut net, qpn, 2, 1, Losses::first_of(&[0])), 1);
+    let stats = net.nodes[0].engine.stats();
+    assert_eq!((stats.tail_probes, stats.retransmit_timeouts), (1, 0));
+    let after = net.nodes[0].engine.packets_in_flight().1;
+    assert!(after >= before, "budget {before} -> {after}");
+}
+
+/// Towards a responder known to keep early packets: a lost atomic, then a READ it keeps. The
+/// atomic's ACK ends the repair without resending the READ request, whose duplicate would
+/// restart the READ's answer (16 duplicate responses for 16 KiB).
+#[test]
+fn an_atomic_ack_does_not_resend_the_read_after_it() {
+    let (mut net, qpn) = perftest_pair(true);
+    let resent_before = net.nodes[0].engine.stats().retransmitted_packets;
+    let mut lost = false;
+    net.fate = Box::new(move |from, p, _| {
+        if from == 0 && p.ext.atomic_eth.is_some() && !lost {
+            lost = true;
+            return Fate::Drop;
+        }
+        Fate::Deliver
+    });
+    let add = SendOp::AtomicFetchAdd {
+        remote_addr: BASE + 8192,
+        rkey: net.nodes[1].key,
+        add: 1,
+    };
+    let w = wr(2, add, net.sge(0, 16, 8));
+    let now = net.now;
+    net.nodes[0].engine.post_send(now, qpn, w).unwrap();
+    let read = SendOp::RdmaRead {
+        remote_addr: BASE + 16384,
+        rkey: net.nodes[1].key,
+    };
+    let w = wr(3, read, net.sge(0, 16384, 16 * 1024));
+    net.nodes[0].engine.post_send(now, qpn, w).unwrap();
+    let w = write(&net, 4, 1, 0, 1024);
+    net.nodes[0].engine.post_send(now, qpn, w).unwrap();
+    net.run_for(Duration::from_secs(1));
+    let wcs: Vec<_> = net
+        .completions(0)
+        .iter()
+        .map(|w| (w.wr_id, w.status))
+        .collect();
+    let ok = WcStatus::Success;
+    assert_eq!(wcs, [(2, ok), (3, ok), (4, ok)]);
+    let stats = net.nodes[0].engine.stats();
+    assert_eq!(stats.retransmit_timeouts, 0);
+    assert_eq!(
+        stats.drops_for(DropReason::Duplicate),
+        0,
+        "duplicate READ responses"
+    );
+    assert_eq!(
+        stats.retransmitted_packets - resent_before,
+        1,
+        "the atomic alone"
+    );
+}

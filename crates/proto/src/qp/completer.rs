@@ -214,13 +214,26 @@ impl QueuePair {
         if mid_read {
             return;
         }
-        let acked = unacked.sub(1);
-        if !acked.next().is_before(r.horizon) {
+        if !unacked.is_before(r.horizon) {
             self.req.repair = None;
         } else if self.req.peer_reorders == Some(true) {
-            self.repair(acked.next(), RepairKind::Next);
+            // Only a SEND or WRITE goes alone. A READ or atomic request there may well have
+            // been kept and be being answered: resent, its duplicate restarts the answer
+            // (16 duplicate READ responses for one 16 KiB READ). Its response, or the
+            // retransmit timer, settles it.
+            let request = self
+                .req
+                .sq
+                .iter()
+                .find(|w| w.contains(unacked))
+                .is_some_and(|w| !w.wr.op.is_read_or_atomic());
+            if request {
+                self.repair(unacked, RepairKind::Next);
+            } else {
+                self.req.repair = None;
+            }
         } else {
-            self.req.go_back(acked.next());
+            self.req.go_back(unacked);
         }
     }
 
@@ -644,7 +657,8 @@ impl QueuePair {
         // The round-trip sample stays: an ACK covering it is timed from the packet's first
         // transmission, so a probe can make the sample longer, never shorter (what Karn's rule
         // is about). Dropping it left a path slower than the probe's delay unmeasured for
-        // ever, every message probed (a 10 ms round trip: each of 20 WRITEs sent twice).
+        // ever, every message probed (a 10 ms round trip: each of 20 WRITEs sent twice). It
+        // is marked, so that only the estimate takes it (`RttEstimator::on_ack`).
         match self.req.repair {
             // Sent again, the repair may arrive as a duplicate, whose answer says where the
             // responder's run stopped but not what it kept: a probe.
@@ -657,6 +671,7 @@ impl QueuePair {
             _ if request_at(&self.req, newest) => self.req.resend = Some(newest),
             _ => return,
         }
+        self.req.rtt.on_probe();
         self.req.tail_probes = self.req.tail_probes.saturating_add(1);
         ctx.stats.tail_probes += 1;
     }

@@ -19,6 +19,8 @@ pub(crate) struct RttEstimator {
     rttvar: Duration,
     /// The packet being timed: its PSN and when it left.
     sample: Option<(Psn, Instant)>,
+    /// A tail probe went while the sample was timed (see [`RttEstimator::on_probe`]).
+    sample_probed: bool,
 }
 
 impl RttEstimator {
@@ -26,17 +28,24 @@ impl RttEstimator {
     pub(crate) fn on_send(&mut self, psn: Psn, now: Instant) {
         if self.sample.is_none() {
             self.sample = Some((psn, now));
+            self.sample_probed = false;
         }
     }
 
     /// Everything before `unacked` is acknowledged at `now`: takes the sample if it is, and
-    /// returns it.
+    /// returns it — unless a tail probe went while it was timed. Such a sample still enters
+    /// the estimate: it is timed from the first transmission, so the probe can only make it
+    /// longer, and without it a path slower than the probe's delay would never be measured.
+    /// But when the probe repaired a loss, the sample holds the probe's delay: it is no
+    /// measure of queueing, and the device budget and congestion control must not see it
+    /// (one recovered tail loss halved the budget at local ACK timeout 11).
     pub(crate) fn on_ack(&mut self, unacked: Psn, now: Instant) -> Option<Duration> {
         let (psn, sent) = self.sample?;
         if !psn.is_before(unacked) {
             return None;
         }
         self.sample = None;
+        let probed = std::mem::take(&mut self.sample_probed);
         let r = now.saturating_duration_since(sent);
         match self.srtt {
             None => {
@@ -49,12 +58,17 @@ impl RttEstimator {
                 self.srtt = Some((srtt * 7 + r) / 8);
             }
         }
-        Some(r)
+        (!probed).then_some(r)
     }
 
     /// A retransmission is under way: an ACK can no longer tell which transmission it answers.
     pub(crate) fn on_retransmit(&mut self) {
         self.sample = None;
+    }
+
+    /// A tail probe resent a packet: the sample stays (see [`RttEstimator::on_ack`]).
+    pub(crate) fn on_probe(&mut self) {
+        self.sample_probed = self.sample.is_some();
     }
 
     /// The retransmit timeout for local ACK timeout `t` (`None`: timeout 0, infinite).
