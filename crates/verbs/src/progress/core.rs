@@ -395,6 +395,17 @@ impl Core {
         }
     }
 
+    /// Makes what the pcap tap has recorded visible in its file, after every round of I/O
+    /// (a no-op when nothing new was recorded). Flushing only when the device went idle lost
+    /// a capture's last packets whenever the process ended first: a device is not always
+    /// dropped before exit (a handle held by a thread that is never joined), and `perf -R`'s
+    /// capture lost its closing DREQ and DREP under load.
+    pub(crate) fn flush_tap(&mut self) {
+        if let Some(tap) = self.tap.as_mut() {
+            tap.flush();
+        }
+    }
+
     /// The I/O counters, with the tap's.
     pub(crate) fn io_counters(&self) -> IoCounters {
         let mut io = self.io;

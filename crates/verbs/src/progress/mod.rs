@@ -120,6 +120,7 @@ impl Inner {
             core.flush(now);
         }
         core.notify_cqs(&mut wakers);
+        core.flush_tap();
         // The progress thread must learn of a timer earlier than the one it sleeps for —
         // unless an application thread waits on the device: waiters run the timers themselves
         // (and the last one to leave wakes the progress thread), so a ping-pong does not wake
@@ -230,12 +231,7 @@ impl Inner {
         }
         core.notify_cqs(&mut wakers);
         let deadline = core.engine.poll_timeout();
-        if got == 0 {
-            // Going idle: make what the tap has seen visible in the file.
-            if let Some(tap) = core.tap.as_mut() {
-                tap.flush();
-            }
-        }
+        core.flush_tap();
         self.next_wake_ns.store(
             deadline.map_or(u64::MAX, Instant::as_nanos),
             Ordering::Release,
