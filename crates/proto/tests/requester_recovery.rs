@@ -137,17 +137,42 @@ fn write_losing(net: &mut Net, qpn: u32, wr_id: u64, pkts: u32, losses: Losses) 
     net.nodes[0].engine.stats().retransmitted_packets - before
 }
 
+/// Posts FETCH_ADD `wr_id` on `qpn` (node 0 to node 1), its first transmission lost.
+fn post_fetch_add_losing_it(net: &mut Net, qpn: u32, wr_id: u64) {
+    let mut lost = false;
+    net.fate = Box::new(move |from, p, _| {
+        if from == 0 && p.ext.atomic_eth.is_some() && !lost {
+            lost = true;
+            return Fate::Drop;
+        }
+        Fate::Deliver
+    });
+    let add = SendOp::AtomicFetchAdd {
+        remote_addr: BASE + 8192,
+        rkey: net.nodes[1].key,
+        add: 1,
+    };
+    let w = wr(wr_id, add, net.sge(0, 16, 8));
+    let now = net.now;
+    net.nodes[0].engine.post_send(now, qpn, w).unwrap();
+}
+
+/// An RC pair on `net` whose requester (node 0) runs with local ACK timeout `timeout`.
+fn pair_with_timeout(mut net: Net, timeout: u8) -> (Net, u32) {
+    let [qpn, _] = net.rc_pair_on([None, None]);
+    let attr = QpAttr {
+        timeout: Some(timeout),
+        ..QpAttr::default()
+    };
+    net.nodes[0].engine.modify_qp(qpn, &attr).unwrap();
+    (net, qpn)
+}
+
 /// A pair whose requester runs with perftest's local ACK timeout (14: 67 ms, far above the
 /// round trip, so tail probes go before it), the round trip measured by a clean WRITE and,
 /// when `learn`, the responder known to keep early packets (a first loss showed it).
 fn perftest_pair(learn: bool) -> (Net, u32) {
-    let mut net = Net::new(2);
-    let [qpn, _] = net.rc_pair_on([None, None]);
-    let attr = QpAttr {
-        timeout: Some(14),
-        ..QpAttr::default()
-    };
-    net.nodes[0].engine.modify_qp(qpn, &attr).unwrap();
+    let (mut net, qpn) = pair_with_timeout(Net::new(2), 14);
     assert_eq!(write_losing(&mut net, qpn, 1, 4, Losses::default()), 0);
     if learn {
         assert_eq!(
@@ -258,13 +283,7 @@ fn a_lost_probe_is_followed_by_another() {
 /// after the 5 ms floor, not the 67 ms timer.
 #[test]
 fn a_probe_goes_before_the_first_round_trip_is_measured() {
-    let mut net = Net::new(2);
-    let [qpn, _] = net.rc_pair_on([None, None]);
-    let attr = QpAttr {
-        timeout: Some(14),
-        ..QpAttr::default()
-    };
-    net.nodes[0].engine.modify_qp(qpn, &attr).unwrap();
+    let (mut net, qpn) = pair_with_timeout(Net::new(2), 14);
     let start = net.now;
     let mut acks = 0;
     net.fate = Box::new(move |from, _, _| {
@@ -335,13 +354,7 @@ fn run_delayed(net: &mut Net, one_way: Duration, limit: Duration) {
 /// dropped the sample left it unmeasured: each of the 20 WRITEs went twice.)
 #[test]
 fn a_slow_path_is_measured_despite_the_probe() {
-    let mut net = Net::new(2);
-    let [qpn, _] = net.rc_pair_on([None, None]);
-    let attr = QpAttr {
-        timeout: Some(14),
-        ..QpAttr::default()
-    };
-    net.nodes[0].engine.modify_qp(qpn, &attr).unwrap();
+    let (mut net, qpn) = pair_with_timeout(Net::new(2), 14);
     net.write_mem(0, 0, &pattern(1, 1024));
     for i in 0..20u64 {
         let w = write(&net, i, 1, 0, 1024);
@@ -365,34 +378,17 @@ fn a_slow_path_is_measured_despite_the_probe() {
 /// PSN, already acknowledged — nothing — and the WRITE waited 67 ms for the timer.)
 #[test]
 fn an_atomic_ack_answers_the_repair_of_the_atomic() {
-    let mut net = Net::with_config(2, |c| EngineConfig {
-        reorder_packets: 0,
-        ..c
-    });
-    let [qpn, _] = net.rc_pair_on([None, None]);
-    let attr = QpAttr {
-        timeout: Some(14),
-        ..QpAttr::default()
-    };
-    net.nodes[0].engine.modify_qp(qpn, &attr).unwrap();
+    let (mut net, qpn) = pair_with_timeout(
+        Net::with_config(2, |c| EngineConfig {
+            reorder_packets: 0,
+            ..c
+        }),
+        14,
+    );
     assert_eq!(write_losing(&mut net, qpn, 1, 1, Losses::default()), 0);
-    let mut lost = false;
-    net.fate = Box::new(move |from, p, _| {
-        if from == 0 && p.ext.atomic_eth.is_some() && !lost {
-            lost = true;
-            return Fate::Drop;
-        }
-        Fate::Deliver
-    });
     let start = net.now;
-    let add = SendOp::AtomicFetchAdd {
-        remote_addr: BASE + 8192,
-        rkey: net.nodes[1].key,
-        add: 1,
-    };
-    let w = wr(2, add, net.sge(0, 16, 8));
+    post_fetch_add_losing_it(&mut net, qpn, 2);
     let now = net.now;
-    net.nodes[0].engine.post_send(now, qpn, w).unwrap();
     let w = write(&net, 3, 1, 0, 1024);
     net.nodes[0].engine.post_send(now, qpn, w).unwrap();
     net.run_for(Duration::from_secs(1));
@@ -413,13 +409,7 @@ fn an_atomic_ack_answers_the_repair_of_the_atomic() {
 /// local ACK timeout (at timeout 11, 4.2 ms: one recovered loss halved it).
 #[test]
 fn a_probe_recovered_tail_loss_does_not_halve_the_budget() {
-    let mut net = Net::new(2);
-    let [qpn, _] = net.rc_pair_on([None, None]);
-    let attr = QpAttr {
-        timeout: Some(11),
-        ..QpAttr::default()
-    };
-    net.nodes[0].engine.modify_qp(qpn, &attr).unwrap();
+    let (mut net, qpn) = pair_with_timeout(Net::new(2), 11);
     assert_eq!(write_losing(&mut net, qpn, 1, 4, Losses::default()), 0);
     let before = net.nodes[0].engine.packets_in_flight().1;
     assert_eq!(write_losing(&mut net, qpn, 2, 1, Losses::first_of(&[0])), 1);
@@ -436,22 +426,8 @@ fn a_probe_recovered_tail_loss_does_not_halve_the_budget() {
 fn an_atomic_ack_does_not_resend_the_read_after_it() {
     let (mut net, qpn) = perftest_pair(true);
     let resent_before = net.nodes[0].engine.stats().retransmitted_packets;
-    let mut lost = false;
-    net.fate = Box::new(move |from, p, _| {
-        if from == 0 && p.ext.atomic_eth.is_some() && !lost {
-            lost = true;
-            return Fate::Drop;
-        }
-        Fate::Deliver
-    });
-    let add = SendOp::AtomicFetchAdd {
-        remote_addr: BASE + 8192,
-        rkey: net.nodes[1].key,
-        add: 1,
-    };
-    let w = wr(2, add, net.sge(0, 16, 8));
+    post_fetch_add_losing_it(&mut net, qpn, 2);
     let now = net.now;
-    net.nodes[0].engine.post_send(now, qpn, w).unwrap();
     let read = SendOp::RdmaRead {
         remote_addr: BASE + 16384,
         rkey: net.nodes[1].key,

@@ -205,14 +205,9 @@ impl QueuePair {
         if !r.psn.is_before(unacked) {
             return;
         }
-        let mid_read = self
-            .req
-            .sq
-            .iter()
-            .find(|w| w.contains(unacked))
-            .is_some_and(|w| w.started && w.first_psn != unacked);
-        if mid_read {
-            return;
+        let at = self.req.wqe_at(unacked);
+        if at.is_some_and(|w| w.started && w.first_psn != unacked) {
+            return; // the middle of a READ's responses
         }
         if !unacked.is_before(r.horizon) {
             self.req.repair = None;
@@ -221,13 +216,7 @@ impl QueuePair {
             // been kept and be being answered: resent, its duplicate restarts the answer
             // (16 duplicate READ responses for one 16 KiB READ). Its response, or the
             // retransmit timer, settles it.
-            let request = self
-                .req
-                .sq
-                .iter()
-                .find(|w| w.contains(unacked))
-                .is_some_and(|w| !w.wr.op.is_read_or_atomic());
-            if request {
+            if self.req.resendable_alone(unacked) {
                 self.repair(unacked, RepairKind::Next);
             } else {
                 self.req.repair = None;
@@ -646,12 +635,6 @@ impl QueuePair {
     /// READ and atomic PSNs are the responder's to send (a response): those are restarted by
     /// the retransmit timer.
     fn tail_probe(&mut self, ctx: &mut Ctx<'_>) {
-        let request_at = |req: &super::send_queue::Requester, psn: Psn| {
-            req.sq
-                .iter()
-                .find(|w| w.contains(psn))
-                .is_some_and(|w| !w.wr.op.is_read_or_atomic())
-        };
         let unacked = self.req.unacked_psn;
         let newest = self.req.sent_high.sub(1);
         // The round-trip sample stays: an ACK covering it is timed from the packet's first
@@ -665,10 +648,10 @@ impl QueuePair {
             Some(r) if !r.psn.is_before(unacked) => {
                 self.repair_keeping_sample(r.psn, RepairKind::Probe);
             }
-            _ if self.req.peer_reorders == Some(true) && request_at(&self.req, unacked) => {
+            _ if self.req.peer_reorders == Some(true) && self.req.resendable_alone(unacked) => {
                 self.repair_keeping_sample(unacked, RepairKind::Probe);
             }
-            _ if request_at(&self.req, newest) => self.req.resend = Some(newest),
+            _ if self.req.resendable_alone(newest) => self.req.resend = Some(newest),
             _ => return,
         }
         self.req.rtt.on_probe();

@@ -166,6 +166,20 @@ pub(crate) enum RepairKind {
 }
 
 impl Requester {
+    /// The started WQE that owns `psn`, if any.
+    pub(crate) fn wqe_at(&self, psn: Psn) -> Option<&SendWqe> {
+        self.sq.iter().find(|w| w.contains(psn))
+    }
+
+    /// Whether `psn` is a request packet the requester itself sends again: a SEND's or
+    /// WRITE's. A READ's PSNs beyond its request, and an atomic's answer, are the
+    /// responder's; resending a READ or atomic request the responder kept would restart its
+    /// answer.
+    pub(crate) fn resendable_alone(&self, psn: Psn) -> bool {
+        self.wqe_at(psn)
+            .is_some_and(|w| !w.wr.op.is_read_or_atomic())
+    }
+
     /// State for a QP entering RTS.
     pub(crate) fn reset(&mut self, cfg: &QpConfig) {
         self.next_psn = cfg.sq_psn;
