@@ -457,3 +457,60 @@ fn an_atomic_ack_does_not_resend_the_read_after_it() {
         "the atomic alone"
     );
 }
+
+/// A responder that keeps early packets replays them when the gap is filled: the WRITE's ACK
+/// goes out, then the kept READ's responses. That ACK stops short of the repair's horizon, and
+/// the packet after it is the READ request, which the responder has and is answering: it must
+/// not go again (its duplicate restarts the answer), as after an atomic's repair.
+#[test]
+fn a_short_answer_does_not_resend_the_kept_read_after_it() {
+    let (mut net, qpn) = perftest_pair(true);
+    let resent_before = net.nodes[0].engine.stats().retransmitted_packets;
+    // The WRITE's second packet, once.
+    let (mut first_psn, mut lost) = (None, false);
+    net.fate = Box::new(move |from, p, _| {
+        if from != 0 || lost {
+            return Fate::Deliver;
+        }
+        let first = *first_psn.get_or_insert(p.bth.psn);
+        lost = p.bth.psn.distance(first) == 1;
+        if lost {
+            Fate::Drop
+        } else {
+            Fate::Deliver
+        }
+    });
+    net.write_mem(0, 0, &pattern(9, 4096));
+    let now = net.now;
+    let w = write(&net, 10, 1, 0, 4096);
+    net.nodes[0].engine.post_send(now, qpn, w).unwrap();
+    let read = SendOp::RdmaRead {
+        remote_addr: BASE + 16384,
+        rkey: net.nodes[1].key,
+    };
+    let w = wr(11, read, net.sge(0, 16384, 16 * 1024));
+    net.nodes[0].engine.post_send(now, qpn, w).unwrap();
+    let w = write(&net, 12, 1, 8192, 1024);
+    net.nodes[0].engine.post_send(now, qpn, w).unwrap();
+    net.run_for(Duration::from_secs(1));
+    let wcs: Vec<_> = net
+        .completions(0)
+        .iter()
+        .map(|w| (w.wr_id, w.status))
+        .collect();
+    let ok = WcStatus::Success;
+    assert_eq!(wcs, [(10, ok), (11, ok), (12, ok)]);
+    assert_eq!(net.read_mem(1, 0, 4096), pattern(9, 4096));
+    let stats = net.nodes[0].engine.stats();
+    assert_eq!(stats.retransmit_timeouts, 0);
+    assert_eq!(
+        stats.drops_for(DropReason::Duplicate),
+        0,
+        "duplicate READ responses"
+    );
+    assert_eq!(
+        stats.retransmitted_packets - resent_before,
+        1,
+        "the lost WRITE packet alone"
+    );
+}

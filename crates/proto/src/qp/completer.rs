@@ -212,15 +212,7 @@ impl QueuePair {
         if !unacked.is_before(r.horizon) {
             self.req.repair = None;
         } else if self.req.peer_reorders == Some(true) {
-            // Only a SEND or WRITE goes alone. A READ or atomic request there may well have
-            // been kept and be being answered: resent, its duplicate restarts the answer
-            // (16 duplicate READ responses for one 16 KiB READ). Its response, or the
-            // retransmit timer, settles it.
-            if self.req.resendable_alone(unacked) {
-                self.repair(unacked, RepairKind::Next);
-            } else {
-                self.req.repair = None;
-            }
+            self.repair_next(unacked);
         } else {
             self.req.go_back(unacked);
         }
@@ -257,9 +249,23 @@ impl QueuePair {
         // Packets between the answer and the horizon are missing at the responder.
         let nothing_kept = r.kind == RepairKind::Next && psn == r.psn;
         if self.req.peer_reorders == Some(true) && !nothing_kept {
-            self.repair(psn.next(), RepairKind::Next);
+            self.repair_next(psn.next());
         } else {
             self.req.go_back(psn.next());
+        }
+    }
+
+    /// Repairs `psn` alone towards a responder that keeps early packets, if the requester
+    /// may resend it alone. A READ or atomic request there may well have been kept and be
+    /// being answered (the responder replays what it kept: the ACK before the READ goes out
+    /// first, then the READ's responses): resent, its duplicate restarts the answer (16
+    /// duplicate READ responses for one 16 KiB READ). Its response, the tail probe or the
+    /// retransmit timer settles it.
+    fn repair_next(&mut self, psn: Psn) {
+        if self.req.resendable_alone(psn) {
+            self.repair(psn, RepairKind::Next);
+        } else {
+            self.req.repair = None;
         }
     }
 
