@@ -82,7 +82,7 @@ mod datagram;
 mod error;
 #[cfg_attr(
     all(target_os = "linux", not(softrdma_udp_fallback)),
-    path = "linux.rs"
+    path = "linux/mod.rs"
 )]
 #[cfg_attr(
     not(all(target_os = "linux", not(softrdma_udp_fallback))),
