@@ -1,0 +1,41 @@
+//! What the sound region memory model costs per byte. A remote peer may write a region while
+//! the application reads it, so every copy in or out of a region is a loop of 8-byte atomic
+//! loads or stores (see the `memory` module), which the compiler cannot turn into vector
+//! moves. The engine pays one such copy per payload byte on each side: the gather of what it
+//! sends, the scatter of what it receives. The plain slice copy beside it is what a
+//! `memcpy` does with the same bytes. Run with `cargo bench -p softrdma --bench memory`
+//! (it opens a device on 127.0.0.98, so it needs a free UDP port 4791 there).
+#![allow(missing_docs)] // criterion macros generate undocumented items
+
+use std::net::{IpAddr, Ipv4Addr};
+
+use criterion::{black_box, criterion_group, criterion_main, Criterion, Throughput};
+use softrdma::{AccessFlags, Device, DeviceConfig};
+
+fn bench(c: &mut Criterion) {
+    let ip = IpAddr::V4(Ipv4Addr::new(127, 0, 0, 98));
+    let device = Device::open(DeviceConfig::new(ip)).expect("a device on 127.0.0.98");
+    let pd = device.alloc_pd();
+    let mut g = c.benchmark_group("region_copy");
+    for len in [4096usize, 65536] {
+        let mr = pd
+            .reg_mr(len, AccessFlags::LOCAL_WRITE)
+            .expect("register the region");
+        let src: Vec<u8> = (0..len).map(|i| i as u8).collect();
+        let mut dst = vec![0u8; len];
+        g.throughput(Throughput::Bytes(len as u64));
+        g.bench_function(format!("read/{len}"), |b| {
+            b.iter(|| mr.read(0, black_box(&mut dst)).unwrap())
+        });
+        g.bench_function(format!("write/{len}"), |b| {
+            b.iter(|| mr.write(0, black_box(&src)).unwrap())
+        });
+        g.bench_function(format!("memcpy/{len}"), |b| {
+            b.iter(|| black_box(&mut dst).copy_from_slice(black_box(&src)))
+        });
+    }
+    g.finish();
+}
+
+criterion_group!(benches, bench);
+criterion_main!(benches);
