@@ -182,10 +182,16 @@ fn no_module_cycles_in_any_crate() {
             // `use child::...` of a child module declared in this file.
             for line in code.lines() {
                 let l = line.trim_start();
-                let Some(rest) = l
-                    .strip_prefix("use ")
-                    .or_else(|| l.strip_prefix("pub use "))
-                else {
+                // Any visibility: `pub(crate) use child::*` re-exports (and so depends on) the
+                // child as much as `use child::x` does.
+                let l = match l.strip_prefix("pub") {
+                    Some(rest) if rest.starts_with('(') => {
+                        rest.split_once(')').map_or(l, |(_, r)| r)
+                    }
+                    Some(rest) => rest,
+                    None => l,
+                };
+                let Some(rest) = l.trim_start().strip_prefix("use ") else {
                     continue;
                 };
                 let first = rest.split("::").next().unwrap_or("");
