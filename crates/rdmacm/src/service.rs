@@ -32,8 +32,12 @@ use crate::event::CmEventKind;
 /// the CM's events to ids and does librdmacm's part of the handshake on their QPs.
 pub(crate) trait Endpoint: Send + Sync {
     /// A connect request reached this listener: make the new id, hand the event to the
-    /// listener's channel, return the new id.
-    fn connect_request(self: Arc<Self>, rid: RdmaId, kind: CmEventKind) -> Weak<dyn Endpoint>;
+    /// listener's channel, return the new id (`None` when the listener is being destroyed).
+    fn connect_request(
+        self: Arc<Self>,
+        rid: RdmaId,
+        kind: CmEventKind,
+    ) -> Option<Weak<dyn Endpoint>>;
     /// Delivers an event about this id to its channel.
     fn post(self: Arc<Self>, kind: CmEventKind);
     /// Keeps the peer's REP parameters.
@@ -283,8 +287,16 @@ impl Service {
         else {
             return;
         };
-        let new = listener.connect_request(rid, CmEventKind::ConnectRequest { param, peer, local });
-        st.ids.insert(rid, new);
+        match listener.connect_request(rid, CmEventKind::ConnectRequest { param, peer, local }) {
+            Some(new) => {
+                st.ids.insert(rid, new);
+            }
+            // The CM rejects when the id is destroyed.
+            None => {
+                let now = self.now();
+                let _ = st.cm.destroy(now, rid);
+            }
+        }
     }
 
     fn send_mad(&self, st: &mut State, dst: Gid, dst_qpn: u32, mad: &[u8; MAD_LEN]) {
