@@ -8,7 +8,7 @@ use std::net::SocketAddr;
 
 use common::*;
 use softrdma_proto::*;
-use softrdma_wire::Syndrome;
+use softrdma_wire::{Opcode, Syndrome};
 
 fn write(net: &Net, wr_id: u64, to: usize, offset: u64, len: u32) -> SendWr {
     let op = SendOp::RdmaWrite {
@@ -458,6 +458,67 @@ fn an_atomic_ack_does_not_resend_the_read_after_it() {
     );
 }
 
+/// Posts a 4-packet WRITE (id 10), a 16 KiB READ (id 11) and, with `then_write`, a
+/// one-packet WRITE (id 12) on `qpn` towards node 1, losing the first WRITE's second packet
+/// and, with `lose_read`, the READ request's first transmission; runs to the end. Returns
+/// node 0's packets resent for them and how long they took.
+fn write_read_write_losing(
+    net: &mut Net,
+    qpn: u32,
+    lose_read: bool,
+    then_write: bool,
+) -> (u64, Duration) {
+    let resent_before = net.nodes[0].engine.stats().retransmitted_packets;
+    let (mut first_psn, mut write_lost, mut read_lost) = (None, false, !lose_read);
+    net.fate = Box::new(move |from, p, _| {
+        if from != 0 {
+            return Fate::Deliver;
+        }
+        let first = *first_psn.get_or_insert(p.bth.psn);
+        if !write_lost && p.bth.psn.distance(first) == 1 {
+            write_lost = true;
+            return Fate::Drop;
+        }
+        if !read_lost && p.bth.opcode == Opcode::RC_RDMA_READ_REQUEST {
+            read_lost = true;
+            return Fate::Drop;
+        }
+        Fate::Deliver
+    });
+    net.write_mem(0, 0, &pattern(9, 4096));
+    net.write_mem(1, 16384, &pattern(11, 16384));
+    let start = net.now;
+    let w = write(net, 10, 1, 0, 4096);
+    net.nodes[0].engine.post_send(start, qpn, w).unwrap();
+    let read = SendOp::RdmaRead {
+        remote_addr: BASE + 16384,
+        rkey: net.nodes[1].key,
+    };
+    let w = wr(11, read, net.sge(0, 16384, 16 * 1024));
+    net.nodes[0].engine.post_send(start, qpn, w).unwrap();
+    if then_write {
+        let w = write(net, 12, 1, 8192, 1024);
+        net.nodes[0].engine.post_send(start, qpn, w).unwrap();
+    }
+    net.run_for(Duration::from_secs(1));
+    let took = net.now.saturating_duration_since(start);
+    let wcs: Vec<_> = net
+        .completions(0)
+        .iter()
+        .map(|w| (w.wr_id, w.status))
+        .collect();
+    let ok = WcStatus::Success;
+    let mut want = vec![(10, ok), (11, ok)];
+    if then_write {
+        want.push((12, ok));
+    }
+    assert_eq!(wcs, want);
+    assert_eq!(net.read_mem(1, 0, 4096), pattern(9, 4096));
+    assert_eq!(net.read_mem(0, 16384, 16384), pattern(11, 16384));
+    let resent = net.nodes[0].engine.stats().retransmitted_packets - resent_before;
+    (resent, took)
+}
+
 /// A responder that keeps early packets replays them when the gap is filled: the WRITE's ACK
 /// goes out, then the kept READ's responses. That ACK stops short of the repair's horizon, and
 /// the packet after it is the READ request, which the responder has and is answering: it must
@@ -465,42 +526,7 @@ fn an_atomic_ack_does_not_resend_the_read_after_it() {
 #[test]
 fn a_short_answer_does_not_resend_the_kept_read_after_it() {
     let (mut net, qpn) = perftest_pair(true);
-    let resent_before = net.nodes[0].engine.stats().retransmitted_packets;
-    // The WRITE's second packet, once.
-    let (mut first_psn, mut lost) = (None, false);
-    net.fate = Box::new(move |from, p, _| {
-        if from != 0 || lost {
-            return Fate::Deliver;
-        }
-        let first = *first_psn.get_or_insert(p.bth.psn);
-        lost = p.bth.psn.distance(first) == 1;
-        if lost {
-            Fate::Drop
-        } else {
-            Fate::Deliver
-        }
-    });
-    net.write_mem(0, 0, &pattern(9, 4096));
-    let now = net.now;
-    let w = write(&net, 10, 1, 0, 4096);
-    net.nodes[0].engine.post_send(now, qpn, w).unwrap();
-    let read = SendOp::RdmaRead {
-        remote_addr: BASE + 16384,
-        rkey: net.nodes[1].key,
-    };
-    let w = wr(11, read, net.sge(0, 16384, 16 * 1024));
-    net.nodes[0].engine.post_send(now, qpn, w).unwrap();
-    let w = write(&net, 12, 1, 8192, 1024);
-    net.nodes[0].engine.post_send(now, qpn, w).unwrap();
-    net.run_for(Duration::from_secs(1));
-    let wcs: Vec<_> = net
-        .completions(0)
-        .iter()
-        .map(|w| (w.wr_id, w.status))
-        .collect();
-    let ok = WcStatus::Success;
-    assert_eq!(wcs, [(10, ok), (11, ok), (12, ok)]);
-    assert_eq!(net.read_mem(1, 0, 4096), pattern(9, 4096));
+    let (resent, _) = write_read_write_losing(&mut net, qpn, false, true);
     let stats = net.nodes[0].engine.stats();
     assert_eq!(stats.retransmit_timeouts, 0);
     assert_eq!(
@@ -508,9 +534,33 @@ fn a_short_answer_does_not_resend_the_kept_read_after_it() {
         0,
         "duplicate READ responses"
     );
-    assert_eq!(
-        stats.retransmitted_packets - resent_before,
-        1,
-        "the lost WRITE packet alone"
-    );
+    assert_eq!(resent, 1, "the lost WRITE packet alone");
+}
+
+/// The same, the READ request lost too, and nothing after it: the repair of the READ waits
+/// for its answer instead of resending it at once, and when none comes, the tail probe sends
+/// it — not the retransmit timer, 67 ms later (a review found the repair dropped there, and a
+/// READ is never a tail probe of its own).
+#[test]
+fn a_lost_read_after_a_short_answer_goes_again_with_the_tail_probe() {
+    let (mut net, qpn) = perftest_pair(true);
+    let (resent, took) = write_read_write_losing(&mut net, qpn, true, false);
+    let stats = net.nodes[0].engine.stats();
+    assert_eq!(stats.retransmit_timeouts, 0);
+    assert_eq!(stats.drops_for(DropReason::Duplicate), 0);
+    assert_eq!(resent, 2, "the lost WRITE packet and the READ request");
+    assert!(took < Duration::from_millis(20), "recovered after {took:?}");
+}
+
+/// With a WRITE after the lost READ, the responder NAKs the READ's gap and the READ goes again
+/// at once; its last response passes the repair, and the WRITE it kept is acknowledged right
+/// after: it must not go again too (it did, as the next packet repaired alone).
+#[test]
+fn the_write_after_a_repaired_read_is_not_resent() {
+    let (mut net, qpn) = perftest_pair(true);
+    let (resent, _) = write_read_write_losing(&mut net, qpn, true, true);
+    let stats = net.nodes[0].engine.stats();
+    assert_eq!(stats.retransmit_timeouts, 0);
+    assert_eq!(stats.drops_for(DropReason::Duplicate), 0);
+    assert_eq!(resent, 2, "the lost WRITE packet and the READ request");
 }

@@ -111,7 +111,11 @@ impl QueuePair {
                 match status {
                     None => {
                         // PSN sequence error: resend from the PSN the responder expects.
-                        if self.req.repair.is_some_and(|r| r.psn == psn) {
+                        if self
+                            .req
+                            .repair
+                            .is_some_and(|r| r.psn == psn && r.kind != RepairKind::Await)
+                        {
                             return; // the repair is on its way
                         }
                         if self.req.retry_left == 0 {
@@ -197,6 +201,12 @@ impl QueuePair {
     /// answering them). Left standing, the repair kept the tail probe resending a PSN already
     /// acknowledged, that is nothing, until the retransmit timer. The middle of a READ's
     /// responses answers nothing yet: its request's PSN is done only with its last response.
+    ///
+    /// What follows goes again only towards a responder that drops early packets (rxe drops
+    /// the WRITE after a lost atomic: it would wait for the timer). One that keeps them is
+    /// replaying what it kept after the answer, and NAKs what it finds missing next (or the
+    /// tail probe finds it): resending the next packet at once duplicated the WRITE after a
+    /// repaired READ every time, its ACK one packet behind the READ's last response.
     fn response_answers_repair(&mut self) {
         let Some(r) = self.req.repair else {
             return;
@@ -209,10 +219,8 @@ impl QueuePair {
         if at.is_some_and(|w| w.started && w.first_psn != unacked) {
             return; // the middle of a READ's responses
         }
-        if !unacked.is_before(r.horizon) {
+        if !unacked.is_before(r.horizon) || self.req.peer_reorders == Some(true) {
             self.req.repair = None;
-        } else if self.req.peer_reorders == Some(true) {
-            self.repair_next(unacked);
         } else {
             self.req.go_back(unacked);
         }
@@ -235,7 +243,8 @@ impl QueuePair {
             return; // an older ACK, overtaken by the NAK
         }
         match r.kind {
-            RepairKind::Probe => {} // what follows the probe may all have been lost
+            // What follows a probe may all have been lost; an awaited request was not resent.
+            RepairKind::Probe | RepairKind::Await => {}
             _ if psn.is_after(r.psn) => self.req.peer_reorders = Some(true),
             RepairKind::Gap if self.req.peer_reorders.is_none() => {
                 self.req.peer_reorders = Some(false);
@@ -255,17 +264,21 @@ impl QueuePair {
         }
     }
 
-    /// Repairs `psn` alone towards a responder that keeps early packets, if the requester
-    /// may resend it alone. A READ or atomic request there may well have been kept and be
-    /// being answered (the responder replays what it kept: the ACK before the READ goes out
-    /// first, then the READ's responses): resent, its duplicate restarts the answer (16
-    /// duplicate READ responses for one 16 KiB READ). Its response, the tail probe or the
-    /// retransmit timer settles it.
+    /// Repairs `psn` alone towards a responder that keeps early packets. A READ or atomic
+    /// request there may well have been kept and be being answered (the responder replays
+    /// what it kept: the ACK before the READ goes out first, then the READ's responses):
+    /// resent at once, its duplicate restarts the answer (16 duplicate READ responses for one
+    /// 16 KiB READ). So its repair waits unsent ([`RepairKind::Await`]) — dropping it left a
+    /// lost READ to the retransmit timer, as a READ is never a tail probe of its own.
     fn repair_next(&mut self, psn: Psn) {
         if self.req.resendable_alone(psn) {
             self.repair(psn, RepairKind::Next);
         } else {
-            self.req.repair = None;
+            self.req.repair = Some(Repair {
+                psn,
+                horizon: self.req.sent_high,
+                kind: RepairKind::Await,
+            });
         }
     }
 

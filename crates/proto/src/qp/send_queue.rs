@@ -163,6 +163,11 @@ pub(crate) enum RepairKind {
     /// of the next gap was (a responder NAKs a gap once): resending one packet tells which.
     /// Answered with `psn` alone, nothing beyond was kept, and the rest goes back N.
     Next,
+    /// Like `Next`, for a READ or atomic request, which is not resent yet: the responder may
+    /// have kept it and be answering it, and a duplicate would restart the answer. The
+    /// answer ends the repair (as any READ response or atomic ACK that passes a repair); a
+    /// silence sends the request with the tail probe; a sequence NAK naming it shows it lost.
+    Await,
 }
 
 impl Requester {
