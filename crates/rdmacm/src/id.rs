@@ -104,7 +104,9 @@ pub struct CmId {
 }
 
 impl CmId {
-    /// A counted handle on `inner`.
+    /// A counted handle on `inner`, which is new or of which the caller holds a handle (an
+    /// event's handle on an id the application may be dropping is
+    /// [`IdInner::event_handle`]'s).
     fn handle(inner: Arc<IdInner>) -> CmId {
         inner.handles.fetch_add(1, Ordering::Relaxed);
         CmId { inner }
@@ -172,9 +174,14 @@ struct IdState {
 }
 
 impl IdInner {
-    /// `rdma_destroy_id`: stops listening, releases the port, tears the connection down.
+    /// `rdma_destroy_id`: stops listening, releases the port, tears the connection down —
+    /// unless an event took a handle again in the meantime (see [`IdInner::event_handle`]):
+    /// that handle's drop destroys it.
     fn destroy(&self) {
         let mut s = lock(&self.state);
+        if s.destroyed || self.handles.load(Ordering::Acquire) != 0 {
+            return;
+        }
         s.destroyed = true;
         let (service, rid) = (s.service.take(), s.rid);
         drop(s);
@@ -185,6 +192,21 @@ impl IdInner {
             });
         }
     }
+
+    /// A handle on `this` for an event about it, unless its last handle is gone (it is
+    /// destroyed, or its destruction waits for the service's lock). Taken under the id's
+    /// lock, which `destroy` checks under too: an id is never handed out again once its
+    /// destruction has begun.
+    fn event_handle(this: &Arc<IdInner>) -> Option<CmId> {
+        let s = lock(&this.state);
+        if s.destroyed || this.handles.load(Ordering::Acquire) == 0 {
+            return None;
+        }
+        this.handles.fetch_add(1, Ordering::AcqRel);
+        Some(CmId {
+            inner: this.clone(),
+        })
+    }
 }
 
 impl Endpoint for IdInner {
@@ -193,32 +215,41 @@ impl Endpoint for IdInner {
         rid: RdmaId,
         kind: CmEventKind,
     ) -> Option<Weak<dyn Endpoint>> {
+        // A listener whose last handle is being dropped (its destruction waits for the
+        // service's lock, which the caller holds) takes no request: the CM rejects it.
+        let listener = IdInner::event_handle(&self)?;
         let l = lock(&self.state);
-        // Its last handle is being dropped (its destruction waits for the service's lock,
-        // which the caller holds): the request finds no listener.
-        if l.destroyed || self.handles.load(Ordering::Acquire) == 0 {
-            return None;
-        }
+        let (service, src) = (l.service.clone(), l.src);
+        drop(l);
+        let (dst, local) = match &kind {
+            CmEventKind::ConnectRequest { peer, local, .. } => (Some(*peer), Some(*local)),
+            _ => (None, src),
+        };
         let id = Arc::new(IdInner {
             channel: self.channel.clone(),
             ps: self.ps,
             qp_type: self.qp_type,
-            handles: AtomicUsize::new(0),
+            // The event's: the new id's first handle.
+            handles: AtomicUsize::new(1),
             state: Mutex::new(IdState {
-                service: l.service.clone(),
+                service,
                 rid: Some(rid),
-                src: l.src,
+                src: local,
+                dst,
                 ..IdState::default()
             }),
         });
-        drop(l);
         let weak = Arc::downgrade(&id);
-        IdInner::post_event(&id, kind, Some(self));
+        id.channel.push(CmEvent {
+            id: CmId { inner: id.clone() },
+            listen_id: Some(listener),
+            kind,
+        });
         Some(weak)
     }
 
     fn post(self: Arc<Self>, kind: CmEventKind) {
-        IdInner::post_event(&self, kind, None);
+        IdInner::post_event(&self, kind);
     }
 
     fn set_peer_param(&self, param: ConnParam) {
@@ -240,24 +271,16 @@ impl Endpoint for IdInner {
 }
 
 impl IdInner {
-    /// Hands `kind` to the id's channel, unless the id was destroyed (an event the service
-    /// queued before that must not bring it back).
-    fn post_event(id: &Arc<IdInner>, kind: CmEventKind, listener: Option<Arc<IdInner>>) {
-        {
-            let mut s = lock(&id.state);
-            if s.destroyed {
-                return;
-            }
-            if let CmEventKind::ConnectRequest { peer, local, .. } = &kind {
-                s.dst = Some(*peer);
-                s.src = Some(*local);
-            }
+    /// Hands `kind` to the id's channel, unless the id's last handle is gone (an event the
+    /// service queued before that must not bring it back).
+    fn post_event(id: &Arc<IdInner>, kind: CmEventKind) {
+        if let Some(handle) = IdInner::event_handle(id) {
+            id.channel.push(CmEvent {
+                id: handle,
+                listen_id: None,
+                kind,
+            });
         }
-        id.channel.push(CmEvent {
-            id: CmId::handle(id.clone()),
-            listen_id: listener.map(CmId::handle),
-            kind,
-        });
     }
 
     fn qp_to_error(&self) {
@@ -352,7 +375,7 @@ impl CmId {
             self.bind_addr(src)?;
         }
         lock(&self.inner.state).dst = Some(dst);
-        IdInner::post_event(&self.inner, CmEventKind::AddrResolved, None);
+        IdInner::post_event(&self.inner, CmEventKind::AddrResolved);
         Ok(())
     }
 
@@ -374,7 +397,7 @@ impl CmId {
             ..Route::default()
         });
         drop(s);
-        IdInner::post_event(&self.inner, CmEventKind::RouteResolved, None);
+        IdInner::post_event(&self.inner, CmEventKind::RouteResolved);
         Ok(())
     }
 
@@ -507,7 +530,10 @@ mod tests {
     #[test]
     fn a_dropped_listener_frees_its_port_at_once() {
         let ch = EventChannel::new();
-        let at: SocketAddr = "127.0.61.10:7471".parse().unwrap();
+        let at: SocketAddr = "127.0.60.20:7471".parse().unwrap();
+        // Keeps the address's service (and device) for the whole test.
+        let keeper = CmId::new(&ch, PortSpace::Tcp, RdmaQpType::Rc);
+        keeper.bind_addr("127.0.60.20:0".parse().unwrap()).unwrap();
         let l = CmId::new(&ch, PortSpace::Tcp, RdmaQpType::Rc);
         l.bind_addr(at).unwrap();
         l.listen().unwrap();
