@@ -101,6 +101,9 @@ pub(crate) struct Responder {
     pub nak_sent: bool,
     /// Recent READ/atomic requests, oldest first, at most max(1, max_dest_rd_atomic).
     pub resources: VecDeque<Resource>,
+    /// Resources (by first PSN) answered again for a duplicate request: whatever answer is
+    /// queued for them is a repeat (see [`Responder::reserve`]). At most one per resource.
+    pub replayed: Vec<Psn>,
     pub output: VecDeque<Output>,
     /// A fatal NAK is queued: accept nothing more; enter ERR once it is sent.
     pub fatal: bool,
@@ -156,26 +159,88 @@ impl Responder {
 
     /// Makes room for one more READ/atomic resource among `max` (`max_dest_rd_atomic`).
     /// `false` if there is none, which the requester provoked (IBTA C9-151: Invalid Request):
-    /// `max` is 0, or every resource is still being answered — a requester that honours the
-    /// negotiated depth cannot have completed the oldest one, so it has too many outstanding.
-    /// Otherwise the oldest finished one is forgotten: the requester has its answer.
+    /// `max` is 0, or every resource is still being answered for the first time — a
+    /// requester that honours the negotiated depth cannot have completed the oldest one, so
+    /// it has too many outstanding. Otherwise the oldest is forgotten: the requester has its
+    /// answer. A repeat of that answer still queued for a duplicate request goes with it:
+    /// the requester asked again before the first answer reached it, and completed the
+    /// request with that one (refused instead, a new READ after a spurious duplicate failed
+    /// the requester's QP with a remote invalid request error; rxe reuses its oldest resource
+    /// whatever it is doing).
     pub(crate) fn reserve(&mut self, max: u8) -> bool {
         if max == 0 {
             return false;
         }
         while self.resources.len() >= usize::from(max) {
             let oldest = self.resources[0].psn();
-            if self.output.iter().any(|o| o.answers(oldest)) {
+            let repeat = self.replayed.contains(&oldest);
+            if !repeat && self.output.iter().any(|o| o.answers(oldest)) {
                 return false;
+            }
+            if repeat {
+                self.cancel_answer(oldest);
+                self.replayed.retain(|&p| p != oldest);
             }
             self.resources.pop_front();
         }
         true
     }
 
+    /// Records that the resource starting at `psn` is being answered again, for a duplicate.
+    pub(crate) fn mark_replayed(&mut self, psn: Psn) {
+        if !self.replayed.contains(&psn) {
+            self.replayed.push(psn);
+        }
+    }
+
     /// Drops any answer still queued for the resource starting at `psn` (a duplicate request
     /// replaces it).
     pub(crate) fn cancel_answer(&mut self, psn: Psn) {
         self.output.retain(|o| !o.answers(psn));
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Four one-packet READs at depth 4, the oldest one's answer still queued.
+    fn four_reads_first_answer_queued() -> Responder {
+        let mut r = Responder::default();
+        for i in 0..4 {
+            r.resources.push_back(Resource::Read {
+                psn: Psn::new(i * 10),
+                npkts: 1,
+            });
+        }
+        r.output.push_back(Output::Read {
+            start: Psn::new(0),
+            psn: Psn::new(0),
+            rkey: 1,
+            va: 0x1000,
+            remaining: 8,
+            first: true,
+            msn: 1,
+        });
+        r
+    }
+
+    /// A new READ while the oldest resource is answered for the first time is one too many
+    /// (IBTA C9-151); while it is answered again for a duplicate, the requester has the first
+    /// answer (it would not exceed the depth otherwise): the repeat goes, the READ is taken.
+    #[test]
+    fn a_repeat_answer_does_not_hold_the_oldest_resource() {
+        let mut first = four_reads_first_answer_queued();
+        assert!(!first.reserve(4));
+        assert_eq!((first.resources.len(), first.output.len()), (4, 1));
+
+        let mut again = four_reads_first_answer_queued();
+        again.mark_replayed(Psn::new(0));
+        again.mark_replayed(Psn::new(0));
+        assert_eq!(again.replayed, [Psn::new(0)]);
+        assert!(again.reserve(4));
+        assert!(again.output.is_empty(), "the repeat is dropped");
+        assert_eq!(again.resources.len(), 3);
+        assert!(again.replayed.is_empty());
     }
 }

@@ -34,6 +34,7 @@ impl QueuePair {
                 // The response still going out, partly sent or not, is replaced by the
                 // requester's new ask (rxe: the resource restarts from the duplicate's PSN).
                 self.resp.cancel_answer(start);
+                self.resp.mark_replayed(start);
                 self.queue_read_response(ctx, start, psn, &reth);
             }
             OpKind::AtomicWrite | OpKind::Flush => {
@@ -44,6 +45,7 @@ impl QueuePair {
                 match found {
                     Some(msn) => {
                         self.resp.cancel_answer(psn);
+                        self.resp.mark_replayed(psn);
                         self.resp
                             .output
                             .push_back(Output::PlacementAck { psn, msn });
@@ -60,6 +62,7 @@ impl QueuePair {
                     Some((orig, msn)) => {
                         ctx.stats.atomics_replayed += 1;
                         self.resp.cancel_answer(psn);
+                        self.resp.mark_replayed(psn);
                         self.resp
                             .output
                             .push_back(Output::AtomicAck { psn, orig, msn });
