@@ -564,3 +564,47 @@ fn the_write_after_a_repaired_read_is_not_resent() {
     assert_eq!(stats.drops_for(DropReason::Duplicate), 0);
     assert_eq!(resent, 2, "the lost WRITE packet and the READ request");
 }
+
+/// A lone READ at the end of the queue, its request lost: nothing answers, and nothing after
+/// it is a probe of its own. After a silence the tail probe sends the request again — not the
+/// retransmit timer, 67 ms later — towards a responder of either kind not known to drop.
+#[test]
+fn a_lone_lost_read_request_goes_again_with_the_tail_probe() {
+    for learn in [false, true] {
+        let (mut net, qpn) = perftest_pair(learn);
+        let resent_before = net.nodes[0].engine.stats().retransmitted_packets;
+        let mut lost = false;
+        net.fate = Box::new(move |from, p, _| {
+            if from == 0 && !lost && p.bth.opcode == Opcode::RC_RDMA_READ_REQUEST {
+                lost = true;
+                return Fate::Drop;
+            }
+            Fate::Deliver
+        });
+        net.write_mem(1, 16384, &pattern(12, 16384));
+        let start = net.now;
+        let read = SendOp::RdmaRead {
+            remote_addr: BASE + 16384,
+            rkey: net.nodes[1].key,
+        };
+        let w = wr(30, read, net.sge(0, 16384, 16 * 1024));
+        net.nodes[0].engine.post_send(start, qpn, w).unwrap();
+        net.run_for(Duration::from_secs(1));
+        let took = net.now.saturating_duration_since(start);
+        let wcs: Vec<_> = net
+            .completions(0)
+            .iter()
+            .map(|w| (w.wr_id, w.status))
+            .collect();
+        assert_eq!(wcs, [(30, WcStatus::Success)], "learn {learn}");
+        assert_eq!(net.read_mem(0, 16384, 16384), pattern(12, 16384));
+        let stats = net.nodes[0].engine.stats();
+        assert_eq!(stats.retransmit_timeouts, 0, "learn {learn}");
+        assert_eq!(
+            stats.retransmitted_packets - resent_before,
+            1,
+            "learn {learn}"
+        );
+        assert!(took < Duration::from_millis(20), "learn {learn}: {took:?}");
+    }
+}

@@ -651,8 +651,13 @@ impl QueuePair {
     /// newest packet. A responder that keeps early packets NAKs a gap once, and silently keeps
     /// whatever follows: when that NAK is lost, the newest packet gets no answer, while the
     /// oldest always does (it fills the gap, or is a duplicate, which is acknowledged).
-    /// READ and atomic PSNs are the responder's to send (a response): those are restarted by
-    /// the retransmit timer.
+    /// READ and atomic PSNs are the responder's to send (a response), so they are not probes
+    /// of their own — except a READ or atomic request that is the oldest unacknowledged and
+    /// got no answer at all: a silence means it or its whole answer was lost (a responder
+    /// answering it makes no silence), and it goes again (the responder executes a duplicate
+    /// READ again, and answers a duplicate atomic from its replay cache). Left to the
+    /// retransmit timer, a lone lost READ at the end of the queue cost 67 ms. A READ answered
+    /// in part is restarted by the timer.
     fn tail_probe(&mut self, ctx: &mut Ctx<'_>) {
         let unacked = self.req.unacked_psn;
         let newest = self.req.sent_high.sub(1);
@@ -671,6 +676,9 @@ impl QueuePair {
                 self.repair_keeping_sample(unacked, RepairKind::Probe);
             }
             _ if self.req.resendable_alone(newest) => self.req.resend = Some(newest),
+            _ if self.req.unanswered_request(unacked) => {
+                self.repair_keeping_sample(unacked, RepairKind::Probe);
+            }
             _ => return,
         }
         self.req.rtt.on_probe();

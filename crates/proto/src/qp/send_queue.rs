@@ -185,6 +185,13 @@ impl Requester {
             .is_some_and(|w| !w.wr.op.is_read_or_atomic())
     }
 
+    /// Whether `psn` is the request of a READ or atomic that nothing has answered yet (its
+    /// first PSN: a READ answered in part has moved the oldest unacknowledged PSN past it).
+    pub(crate) fn unanswered_request(&self, psn: Psn) -> bool {
+        self.wqe_at(psn)
+            .is_some_and(|w| w.wr.op.is_read_or_atomic() && w.first_psn == psn)
+    }
+
     /// State for a QP entering RTS.
     pub(crate) fn reset(&mut self, cfg: &QpConfig) {
         self.next_psn = cfg.sq_psn;
