@@ -18,6 +18,23 @@ fn write(net: &Net, wr_id: u64, to: usize, offset: u64, len: u32) -> SendWr {
     wr(wr_id, op, net.sge(0, offset, len))
 }
 
+/// A 16 KiB READ of node 1's bytes at 16384 into node 0's at 16384.
+fn read_16k(net: &Net, wr_id: u64) -> SendWr {
+    let op = SendOp::RdmaRead {
+        remote_addr: BASE + 16384,
+        rkey: net.nodes[1].key,
+    };
+    wr(wr_id, op, net.sge(0, 16384, 16 * 1024))
+}
+
+/// Node 0's completions so far: work request and status.
+fn statuses(net: &mut Net) -> Vec<(u64, WcStatus)> {
+    net.completions(0)
+        .iter()
+        .map(|w| (w.wr_id, w.status))
+        .collect()
+}
+
 #[test]
 fn a_qp_timing_out_towards_a_dead_peer_does_not_hold_the_budget_of_live_ones() {
     // Node 0 talks to node 1, which answers nothing (the wire drops all it sends), and to
@@ -45,11 +62,7 @@ fn a_qp_timing_out_towards_a_dead_peer_does_not_hold_the_budget_of_live_ones() {
         net.nodes[0].engine.post_send(now, live, w).unwrap();
     }
     net.run_for(Duration::from_secs(1));
-    let wcs: Vec<(u64, WcStatus)> = net
-        .completions(0)
-        .iter()
-        .map(|w| (w.wr_id, w.status))
-        .collect();
+    let wcs = statuses(&mut net);
     let mut want: Vec<(u64, WcStatus)> = (100..108).map(|id| (id, WcStatus::Success)).collect();
     want.push((1, WcStatus::RetryExcErr));
     assert_eq!(
@@ -392,11 +405,7 @@ fn an_atomic_ack_answers_the_repair_of_the_atomic() {
     let w = write(&net, 3, 1, 0, 1024);
     net.nodes[0].engine.post_send(now, qpn, w).unwrap();
     net.run_for(Duration::from_secs(1));
-    let wcs: Vec<_> = net
-        .completions(0)
-        .iter()
-        .map(|w| (w.wr_id, w.status))
-        .collect();
+    let wcs = statuses(&mut net);
     assert_eq!(wcs, [(2, WcStatus::Success), (3, WcStatus::Success)]);
     let took = net.now.saturating_duration_since(start);
     let stats = net.nodes[0].engine.stats();
@@ -428,20 +437,12 @@ fn an_atomic_ack_does_not_resend_the_read_after_it() {
     let resent_before = net.nodes[0].engine.stats().retransmitted_packets;
     post_fetch_add_losing_it(&mut net, qpn, 2);
     let now = net.now;
-    let read = SendOp::RdmaRead {
-        remote_addr: BASE + 16384,
-        rkey: net.nodes[1].key,
-    };
-    let w = wr(3, read, net.sge(0, 16384, 16 * 1024));
+    let w = read_16k(&net, 3);
     net.nodes[0].engine.post_send(now, qpn, w).unwrap();
     let w = write(&net, 4, 1, 0, 1024);
     net.nodes[0].engine.post_send(now, qpn, w).unwrap();
     net.run_for(Duration::from_secs(1));
-    let wcs: Vec<_> = net
-        .completions(0)
-        .iter()
-        .map(|w| (w.wr_id, w.status))
-        .collect();
+    let wcs = statuses(&mut net);
     let ok = WcStatus::Success;
     assert_eq!(wcs, [(2, ok), (3, ok), (4, ok)]);
     let stats = net.nodes[0].engine.stats();
@@ -490,11 +491,7 @@ fn write_read_write_losing(
     let start = net.now;
     let w = write(net, 10, 1, 0, 4096);
     net.nodes[0].engine.post_send(start, qpn, w).unwrap();
-    let read = SendOp::RdmaRead {
-        remote_addr: BASE + 16384,
-        rkey: net.nodes[1].key,
-    };
-    let w = wr(11, read, net.sge(0, 16384, 16 * 1024));
+    let w = read_16k(net, 11);
     net.nodes[0].engine.post_send(start, qpn, w).unwrap();
     if then_write {
         let w = write(net, 12, 1, 8192, 1024);
@@ -502,11 +499,7 @@ fn write_read_write_losing(
     }
     net.run_for(Duration::from_secs(1));
     let took = net.now.saturating_duration_since(start);
-    let wcs: Vec<_> = net
-        .completions(0)
-        .iter()
-        .map(|w| (w.wr_id, w.status))
-        .collect();
+    let wcs = statuses(net);
     let ok = WcStatus::Success;
     let mut want = vec![(10, ok), (11, ok)];
     if then_write {
@@ -583,19 +576,11 @@ fn a_lone_lost_read_request_goes_again_with_the_tail_probe() {
         });
         net.write_mem(1, 16384, &pattern(12, 16384));
         let start = net.now;
-        let read = SendOp::RdmaRead {
-            remote_addr: BASE + 16384,
-            rkey: net.nodes[1].key,
-        };
-        let w = wr(30, read, net.sge(0, 16384, 16 * 1024));
+        let w = read_16k(&net, 30);
         net.nodes[0].engine.post_send(start, qpn, w).unwrap();
         net.run_for(Duration::from_secs(1));
         let took = net.now.saturating_duration_since(start);
-        let wcs: Vec<_> = net
-            .completions(0)
-            .iter()
-            .map(|w| (w.wr_id, w.status))
-            .collect();
+        let wcs = statuses(&mut net);
         assert_eq!(wcs, [(30, WcStatus::Success)], "learn {learn}");
         assert_eq!(net.read_mem(0, 16384, 16384), pattern(12, 16384));
         let stats = net.nodes[0].engine.stats();
