@@ -202,17 +202,18 @@ impl CheckMemory {
         let at = ((qp as u64 * ring + seq % ring) * slot) as usize;
         let got = mr.read_vec(at, size as usize)?;
         let want = pattern(off as usize, size as usize);
-        if let Some(i) = got.iter().zip(&want).position(|(a, b)| a != b) {
-            let what = if got.iter().all(|&b| b == POISON) {
-                "nothing landed".to_owned()
-            } else {
-                format!("byte {i} differs from the server's")
-            };
-            return Err(PerfError::check(format!(
-                "READ {seq} of QP index {qp} ({size} bytes from offset {off}) completed, but {what}"
-            )));
+        if got == want {
+            return Ok(());
         }
-        Ok(())
+        let what = if got.iter().all(|&b| b == POISON) {
+            "nothing landed".to_owned()
+        } else {
+            let i = got.iter().zip(&want).take_while(|(a, b)| a == b).count();
+            format!("byte {i} differs from the server's")
+        };
+        Err(PerfError::check(format!(
+            "READ {seq} of QP index {qp} ({size} bytes from offset {off}) completed, but {what}"
+        )))
     }
 }
 
