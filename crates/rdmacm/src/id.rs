@@ -27,8 +27,57 @@ pub struct EventChannel {
 
 #[derive(Default)]
 struct ChannelInner {
-    queue: Mutex<VecDeque<CmEvent>>,
+    queue: Mutex<VecDeque<Queued>>,
     ready: Condvar,
+}
+
+/// An event waiting in its channel. It refers to its ids without holding handles on them: an
+/// id whose application handles are all dropped is destroyed at once, as by `rdma_destroy_id`,
+/// and its unread events go with it ([`IdInner::destroy`]). Handles are taken when the event
+/// is read ([`Queued::claim`]).
+struct Queued {
+    /// `None` once claimed.
+    id: Option<Arc<IdInner>>,
+    listen_id: Option<Arc<IdInner>>,
+    kind: CmEventKind,
+}
+
+impl Queued {
+    /// The event as the application gets it, with handles on its ids; `None` if one of them
+    /// was destroyed after the event was queued.
+    fn claim(mut self) -> Option<CmEvent> {
+        // The listener first: a request that reaches a destroyed listener is dropped here,
+        // and the drop rejects it.
+        let listen_id = match &self.listen_id {
+            Some(l) => Some(IdInner::claim(l)?),
+            None => None,
+        };
+        let id = IdInner::claim(self.id.as_ref()?)?;
+        self.id = None;
+        Some(CmEvent {
+            id,
+            listen_id,
+            kind: self.kind.clone(),
+        })
+    }
+
+    fn is_about(&self, id: &IdInner) -> bool {
+        [&self.id, &self.listen_id]
+            .into_iter()
+            .flatten()
+            .any(|q| std::ptr::eq(Arc::as_ptr(q), id))
+    }
+}
+
+/// A connect request that is never read (its listener was destroyed first, or the channel
+/// dropped) destroys its new id, which no handle will ever reach: the CM rejects the request
+/// at once, as the kernel does with a destroyed listener's unread requests.
+impl Drop for Queued {
+    fn drop(&mut self) {
+        if let (Some(id), Some(_)) = (&self.id, &self.listen_id) {
+            id.destroy();
+        }
+    }
 }
 
 impl std::fmt::Debug for EventChannel {
@@ -52,7 +101,14 @@ impl EventChannel {
         let mut q = lock(&self.inner.queue);
         loop {
             if let Some(e) = q.pop_front() {
-                return Some(e);
+                // Claimed without the queue's lock: claiming takes the id's, and an id's
+                // lock is held while events are queued for it.
+                drop(q);
+                if let Some(e) = e.claim() {
+                    return Some(e);
+                }
+                q = lock(&self.inner.queue);
+                continue;
             }
             match deadline {
                 None => q = self.inner.ready.wait(q).unwrap_or_else(|e| e.into_inner()),
@@ -74,12 +130,33 @@ impl EventChannel {
 
     /// The next event if one is waiting.
     pub fn try_get_event(&self) -> Option<CmEvent> {
-        lock(&self.inner.queue).pop_front()
+        loop {
+            let e = lock(&self.inner.queue).pop_front()?;
+            if let Some(e) = e.claim() {
+                return Some(e);
+            }
+        }
     }
 
-    fn push(&self, e: CmEvent) {
+    /// Whether an event is waiting: what polling a librdmacm channel's descriptor tells.
+    pub fn has_event(&self) -> bool {
+        !lock(&self.inner.queue).is_empty()
+    }
+
+    fn push(&self, e: Queued) {
         lock(&self.inner.queue).push_back(e);
         self.inner.ready.notify_all();
+    }
+
+    /// Drops the unread events about `id` (destroyed), outside the queue's lock: a connect
+    /// request's drop destroys its new id.
+    fn discard(&self, id: &IdInner) {
+        let mut q = lock(&self.inner.queue);
+        let (gone, kept): (VecDeque<Queued>, VecDeque<Queued>) =
+            q.drain(..).partition(|e| e.is_about(id));
+        *q = kept;
+        drop(q);
+        drop(gone);
     }
 }
 
@@ -96,9 +173,10 @@ pub struct CmEvent {
 
 /// An rdma_cm identifier (`struct rdma_cm_id`): one endpoint of one connection, or a
 /// listener. Cheap to clone; the connection is torn down (as `rdma_destroy_id`) when the
-/// last handle is dropped — the handles the application holds, its events' among them — at
-/// once, on the dropping thread: when that `drop` returns, a listener's port is free to bind
-/// again, as after `rdma_destroy_id`.
+/// last handle is dropped — the handles the application holds, those in the events it has
+/// read among them — at once, on the dropping thread: when that `drop` returns, a listener's
+/// port is free to bind again, and the id's unread events are gone (a listener's unread
+/// connect requests rejected), as after `rdma_destroy_id`.
 pub struct CmId {
     pub(crate) inner: Arc<IdInner>,
 }
@@ -171,12 +249,14 @@ struct IdState {
     peer_param: Option<ConnParam>,
     /// The last handle is gone: the id gets no more events.
     destroyed: bool,
+    /// Made for a connect request and not yet read: no handle yet, and not destroyed for it.
+    unclaimed: bool,
 }
 
 impl IdInner {
-    /// `rdma_destroy_id`: stops listening, releases the port, tears the connection down —
-    /// unless an event took a handle again in the meantime (see [`IdInner::event_handle`]):
-    /// that handle's drop destroys it.
+    /// `rdma_destroy_id`: stops listening, releases the port, tears the connection down and
+    /// drops the id's unread events — unless an event was read and took a handle in the
+    /// meantime (see [`IdInner::claim`]): that handle's drop destroys it.
     fn destroy(&self) {
         let mut s = lock(&self.state);
         if s.destroyed || self.handles.load(Ordering::Acquire) != 0 {
@@ -191,17 +271,24 @@ impl IdInner {
                 let _ = st.cm.destroy(now, rid);
             });
         }
+        self.channel.discard(self);
     }
 
-    /// A handle on `this` for an event about it, unless its last handle is gone (it is
-    /// destroyed, or its destruction waits for the service's lock). Taken under the id's
-    /// lock, which `destroy` checks under too: an id is never handed out again once its
-    /// destruction has begun.
-    fn event_handle(this: &Arc<IdInner>) -> Option<CmId> {
-        let s = lock(&this.state);
-        if s.destroyed || this.handles.load(Ordering::Acquire) == 0 {
+    /// Whether the id takes events: not destroyed, and a handle alive or yet to come.
+    fn takes_events(&self, s: &IdState) -> bool {
+        !s.destroyed && (s.unclaimed || self.handles.load(Ordering::Acquire) != 0)
+    }
+
+    /// A handle on `this` for an event the application reads, unless its last handle is
+    /// gone (it is destroyed, or its destruction waits for the service's lock). Taken under
+    /// the id's lock, which `destroy` checks under too: an id is never handed out again once
+    /// its destruction has begun.
+    fn claim(this: &Arc<IdInner>) -> Option<CmId> {
+        let mut s = lock(&this.state);
+        if !this.takes_events(&s) {
             return None;
         }
+        s.unclaimed = false;
         this.handles.fetch_add(1, Ordering::AcqRel);
         Some(CmId {
             inner: this.clone(),
@@ -216,11 +303,14 @@ impl Endpoint for IdInner {
         kind: CmEventKind,
     ) -> Option<Weak<dyn Endpoint>> {
         // A listener whose last handle is being dropped (its destruction waits for the
-        // service's lock, which the caller holds) takes no request: the CM rejects it.
-        let listener = IdInner::event_handle(&self)?;
+        // service's lock, which the caller holds) takes no request: the CM rejects it. The
+        // event is queued under the listener's lock, so a destruction that starts later
+        // finds it to reject.
         let l = lock(&self.state);
+        if !self.takes_events(&l) {
+            return None;
+        }
         let (service, src) = (l.service.clone(), l.src);
-        drop(l);
         let (dst, local) = match &kind {
             CmEventKind::ConnectRequest { peer, local, .. } => (Some(*peer), Some(*local)),
             _ => (None, src),
@@ -229,22 +319,24 @@ impl Endpoint for IdInner {
             channel: self.channel.clone(),
             ps: self.ps,
             qp_type: self.qp_type,
-            // The event's: the new id's first handle.
-            handles: AtomicUsize::new(1),
+            // Its first handle is the one its event takes when read.
+            handles: AtomicUsize::new(0),
             state: Mutex::new(IdState {
                 service,
                 rid: Some(rid),
                 src: local,
                 dst,
+                unclaimed: true,
                 ..IdState::default()
             }),
         });
         let weak = Arc::downgrade(&id);
-        id.channel.push(CmEvent {
-            id: CmId { inner: id.clone() },
-            listen_id: Some(listener),
+        self.channel.push(Queued {
+            id: Some(id),
+            listen_id: Some(self.clone()),
             kind,
         });
+        drop(l);
         Some(weak)
     }
 
@@ -272,11 +364,13 @@ impl Endpoint for IdInner {
 
 impl IdInner {
     /// Hands `kind` to the id's channel, unless the id's last handle is gone (an event the
-    /// service queued before that must not bring it back).
+    /// service queued before that must not bring it back). Queued under the id's lock, so
+    /// that a `destroy` that begins after the check finds the event to discard.
     fn post_event(id: &Arc<IdInner>, kind: CmEventKind) {
-        if let Some(handle) = IdInner::event_handle(id) {
-            id.channel.push(CmEvent {
-                id: handle,
+        let s = lock(&id.state);
+        if id.takes_events(&s) {
+            id.channel.push(Queued {
+                id: Some(id.clone()),
                 listen_id: None,
                 kind,
             });
@@ -551,5 +645,27 @@ mod tests {
         let fourth = CmId::new(&ch, PortSpace::Tcp, RdmaQpType::Rc);
         assert_eq!(fourth.bind_addr(at).unwrap(), at);
         drop(services_reference);
+    }
+
+    /// An id dropped with an event unread in a channel the application also dropped is freed:
+    /// the event held a handle on the id, the id its channel, the channel the event, and the
+    /// three were never freed.
+    #[test]
+    fn an_id_dropped_with_an_unread_event_is_freed() {
+        let ch = EventChannel::new();
+        let id = CmId::new(&ch, PortSpace::Tcp, RdmaQpType::Rc);
+        id.resolve_addr(
+            Some("127.0.60.23:0".parse().unwrap()),
+            "127.0.60.24:7471".parse().unwrap(),
+        )
+        .unwrap();
+        assert!(ch.has_event(), "AddrResolved is queued at once on loopback");
+        let inner = Arc::downgrade(&id.inner);
+        let channel = Arc::downgrade(&ch.inner);
+        drop(id);
+        assert!(!ch.has_event(), "the destroyed id's unread event is gone");
+        drop(ch);
+        assert!(inner.upgrade().is_none(), "the id is freed");
+        assert!(channel.upgrade().is_none(), "the channel is freed");
     }
 }

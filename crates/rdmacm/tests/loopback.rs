@@ -243,3 +243,37 @@ fn a_listener_gone_mid_handshake_rejects_not_hangs() {
     let e = next(&cch);
     assert!(matches!(e.kind, CmEventKind::Rejected { .. }), "{e:?}");
 }
+
+/// A listener dropped while a connect request waits unread in its channel: as after the
+/// kernel's `rdma_destroy_id`, the request is rejected at once and the port is free to listen
+/// on again (the unread event used to keep the listener, its port and the client waiting).
+#[test]
+fn a_listener_dropped_with_an_unread_request_rejects_it_and_frees_its_port() {
+    let (sch, cch) = (EventChannel::new(), EventChannel::new());
+    let l = listener(&sch, "127.0.60.26:7471");
+    let (c, _qp, _cq) = client(&cch, "127.0.60.25:0", "127.0.60.26:7471");
+    c.connect(&ConnParam::rc(0)).unwrap();
+    let asked = std::time::Instant::now();
+    while !sch.has_event() {
+        assert!(
+            asked.elapsed() < WAIT,
+            "the request never reached the server"
+        );
+        std::thread::sleep(Duration::from_millis(1));
+    }
+    drop(l);
+    assert!(
+        sch.try_get_event().is_none(),
+        "the request went with its listener"
+    );
+    let again = listener(&sch, "127.0.60.26:7471");
+    let e = next(&cch);
+    assert_eq!(e.id, c);
+    assert!(matches!(e.kind, CmEventKind::Rejected { .. }), "{e:?}");
+    // The new listener takes the next request.
+    let (c2, _qp2, _cq2) = client(&cch, "127.0.60.25:0", "127.0.60.26:7471");
+    c2.connect(&ConnParam::rc(0)).unwrap();
+    let req = next(&sch);
+    assert_eq!(req.listen_id.as_ref(), Some(&again));
+    assert!(matches!(req.kind, CmEventKind::ConnectRequest { .. }));
+}
