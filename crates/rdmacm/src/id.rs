@@ -138,7 +138,9 @@ impl EventChannel {
         }
     }
 
-    /// Whether an event is waiting: what polling a librdmacm channel's descriptor tells.
+    /// Whether an event is waiting: what polling a librdmacm channel's descriptor tells
+    /// (except that an event about an id whose destruction is under way at that moment
+    /// still counts; reading it then finds nothing).
     pub fn has_event(&self) -> bool {
         !lock(&self.inner.queue).is_empty()
     }
@@ -182,9 +184,9 @@ pub struct CmId {
 }
 
 impl CmId {
-    /// A counted handle on `inner`, which is new or of which the caller holds a handle (an
-    /// event's handle on an id the application may be dropping is
-    /// [`IdInner::event_handle`]'s).
+    /// A counted handle on `inner`, which is new or of which the caller holds a handle (the
+    /// handle an event takes on an id the application may be dropping is
+    /// [`IdInner::claim`]'s).
     fn handle(inner: Arc<IdInner>) -> CmId {
         inner.handles.fetch_add(1, Ordering::Relaxed);
         CmId { inner }
@@ -364,11 +366,14 @@ impl Endpoint for IdInner {
 
 impl IdInner {
     /// Hands `kind` to the id's channel, unless the id's last handle is gone (an event the
-    /// service queued before that must not bring it back). Queued under the id's lock, so
-    /// that a `destroy` that begins after the check finds the event to discard.
+    /// service queued before that must not bring it back) or its connect request is still
+    /// unread: as the kernel does, a new id gets no events before the application has it (a
+    /// second thread reading such an event and dropping it would destroy the id under the
+    /// request). Queued under the id's lock, so that a `destroy` that begins after the check
+    /// finds the event to discard.
     fn post_event(id: &Arc<IdInner>, kind: CmEventKind) {
         let s = lock(&id.state);
-        if id.takes_events(&s) {
+        if id.takes_events(&s) && !s.unclaimed {
             id.channel.push(Queued {
                 id: Some(id.clone()),
                 listen_id: None,
