@@ -652,6 +652,41 @@ mod tests {
         drop(services_reference);
     }
 
+    /// A new id whose connect request is unread takes no events: another reader could take
+    /// one, drop it and so destroy the id before the request is read.
+    #[test]
+    fn an_unread_requests_id_takes_no_events_until_the_request_is_read() {
+        let ch = EventChannel::new();
+        let listener = CmId::new(&ch, PortSpace::Tcp, RdmaQpType::Rc);
+        let new = Arc::new(IdInner {
+            channel: ch.clone(),
+            ps: PortSpace::Tcp,
+            qp_type: RdmaQpType::Rc,
+            handles: AtomicUsize::new(0),
+            state: Mutex::new(IdState {
+                unclaimed: true,
+                ..IdState::default()
+            }),
+        });
+        ch.push(Queued {
+            id: Some(new.clone()),
+            listen_id: Some(listener.inner.clone()),
+            kind: CmEventKind::Disconnected,
+        });
+        IdInner::post_event(&new, CmEventKind::TimewaitExit);
+        let req = ch.try_get_event().expect("the request");
+        assert_eq!(req.listen_id.as_ref(), Some(&listener));
+        assert!(
+            ch.try_get_event().is_none(),
+            "nothing queued before the request was read"
+        );
+        IdInner::post_event(&new, CmEventKind::TimewaitExit);
+        let e = ch
+            .try_get_event()
+            .expect("an event once the request is read");
+        assert_eq!((e.id, e.kind), (req.id, CmEventKind::TimewaitExit));
+    }
+
     /// An id dropped with an event unread in a channel the application also dropped is freed:
     /// the event held a handle on the id, the id its channel, the channel the event, and the
     /// three were never freed.
