@@ -29,6 +29,8 @@
 //! let cq = client.device().unwrap().create_cq(16).unwrap();
 //! client.create_qp(&pd, &QpInitAttr::rc(&cq)).unwrap();
 //! client.connect(&ConnParam::rc(0)).unwrap();
+//! // Dropping an id's last handle destroys it (`rdma_destroy_id`): keep the accepted one.
+//! let mut accepted = Vec::new();
 //! while let Some(e) = ch.get_event(None) {
 //!     match e.kind {
 //!         CmEventKind::ConnectRequest { .. } => {
@@ -36,6 +38,7 @@
 //!             let cq = e.id.device().unwrap().create_cq(16).unwrap();
 //!             e.id.create_qp(&pd, &QpInitAttr::rc(&cq)).unwrap();
 //!             e.id.accept(&ConnParam::rc(0)).unwrap();
+//!             accepted.push(e.id);
 //!         }
 //!         CmEventKind::Established { .. } if e.id == client => break,
 //!         _ => {}
