@@ -9,7 +9,8 @@ use std::os::fd::AsRawFd;
 
 use common::*;
 use softrdma::{
-    wr, AsyncEvent, AttachChannelError, CompletionChannel, QpInitAttr, WcStatus, WorkCompletion,
+    wr, AsyncEvent, AttachChannelError, CompletionChannel, QpInitAttr, WcOpcode, WcStatus,
+    WorkCompletion,
 };
 
 /// poll(2) on one descriptor: whether it became readable within `ms`.
@@ -138,8 +139,18 @@ fn raw_region_at_another_virtual_address() {
     assert_eq!(&buf[100..111], b"at the iova");
 }
 
+/// Tests that count what a spinner does one at a time: two ping-pongs spinning at once on a
+/// 2-core machine take each other's cores for longer than a spinner's lease, and the
+/// progress threads step in.
+static SPINNING: std::sync::Mutex<()> = std::sync::Mutex::new(());
+
+fn spinning_alone() -> std::sync::MutexGuard<'static, ()> {
+    SPINNING.lock().unwrap_or_else(|e| e.into_inner())
+}
+
 #[test]
 fn spinning_poller_drives_the_device() {
+    let _alone = spinning_alone();
     let (a, b) = pair("127.0.11.7", "127.0.11.8", 4096);
     b.qp.post_recv((0..100).map(|i| wr::recv(i, vec![b.mr.sge(0, 64)])))
         .unwrap();
@@ -177,6 +188,7 @@ fn spin_for(side: &Side, n: usize) -> Vec<WorkCompletion> {
 fn a_spinning_ping_pong_sends_each_ack_with_the_answer() {
     // Both sides spin on their CQs, repost the receive, then answer: the ACK of the message
     // just received waits for the answer and leaves in the same sendmmsg.
+    let _alone = spinning_alone();
     let (a, b) = pair("127.0.11.11", "127.0.11.12", 4096);
     let rounds = 200u64;
     a.qp.post_recv([wr::recv(0, vec![a.mr.sge(64, 64)])])
@@ -211,6 +223,67 @@ fn a_spinning_ping_pong_sends_each_ack_with_the_answer() {
     let a_calls = after[0].tx_calls - before[0].tx_calls;
     // a's ACK of pong i goes with ping i + 1 (the last one on its own).
     assert!(a_calls <= rounds + rounds / 10 + 1, "{a_calls} send calls");
+}
+
+/// A spinner hands the application the answer as soon as it is placed: the ACK that came in
+/// the same batch (a's ping carries the ACK of b's last pong) waits, and b's next post, once
+/// its pong has gone out, handles it.
+#[test]
+fn a_spinner_hands_on_the_answer_before_the_ack_that_came_with_it() {
+    let _alone = spinning_alone();
+    let (a, b) = pair("127.0.11.13", "127.0.11.14", 4096);
+    let rounds = 200u64;
+    a.qp.post_recv([wr::recv(0, vec![a.mr.sge(64, 64)])])
+        .unwrap();
+    b.qp.post_recv([wr::recv(0, vec![b.mr.sge(64, 64)])])
+        .unwrap();
+    let mut deferred = 0;
+    let mut later = Vec::new();
+    for i in 0..rounds {
+        // Both datagrams are in b's socket when this returns (on loopback the sender's
+        // system call delivers them).
+        a.qp.post_send([wr::send(i, vec![a.mr.sge(0, 8)])]).unwrap();
+        let mut first = spin_for(&b, 1);
+        // Under load a's progress thread may have sent the ACK of the last pong on its own
+        // (a's spinner lease ran out): it then arrives first, and alone.
+        let ack_alone = first[0].opcode == WcOpcode::Send;
+        if ack_alone {
+            assert_eq!(first[0].wr_id, i - 1);
+            first = spin_for(&b, 1);
+        }
+        assert_eq!(
+            (first[0].opcode, first[0].status),
+            (WcOpcode::Recv, WcStatus::Success)
+        );
+        later.clear();
+        let waiting = b.cq.poll(8, &mut later);
+        b.qp.post_recv([wr::recv(i + 1, vec![b.mr.sge(64, 64)])])
+            .unwrap();
+        b.qp.post_send([wr::send(i, vec![b.mr.sge(0, 8)])]).unwrap();
+        if i > 0 && !ack_alone && waiting == 0 {
+            // The ACK of pong i - 1 was left for later: the post handled it. (Under load a
+            // stalled side's retransmission may have brought that ACK earlier, and this one
+            // is a duplicate that completes nothing.)
+            later.clear();
+            if b.cq.poll(8, &mut later) > 0 {
+                assert_eq!((later[0].opcode, later[0].wr_id), (WcOpcode::Send, i - 1));
+                deferred += 1;
+            }
+        } else if i > 0 && !ack_alone {
+            assert_eq!((later[0].opcode, later[0].wr_id), (WcOpcode::Send, i - 1));
+        }
+        let wcs = spin_for(&a, 2);
+        assert!(wcs.iter().all(|w| w.status == WcStatus::Success), "{wcs:?}");
+        a.qp.post_recv([wr::recv(i + 1, vec![a.mr.sge(64, 64)])])
+            .unwrap();
+    }
+    // b's progress thread takes the socket back when b stops spinning for 2 ms; under load
+    // that may happen between rounds, and it handles the whole batch.
+    assert!(
+        deferred > rounds / 2,
+        "the ACK waited in {deferred} of {rounds} rounds"
+    );
+    assert_eq!(spin_for(&b, 1)[0].wr_id, rounds - 1, "the last pong's ACK");
 }
 
 #[test]

@@ -79,6 +79,9 @@ pub(crate) struct Core {
     watches: Vec<CqWatch>,
     /// Receive buffers, used by whichever thread drives progress (under the lock).
     arena: RecvArena,
+    /// The first datagram of the last receive not yet handed to the engine: message index
+    /// and offset within it (a GRO message holds several). At `arena.len()` none is left.
+    rx_next: (usize, usize),
     pub io: IoCounters,
     /// The pcap tap, if the device writes one.
     pub tap: Option<Tap>,
@@ -109,6 +112,7 @@ impl Core {
             ports: HashMap::new(),
             watches: Vec::new(),
             arena,
+            rx_next: (0, 0),
             io: IoCounters::default(),
             tap: None,
             async_events: None,
@@ -150,20 +154,57 @@ impl Core {
         self.watches.retain(|w| w.handle != handle);
     }
 
-    /// Receives one batch and feeds it to the engine; returns the number of messages.
-    pub(super) fn receive(&mut self, now: Instant) -> usize {
-        let arena = &mut self.arena;
-        let n = match self.socket.try_recv(arena) {
-            Ok(n) => n,
+    /// Hands the engine the datagrams left over from the last receive or, when none are
+    /// left, receives a batch and hands it over; returns how many datagrams it handed over.
+    ///
+    /// With `until_completion` (a thread spinning on a CQ) it stops after the first datagram
+    /// that completes work and leaves the rest for the next round of progress: in a
+    /// ping-pong the answer and the ACK of the previous message arrive together, and
+    /// handling the ACK first would put its cost between the answer and the application.
+    pub(super) fn receive(&mut self, now: Instant, until_completion: bool) -> usize {
+        let mut handed = 0;
+        if self.has_pending_datagrams() {
+            handed = self.deliver(now, until_completion);
+            // Once they are all handed over, a batch from the socket as well: a round of
+            // progress drains the socket as fast as before.
+            if self.has_pending_datagrams()
+                || until_completion && fresh_completions(&self.watches, &self.engine)
+            {
+                return handed;
+            }
+        }
+        match self.socket.try_recv(&mut self.arena) {
+            Ok(_) => self.rx_next = (0, 0),
             Err(e) => {
                 self.io.rx_errors += 1;
                 tracing::debug!(error = %e, "receive failed");
-                return 0;
+                return handed;
             }
-        };
-        for (meta, data) in arena.iter() {
+        }
+        handed + self.deliver(now, until_completion)
+    }
+
+    /// Hands the engine the datagrams a [`receive`](Self::receive) until a completion left
+    /// over, without receiving more.
+    pub(super) fn receive_pending(&mut self, now: Instant) -> usize {
+        if self.has_pending_datagrams() {
+            self.deliver(now, false)
+        } else {
+            0
+        }
+    }
+
+    fn has_pending_datagrams(&self) -> bool {
+        self.rx_next.0 < self.arena.len()
+    }
+
+    fn deliver(&mut self, now: Instant, until_completion: bool) -> usize {
+        let mut handed = 0;
+        while let Some((meta, data)) = self.arena.get(self.rx_next.0) {
+            let next_message = (self.rx_next.0 + 1, 0);
             if meta.truncated {
                 self.io.rx_truncated += 1;
+                self.rx_next = next_message;
                 continue;
             }
             let stride = if meta.stride == 0 {
@@ -178,7 +219,10 @@ impl Core {
             };
             let allowed = self.allowed_peers.is_empty()
                 || self.allowed_peers.iter().any(|n| n.contains(meta.src.ip()));
-            for d in data.chunks(stride) {
+            let mut at = self.rx_next.1;
+            while at < data.len() {
+                let d = &data[at..(at + stride).min(data.len())];
+                at += stride;
                 self.io.rx_datagrams += 1;
                 if let Some(tap) = self.tap.as_mut() {
                     tap.received(meta.src, meta.dst_ip, dm.tos, d);
@@ -188,9 +232,21 @@ impl Core {
                     continue;
                 }
                 self.engine.handle_datagram(now, &dm, d);
+                handed += 1;
+                if until_completion
+                    && at < data.len()
+                    && fresh_completions(&self.watches, &self.engine)
+                {
+                    self.rx_next.1 = at;
+                    return handed;
+                }
+            }
+            self.rx_next = next_message;
+            if until_completion && fresh_completions(&self.watches, &self.engine) {
+                return handed;
             }
         }
-        n
+        handed
     }
 
     /// Sends everything the engine has to send.
@@ -418,11 +474,7 @@ impl Core {
 
     /// Whether a watched CQ has completions its waiters have not been told of.
     pub(super) fn has_fresh_completions(&self) -> bool {
-        self.watches.iter().any(|w| {
-            self.engine
-                .cq(w.handle)
-                .is_some_and(|cq| cq.produced != w.seen)
-        })
+        fresh_completions(&self.watches, &self.engine)
     }
 
     /// Wakes the waiters of every CQ that got completions; returns async wakers to call once
@@ -460,6 +512,14 @@ impl Core {
             }
         }
     }
+}
+
+/// [`Core::has_fresh_completions`] on the fields it reads (for use while a received batch is
+/// borrowed).
+fn fresh_completions(watches: &[CqWatch], engine: &Engine) -> bool {
+    watches
+        .iter()
+        .any(|w| engine.cq(w.handle).is_some_and(|cq| cq.produced != w.seen))
 }
 
 /// Datagrams of a batch: one, or several equal-sized ones to the same destination sent as one

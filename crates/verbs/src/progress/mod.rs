@@ -118,6 +118,11 @@ impl Inner {
         let r = f(&mut core, now);
         if self.inline_transmit && flush != Flush::Never {
             core.flush(now);
+            // What a spinner left of its last batch (the ACK that came with the answer it
+            // handed on, see `Core::receive`) is handled now, once the post has gone out.
+            if core.receive_pending(now) > 0 {
+                core.flush(now);
+            }
         }
         core.notify_cqs(&mut wakers);
         core.flush_tap();
@@ -222,7 +227,11 @@ impl Inner {
             self.last_spin_ns
                 .store(now.as_nanos().max(1), Ordering::Release);
         }
-        let got = core.receive(now);
+        // A spinner stops at the first completion (see `Core::receive`): the rest waits for
+        // its next poll or post, or for the progress thread when its lease ends. Not while a
+        // thread sleeps in a wait: what is left is out of the socket, so nothing would wake it.
+        let until_completion = hold_replies && self.pollers.load(Ordering::Acquire) == 0;
+        let got = core.receive(now, until_completion);
         if core.engine.poll_timeout().is_some_and(|d| d <= now) {
             core.engine.handle_timeout(now);
         }
