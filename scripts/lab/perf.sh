@@ -169,7 +169,8 @@ for spec in $TESTS; do
   prog="ib_${test%%-*}_${test#*-}"
   tag=$test
   case $test in
-    atomic-*) flags="$flags -A ${spec#*:}"; tag=$test-${spec#*:} ;;
+    # Without a kind both sides use their default (perftest's: FETCH_AND_ADD).
+    atomic-*) case $spec in *:*) flags="$flags -A ${spec#*:}"; tag=$test-${spec#*:} ;; esac ;;
     *) case " $extra " in
          *" -s "*|*" -a "*) ;;
          *) if [ "$test" = send-lat ]; then flags="$flags -s 8"; else flags="$flags -s $SIZE"; fi ;;

@@ -310,3 +310,98 @@ fn wait_activity_wakes_on_a_datagram_without_a_completion() {
     );
     assert_eq!(b.mr.read_vec(64, 4).unwrap(), b"wake");
 }
+
+/// A spinner that stops after its completion leaves the rest of its batch (here the second
+/// SEND) to the progress thread, which may have gone to sleep on the socket before the spinner
+/// came and emptied it: it must still look by the end of the spinner's lease, not only when
+/// the peer's tail-loss probe (5 ms) brings a duplicate.
+#[test]
+fn what_a_spinner_leaves_behind_is_handled_when_it_stops() {
+    let _alone = spinning_alone();
+    let (a, b) = pair("127.0.11.21", "127.0.11.22", 4096);
+    let rounds = 60u64;
+    let mut slow = Vec::new();
+    for r in 0..rounds {
+        b.qp.post_recv(
+            (0..2).map(|i| wr::recv(r * 2 + i, vec![b.mr.sge(64 * (i as usize + 1), 64)])),
+        )
+        .unwrap();
+        // b's lease runs out: its progress thread sleeps on the socket again.
+        std::thread::sleep(std::time::Duration::from_millis(4));
+        let a_qp = a.qp.clone();
+        let sges = (a.mr.sge(0, 8), a.mr.sge(8, 8));
+        let sender = std::thread::spawn(move || {
+            std::thread::sleep(std::time::Duration::from_micros(300));
+            a_qp.post_send([
+                wr::send(r * 2, vec![sges.0]),
+                wr::send(r * 2 + 1, vec![sges.1]),
+            ])
+            .unwrap();
+        });
+        let mut out = spin_for(&b, 1);
+        sender.join().unwrap();
+        // b stops driving: it only looks at its CQ.
+        let stopped = std::time::Instant::now();
+        while out.len() < 2 && stopped.elapsed() < WAIT {
+            b.cq.poll(2 - out.len(), &mut out);
+            std::thread::sleep(std::time::Duration::from_micros(100));
+        }
+        assert_eq!(out.len(), 2, "round {r}");
+        if stopped.elapsed() > std::time::Duration::from_millis(4) {
+            slow.push((r, stopped.elapsed()));
+        }
+        wait_wcs(&a.cq, 2);
+    }
+    let e = a.dev.stats().engine;
+    assert_eq!(
+        (e.tail_probes, e.retransmit_timeouts),
+        (0, 0),
+        "slow rounds: {slow:?}"
+    );
+    assert_eq!(
+        b.dev.stats().engine.duplicate_requests,
+        0,
+        "slow rounds: {slow:?}"
+    );
+}
+
+/// The last waiter leaves while a spinner holds the socket; the progress thread, asleep
+/// without the socket since the waiter came, must take it back when the spinner stops.
+#[test]
+fn a_device_keeps_receiving_after_its_waiter_and_spinner_leave() {
+    let _alone = spinning_alone();
+    let (a, b) = pair("127.0.11.23", "127.0.11.24", 4096);
+    let other = b.dev.create_cq(16).unwrap();
+    b.qp.post_recv([
+        wr::recv(0, vec![b.mr.sge(0, 64)]),
+        wr::recv(1, vec![b.mr.sge(64, 64)]),
+    ])
+    .unwrap();
+    std::thread::sleep(std::time::Duration::from_millis(5));
+    let waiter = std::thread::spawn(move || other.wait(Some(std::time::Duration::from_millis(20))));
+    std::thread::sleep(std::time::Duration::from_millis(3));
+    // A datagram while the waiter holds the socket: the progress thread, woken by it, goes
+    // back to sleep without the socket and without a timeout.
+    a.qp.post_send([wr::send(0, vec![a.mr.sge(0, 8)])]).unwrap();
+    std::thread::sleep(std::time::Duration::from_millis(2));
+    // b spins past the waiter's exit...
+    let start = std::time::Instant::now();
+    let mut out = Vec::new();
+    while start.elapsed() < std::time::Duration::from_millis(25) {
+        b.cq.poll_progress(8, &mut out);
+    }
+    assert!(!waiter.join().unwrap(), "nothing for the other CQ");
+    // ...then only looks at its CQ.
+    std::thread::sleep(std::time::Duration::from_millis(5));
+    a.qp.post_send([wr::send(1, vec![a.mr.sge(0, 8)])]).unwrap();
+    let sent = std::time::Instant::now();
+    while out.len() < 2 && sent.elapsed() < WAIT {
+        b.cq.poll(8, &mut out);
+        std::thread::sleep(std::time::Duration::from_micros(200));
+    }
+    assert_eq!(out.len(), 2, "both SENDs were received");
+    assert_eq!(a.dev.stats().engine.retransmit_timeouts, 0);
+    assert!(wait_wcs(&a.cq, 2)
+        .iter()
+        .all(|w| w.status == WcStatus::Success));
+}

@@ -194,7 +194,7 @@ impl Core {
         }
     }
 
-    fn has_pending_datagrams(&self) -> bool {
+    pub(super) fn has_pending_datagrams(&self) -> bool {
         self.rx_next.0 < self.arena.len()
     }
 

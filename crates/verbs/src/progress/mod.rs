@@ -57,6 +57,10 @@ pub(crate) struct Inner {
     /// non-blocking poll ([`Inner::drive_from_poll`]): while such a spinner is recent, the
     /// progress thread leaves the socket to it, as to a waiter.
     last_spin_ns: AtomicU64,
+    /// When (ns since `epoch`) the progress thread looks at the device next unless woken:
+    /// `u64::MAX` while it sleeps with no timeout, 0 while it runs. See
+    /// [`Inner::progress_by`].
+    progress_looks_ns: AtomicU64,
 }
 
 impl Inner {
@@ -78,6 +82,7 @@ impl Inner {
             epoch,
             pollers: AtomicUsize::new(0),
             last_spin_ns: AtomicU64::new(0),
+            progress_looks_ns: AtomicU64::new(0),
         })
     }
 
@@ -225,7 +230,7 @@ impl Inner {
             // A spinner's lease starts at its last poll (the engine's clock and `now_ns`
             // count from the same epoch: one clock read per spin, not two).
             self.last_spin_ns
-                .store(now.as_nanos().max(1), Ordering::Release);
+                .store(now.as_nanos().max(1), Ordering::SeqCst);
         }
         // A spinner stops at the first completion (see `Core::receive`): the rest waits for
         // its next poll or post, or for the progress thread when its lease ends. Not while a
@@ -235,9 +240,13 @@ impl Inner {
         if core.engine.poll_timeout().is_some_and(|d| d <= now) {
             core.engine.handle_timeout(now);
         }
-        if !(hold_replies && got > 0 && core.has_fresh_completions()) {
+        let hold = hold_replies && got > 0 && core.has_fresh_completions();
+        if !hold {
             core.flush(now);
         }
+        // What a spinner leaves behind (held replies, datagrams after its completion) waits
+        // for its next poll or post; if it stops, for the progress thread at the lease's end.
+        let left_behind = hold || until_completion && core.has_pending_datagrams();
         core.notify_cqs(&mut wakers);
         let deadline = core.engine.poll_timeout();
         core.flush_tap();
@@ -249,7 +258,28 @@ impl Inner {
         for w in wakers {
             w.wake();
         }
+        if left_behind {
+            self.progress_by(now.as_nanos().saturating_add(SPIN_LEASE.as_nanos() as u64));
+        }
         got > 0
+    }
+
+    /// Makes sure the progress thread looks at the device by `deadline_ns` (ns since
+    /// `epoch`): wakes it if it sleeps past then. It may have gone to sleep before a spinner
+    /// took the socket — on the socket, which the spinner now empties first, or on nothing
+    /// while a waiter held the socket — and then only a timer would wake it: what a spinner
+    /// left behind waited for the peer's tail-loss probe (5 ms and more), and a device whose
+    /// spinner and waiters had both gone received nothing more at all.
+    ///
+    /// The thread publishes `u64::MAX` before it reads the lease and the pollers, and the
+    /// callers change those before they read this (all sequentially consistent): either the
+    /// thread sees the lease and sleeps no longer, or the caller sees it asleep and wakes it.
+    fn progress_by(&self, deadline_ns: u64) {
+        if self.progress_looks_ns.load(Ordering::SeqCst) > deadline_ns {
+            // One wake-up per sleep: the thread publishes again before it next sleeps.
+            self.progress_looks_ns.store(deadline_ns, Ordering::SeqCst);
+            self.wake.signal();
+        }
     }
 
     /// Time until the engine's next timer, `None` if none is armed.
@@ -277,7 +307,7 @@ impl Inner {
     /// How long the progress thread leaves the socket to a spinner that has stopped calling:
     /// `None` when no spinner is recent.
     fn spin_lease_left(&self) -> Option<Duration> {
-        let last = self.last_spin_ns.load(Ordering::Acquire);
+        let last = self.last_spin_ns.load(Ordering::SeqCst);
         if last == 0 {
             return None;
         }
@@ -293,11 +323,17 @@ impl Inner {
     }
 
     /// Unregisters a poller; the last one hands the socket back to the progress thread —
-    /// unless a spinner's lease holds it: the progress thread then sleeps no longer than the
-    /// lease, and waking it for nothing would cost the spinner a context switch per wait.
+    /// at once, or, while a spinner's lease holds the socket, by the lease's end (waking it
+    /// for nothing would cost the spinner a context switch per wait).
     pub(crate) fn stop_polling(&self) {
-        if self.pollers.fetch_sub(1, Ordering::AcqRel) == 1 && self.spin_lease_left().is_none() {
-            self.wake.signal();
+        if self.pollers.fetch_sub(1, Ordering::SeqCst) == 1 {
+            match self.spin_lease_left() {
+                None => self.wake.signal(),
+                Some(left) => self.progress_by(
+                    self.now_ns()
+                        .saturating_add(u64::try_from(left.as_nanos()).unwrap_or(u64::MAX)),
+                ),
+            }
         }
     }
 }
@@ -320,11 +356,14 @@ pub(crate) fn run(inner: Arc<Inner>) {
         if inner.drive() {
             continue;
         }
+        // Published before the lease and the pollers are read (see `Inner::progress_by`).
+        inner.progress_looks_ns.store(u64::MAX, Ordering::SeqCst);
         let lease = inner.spin_lease_left();
-        let socket = inner.pollers.load(Ordering::Acquire) == 0 && lease.is_none();
+        let socket = inner.pollers.load(Ordering::SeqCst) == 0 && lease.is_none();
         // Busy polling spins on the socket — unless an application thread already does (it
         // spins in its own wait): two spinners per device would only fight for the cores.
         if inner.busy_poll && socket {
+            inner.progress_looks_ns.store(0, Ordering::SeqCst);
             std::hint::spin_loop();
             continue;
         }
@@ -334,9 +373,17 @@ pub(crate) fn run(inner: Arc<Inner>) {
             (a, b) => a.or(b),
         };
         if timeout.is_some_and(|t| t.is_zero()) {
+            inner.progress_looks_ns.store(0, Ordering::SeqCst);
             continue;
         }
+        let looks = timeout.map_or(u64::MAX, |t| {
+            inner
+                .now_ns()
+                .saturating_add(u64::try_from(t.as_nanos()).unwrap_or(u64::MAX))
+        });
+        inner.progress_looks_ns.store(looks, Ordering::SeqCst);
         inner.sleep(timeout, socket);
+        inner.progress_looks_ns.store(0, Ordering::SeqCst);
         inner.lock().io.wakeups += 1;
     }
     // Shutdown: what is queued (held ACKs above all) goes out, then anything still connected
