@@ -225,6 +225,13 @@ fn a_spinning_ping_pong_sends_each_ack_with_the_answer() {
     assert!(a_calls <= rounds + rounds / 10 + 1, "{a_calls} send calls");
 }
 
+/// Whether `wcs` hold the send completion of pong `n` (an ACK delayed by load may complete
+/// an earlier one with it).
+fn completes_pong(wcs: &[WorkCompletion], n: u64) -> bool {
+    wcs.iter()
+        .any(|w| (w.opcode, w.wr_id, w.status) == (WcOpcode::Send, n, WcStatus::Success))
+}
+
 /// A spinner hands the application the answer as soon as it is placed: the ACK that came in
 /// the same batch (a's ping carries the ACK of b's last pong) waits, and b's next post, once
 /// its pong has gone out, handles it.
@@ -266,11 +273,11 @@ fn a_spinner_hands_on_the_answer_before_the_ack_that_came_with_it() {
             // is a duplicate that completes nothing.)
             later.clear();
             if b.cq.poll(8, &mut later) > 0 {
-                assert_eq!((later[0].opcode, later[0].wr_id), (WcOpcode::Send, i - 1));
+                assert!(completes_pong(&later, i - 1), "{later:?}");
                 deferred += 1;
             }
         } else if i > 0 && !ack_alone {
-            assert_eq!((later[0].opcode, later[0].wr_id), (WcOpcode::Send, i - 1));
+            assert!(completes_pong(&later, i - 1), "{later:?}");
         }
         let wcs = spin_for(&a, 2);
         assert!(wcs.iter().all(|w| w.status == WcStatus::Success), "{wcs:?}");
@@ -352,16 +359,16 @@ fn what_a_spinner_leaves_behind_is_handled_when_it_stops() {
         }
         wait_wcs(&a.cq, 2);
     }
+    // Left to a timer, the rest waited for a's tail-loss probe, whose delay grows with the
+    // round trips it inflates: 36 to 234 ms for the slowest round. On a loaded machine a
+    // round may still lose a time slice or two (4 to 12 ms).
     let e = a.dev.stats().engine;
-    assert_eq!(
-        (e.tail_probes, e.retransmit_timeouts),
-        (0, 0),
-        "slow rounds: {slow:?}"
-    );
-    assert_eq!(
-        b.dev.stats().engine.duplicate_requests,
-        0,
-        "slow rounds: {slow:?}"
+    let slowest = slow.iter().map(|&(_, t)| t).max().unwrap_or_default();
+    assert!(
+        slowest < std::time::Duration::from_millis(30),
+        "slow rounds: {slow:?}; a's tail probes {}, b's duplicate requests {}",
+        e.tail_probes,
+        b.dev.stats().engine.duplicate_requests
     );
 }
 

@@ -275,7 +275,10 @@ impl Inner {
     /// callers change those before they read this (all sequentially consistent): either the
     /// thread sees the lease and sleeps no longer, or the caller sees it asleep and wakes it.
     fn progress_by(&self, deadline_ns: u64) {
-        if self.progress_looks_ns.load(Ordering::SeqCst) > deadline_ns {
+        // A thread that looks a little after the deadline (its own clock read, a moment
+        // after the spinner's) need not be woken for it.
+        const SLACK_NS: u64 = 200_000;
+        if self.progress_looks_ns.load(Ordering::SeqCst) > deadline_ns.saturating_add(SLACK_NS) {
             // One wake-up per sleep: the thread publishes again before it next sleeps.
             self.progress_looks_ns.store(deadline_ns, Ordering::SeqCst);
             self.wake.signal();
@@ -353,12 +356,20 @@ pub(crate) fn run(inner: Arc<Inner>) {
         if inner.stop.load(Ordering::Acquire) {
             break;
         }
+        let spun_before = inner.last_spin_ns.load(Ordering::SeqCst);
         if inner.drive() {
             continue;
         }
         // Published before the lease and the pollers are read (see `Inner::progress_by`).
         inner.progress_looks_ns.store(u64::MAX, Ordering::SeqCst);
         let lease = inner.spin_lease_left();
+        // A spinner that came and went since this thread's round (its lease already over:
+        // this thread was preempted in between) may have left work behind, and saw this
+        // thread awake: look again rather than sleep on it.
+        if lease.is_none() && inner.last_spin_ns.load(Ordering::SeqCst) != spun_before {
+            inner.progress_looks_ns.store(0, Ordering::SeqCst);
+            continue;
+        }
         let socket = inner.pollers.load(Ordering::SeqCst) == 0 && lease.is_none();
         // Busy polling spins on the socket — unless an application thread already does (it
         // spins in its own wait): two spinners per device would only fight for the cores.
