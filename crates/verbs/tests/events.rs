@@ -184,17 +184,25 @@ fn spin_for(side: &Side, n: usize) -> Vec<WorkCompletion> {
     out
 }
 
+/// A connected pair for a ping-pong: each side has its first receive posted (at offset 64;
+/// messages go from offset 0).
+fn ping_pong_pair(a: &str, b: &str) -> (Side, Side) {
+    let (a, b) = pair(a, b, 4096);
+    for side in [&a, &b] {
+        side.qp
+            .post_recv([wr::recv(0, vec![side.mr.sge(64, 64)])])
+            .unwrap();
+    }
+    (a, b)
+}
+
 #[test]
 fn a_spinning_ping_pong_sends_each_ack_with_the_answer() {
     // Both sides spin on their CQs, repost the receive, then answer: the ACK of the message
     // just received waits for the answer and leaves in the same sendmmsg.
     let _alone = spinning_alone();
-    let (a, b) = pair("127.0.11.11", "127.0.11.12", 4096);
+    let (a, b) = ping_pong_pair("127.0.11.11", "127.0.11.12");
     let rounds = 200u64;
-    a.qp.post_recv([wr::recv(0, vec![a.mr.sge(64, 64)])])
-        .unwrap();
-    b.qp.post_recv([wr::recv(0, vec![b.mr.sge(64, 64)])])
-        .unwrap();
     let before = [a.dev.stats().io, b.dev.stats().io];
     for i in 0..rounds {
         a.qp.post_send([wr::send(i, vec![a.mr.sge(0, 8)])]).unwrap();
@@ -238,12 +246,8 @@ fn completes_pong(wcs: &[WorkCompletion], n: u64) -> bool {
 #[test]
 fn a_spinner_hands_on_the_answer_before_the_ack_that_came_with_it() {
     let _alone = spinning_alone();
-    let (a, b) = pair("127.0.11.13", "127.0.11.14", 4096);
+    let (a, b) = ping_pong_pair("127.0.11.13", "127.0.11.14");
     let rounds = 200u64;
-    a.qp.post_recv([wr::recv(0, vec![a.mr.sge(64, 64)])])
-        .unwrap();
-    b.qp.post_recv([wr::recv(0, vec![b.mr.sge(64, 64)])])
-        .unwrap();
     let mut deferred = 0;
     let mut later = Vec::new();
     for i in 0..rounds {

@@ -162,16 +162,11 @@ impl Core {
     /// ping-pong the answer and the ACK of the previous message arrive together, and
     /// handling the ACK first would put its cost between the answer and the application.
     pub(super) fn receive(&mut self, now: Instant, until_completion: bool) -> usize {
-        let mut handed = 0;
-        if self.has_pending_datagrams() {
-            handed = self.deliver(now, until_completion);
-            // Once they are all handed over, a batch from the socket as well: a round of
-            // progress drains the socket as fast as before.
-            if self.has_pending_datagrams()
-                || until_completion && fresh_completions(&self.watches, &self.engine)
-            {
-                return handed;
-            }
+        let (handed, stopped) = self.deliver(now, until_completion);
+        // Once those left over are all handed over, a batch from the socket as well: a round
+        // of progress drains the socket as fast as before.
+        if stopped {
+            return handed;
         }
         match self.socket.try_recv(&mut self.arena) {
             Ok(_) => self.rx_next = (0, 0),
@@ -181,24 +176,22 @@ impl Core {
                 return handed;
             }
         }
-        handed + self.deliver(now, until_completion)
+        handed + self.deliver(now, until_completion).0
     }
 
     /// Hands the engine the datagrams a [`receive`](Self::receive) until a completion left
     /// over, without receiving more.
     pub(super) fn receive_pending(&mut self, now: Instant) -> usize {
-        if self.has_pending_datagrams() {
-            self.deliver(now, false)
-        } else {
-            0
-        }
+        self.deliver(now, false).0
     }
 
     pub(super) fn has_pending_datagrams(&self) -> bool {
         self.rx_next.0 < self.arena.len()
     }
 
-    fn deliver(&mut self, now: Instant, until_completion: bool) -> usize {
+    /// Hands the engine the datagrams not yet handed over, from `rx_next`; returns how many,
+    /// and whether it stopped at a completion (`until_completion`).
+    fn deliver(&mut self, now: Instant, until_completion: bool) -> (usize, bool) {
         let mut handed = 0;
         while let Some((meta, data)) = self.arena.get(self.rx_next.0) {
             let next_message = (self.rx_next.0 + 1, 0);
@@ -233,20 +226,18 @@ impl Core {
                 }
                 self.engine.handle_datagram(now, &dm, d);
                 handed += 1;
-                if until_completion
-                    && at < data.len()
-                    && fresh_completions(&self.watches, &self.engine)
-                {
-                    self.rx_next.1 = at;
-                    return handed;
+                if until_completion && fresh_completions(&self.watches, &self.engine) {
+                    self.rx_next = if at < data.len() {
+                        (self.rx_next.0, at)
+                    } else {
+                        next_message
+                    };
+                    return (handed, true);
                 }
             }
             self.rx_next = next_message;
-            if until_completion && fresh_completions(&self.watches, &self.engine) {
-                return handed;
-            }
         }
-        handed
+        (handed, false)
     }
 
     /// Sends everything the engine has to send.

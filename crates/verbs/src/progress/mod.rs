@@ -332,9 +332,10 @@ impl Inner {
         if self.pollers.fetch_sub(1, Ordering::SeqCst) == 1 {
             match self.spin_lease_left() {
                 None => self.wake.signal(),
-                Some(left) => self.progress_by(
-                    self.now_ns()
-                        .saturating_add(u64::try_from(left.as_nanos()).unwrap_or(u64::MAX)),
+                Some(_) => self.progress_by(
+                    self.last_spin_ns
+                        .load(Ordering::SeqCst)
+                        .saturating_add(SPIN_LEASE.as_nanos() as u64),
                 ),
             }
         }
@@ -353,6 +354,8 @@ enum Flush {
 pub(crate) fn run(inner: Arc<Inner>) {
     let mut wakers = Vec::new();
     loop {
+        // Awake: a spinner need not wake it (see `Inner::progress_by`).
+        inner.progress_looks_ns.store(0, Ordering::SeqCst);
         if inner.stop.load(Ordering::Acquire) {
             break;
         }
@@ -367,14 +370,12 @@ pub(crate) fn run(inner: Arc<Inner>) {
         // this thread was preempted in between) may have left work behind, and saw this
         // thread awake: look again rather than sleep on it.
         if lease.is_none() && inner.last_spin_ns.load(Ordering::SeqCst) != spun_before {
-            inner.progress_looks_ns.store(0, Ordering::SeqCst);
             continue;
         }
         let socket = inner.pollers.load(Ordering::SeqCst) == 0 && lease.is_none();
         // Busy polling spins on the socket — unless an application thread already does (it
         // spins in its own wait): two spinners per device would only fight for the cores.
         if inner.busy_poll && socket {
-            inner.progress_looks_ns.store(0, Ordering::SeqCst);
             std::hint::spin_loop();
             continue;
         }
@@ -384,7 +385,6 @@ pub(crate) fn run(inner: Arc<Inner>) {
             (a, b) => a.or(b),
         };
         if timeout.is_some_and(|t| t.is_zero()) {
-            inner.progress_looks_ns.store(0, Ordering::SeqCst);
             continue;
         }
         let looks = timeout.map_or(u64::MAX, |t| {
@@ -394,7 +394,6 @@ pub(crate) fn run(inner: Arc<Inner>) {
         });
         inner.progress_looks_ns.store(looks, Ordering::SeqCst);
         inner.sleep(timeout, socket);
-        inner.progress_looks_ns.store(0, Ordering::SeqCst);
         inner.lock().io.wakeups += 1;
     }
     // Shutdown: what is queued (held ACKs above all) goes out, then anything still connected
