@@ -10,8 +10,8 @@
 use std::collections::{HashMap, VecDeque};
 use std::hash::BuildHasher;
 use std::net::{IpAddr, SocketAddr};
-use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
-use std::sync::{Arc, Mutex, MutexGuard, OnceLock, Weak};
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
+use std::sync::{Arc, Condvar, Mutex, MutexGuard, OnceLock, Weak};
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant as WallClock};
 
@@ -72,6 +72,8 @@ pub(crate) struct Service {
     sending: AtomicUsize,
     stop: AtomicBool,
     thread: Mutex<Option<JoinHandle<()>>>,
+    /// Last: see [`Registration`].
+    registration: Registration,
 }
 
 pub(crate) struct State {
@@ -97,9 +99,79 @@ impl State {
     }
 }
 
-fn registry() -> &'static Mutex<HashMap<IpAddr, Weak<Service>>> {
-    static R: OnceLock<Mutex<HashMap<IpAddr, Weak<Service>>>> = OnceLock::new();
-    R.get_or_init(Mutex::default)
+/// The services by device address. An entry whose service no longer upgrades is one being
+/// torn down: until the entry goes, its device may still hold `<ip>:4791`. A program that
+/// destroys its last id on an address and binds there again at once (which just works with
+/// the kernel's rdma_cm) waits for that teardown instead of failing with `EADDRINUSE`.
+struct Registry {
+    services: Mutex<HashMap<IpAddr, (u64, Weak<Service>)>>,
+    /// Notified whenever an entry goes.
+    removed: Condvar,
+    next_serial: AtomicU64,
+}
+
+/// Longest a bind waits for a service on its address to finish closing (the teardown waits
+/// up to a second for the last MADs, then joins two threads).
+const TEARDOWN_WAIT: Duration = Duration::from_secs(5);
+
+fn registry() -> &'static Registry {
+    static R: OnceLock<Registry> = OnceLock::new();
+    R.get_or_init(|| Registry {
+        services: Mutex::default(),
+        removed: Condvar::new(),
+        next_serial: AtomicU64::new(1),
+    })
+}
+
+type Services<'a> = MutexGuard<'a, HashMap<IpAddr, (u64, Weak<Service>)>>;
+
+impl Registry {
+    /// The registry, locked once no service on `ip` is closing (or after [`TEARDOWN_WAIT`]),
+    /// with the live service on `ip` if there is one.
+    fn settled(&self, ip: IpAddr) -> (Services<'_>, Option<Arc<Service>>) {
+        let deadline = WallClock::now() + TEARDOWN_WAIT;
+        let mut services = lock(&self.services);
+        loop {
+            let Some((_, weak)) = services.get(&ip) else {
+                return (services, None);
+            };
+            if let Some(s) = weak.upgrade() {
+                return (services, Some(s));
+            }
+            let left = deadline.saturating_duration_since(WallClock::now());
+            if left.is_zero() {
+                return (services, None);
+            }
+            services = self
+                .removed
+                .wait_timeout(services, left)
+                .unwrap_or_else(|e| e.into_inner())
+                .0;
+        }
+    }
+}
+
+/// A service's entry in the registry. The last field of [`Service`], so it goes after
+/// everything else the service held: its device, and with it the socket.
+struct Registration {
+    ip: IpAddr,
+    /// Set once the entry is in the registry (a service that failed to start has none).
+    serial: OnceLock<u64>,
+}
+
+impl Drop for Registration {
+    fn drop(&mut self) {
+        let Some(&serial) = self.serial.get() else {
+            return;
+        };
+        let r = registry();
+        let mut services = lock(&r.services);
+        if services.get(&self.ip).is_some_and(|(s, _)| *s == serial) {
+            services.remove(&self.ip);
+        }
+        drop(services);
+        r.removed.notify_all();
+    }
 }
 
 fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
@@ -111,7 +183,7 @@ impl Service {
     /// elsewhere in the process on that address holds port 4791: open it through
     /// [`Service::for_device`] first).
     pub(crate) fn for_ip(ip: IpAddr) -> Result<Arc<Service>, CmError> {
-        if let Some(s) = lock(registry()).get(&ip).and_then(Weak::upgrade) {
+        if let (_, Some(s)) = registry().settled(ip) {
             return Ok(s);
         }
         let device = Device::open(DeviceConfig::new(ip)).map_err(CmError::Device)?;
@@ -120,12 +192,15 @@ impl Service {
 
     /// The service of `device` (started on first use).
     pub(crate) fn for_device(device: &Device) -> Result<Arc<Service>, CmError> {
-        let mut reg = lock(registry());
-        if let Some(s) = reg.get(&device.ip()).and_then(Weak::upgrade) {
+        let r = registry();
+        let (mut services, live) = r.settled(device.ip());
+        if let Some(s) = live {
             return Ok(s);
         }
         let s = Service::start(device.clone())?;
-        reg.insert(device.ip(), Arc::downgrade(&s));
+        let serial = r.next_serial.fetch_add(1, Ordering::Relaxed);
+        services.insert(device.ip(), (serial, Arc::downgrade(&s)));
+        let _ = s.registration.serial.set(serial);
         Ok(s)
     }
 
@@ -177,6 +252,10 @@ impl Service {
             sending: AtomicUsize::new(0),
             stop: AtomicBool::new(false),
             thread: Mutex::new(None),
+            registration: Registration {
+                ip: device.ip(),
+                serial: OnceLock::new(),
+            },
             device,
         });
         let weak = Arc::downgrade(&service);
@@ -416,7 +495,6 @@ impl Drop for Service {
                 let _ = h.join();
             }
         }
-        lock(registry()).retain(|_, w| w.strong_count() > 0);
     }
 }
 
@@ -470,4 +548,34 @@ pub(crate) fn route_source(dst: SocketAddr) -> Result<IpAddr, CmError> {
     sock.connect(SocketAddr::new(dst.ip(), 4791))
         .map_err(CmError::Route)?;
     Ok(sock.local_addr().map_err(CmError::Route)?.ip())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A service still closing (here: waiting for a MAD that never completes, on another
+    /// thread) holds its address: a new service there waits for it to close, then opens the
+    /// device afresh, instead of failing with `EADDRINUSE` (CI saw that when the CM thread
+    /// dropped a listener's service just as the program bound the port again).
+    #[test]
+    fn a_new_service_waits_for_the_old_one_on_its_address_to_close() {
+        let ip: IpAddr = "127.0.60.27".parse().unwrap();
+        let old = Service::for_ip(ip).unwrap();
+        old.sending.store(1, Ordering::Release);
+        let closing = std::thread::spawn(move || drop(old));
+        // The old service is now in its second-long wait for the MAD.
+        std::thread::sleep(Duration::from_millis(200));
+        let asked = WallClock::now();
+        let new = Service::for_ip(ip).expect("the address is free once the old service closed");
+        assert!(
+            asked.elapsed() >= Duration::from_millis(500),
+            "{:?}",
+            asked.elapsed()
+        );
+        assert_eq!(new.device.ip(), ip);
+        closing.join().unwrap();
+        // And the registry names the new service.
+        assert!(Arc::ptr_eq(&Service::for_ip(ip).unwrap(), &new));
+    }
 }
