@@ -221,16 +221,18 @@ fn a_spinning_ping_pong_sends_each_ack_with_the_answer() {
     let after = [a.dev.stats().io, b.dev.stats().io];
     let b_sent = after[1].tx_datagrams - before[1].tx_datagrams;
     let b_calls = after[1].tx_calls - before[1].tx_calls;
-    // b sent a pong and an ACK per round; a retransmission or a progress-thread flush may add
-    // a few calls, not one per message.
+    // b sent a pong and an ACK per round: one call each without the wait. A retransmission,
+    // or the progress thread flushing an ACK when a loaded machine kept the spinner from its
+    // CQ past its lease, adds a call to some rounds (more than 20 of 200 in 2 runs of 30
+    // under two busy loops on two cores), not to most.
     assert!(b_sent >= 2 * rounds, "{b_sent} datagrams");
     assert!(
-        b_calls <= rounds + rounds / 10,
+        b_calls <= rounds + rounds / 2,
         "{b_calls} send calls for {b_sent} datagrams in {rounds} rounds"
     );
     let a_calls = after[0].tx_calls - before[0].tx_calls;
     // a's ACK of pong i goes with ping i + 1 (the last one on its own).
-    assert!(a_calls <= rounds + rounds / 10 + 1, "{a_calls} send calls");
+    assert!(a_calls <= rounds + rounds / 2 + 1, "{a_calls} send calls");
 }
 
 /// Whether `wcs` hold the send completion of pong `n` (an ACK delayed by load may complete
