@@ -17,7 +17,8 @@ use std::time::{Duration, Instant as WallClock};
 
 use softrdma::{
     wr, AddressHandle, AhAttr, CompletionQueue, Device, DeviceConfig, MemoryRegion,
-    ProtectionDomain, QpInitAttr, QueuePair, WcOpcode, WcStatus, WorkCompletion, GRH_LEN,
+    ProtectionDomain, QpInitAttr, QueuePair, WcOpcode, WcStatus, WeakDevice, WorkCompletion,
+    GRH_LEN,
 };
 use softrdma_cm::ib::CmConfig;
 use softrdma_cm::rdma::{RdmaCm, RdmaEvent, RdmaEventKind, RdmaId};
@@ -105,6 +106,10 @@ impl State {
 /// the kernel's rdma_cm) waits for that teardown instead of failing with `EADDRINUSE`.
 struct Registry {
     services: Mutex<HashMap<IpAddr, (u64, Weak<Service>)>>,
+    /// The devices services ran on. A device outlives its service while the application
+    /// holds a PD, QP or MR of it; a new service on that address uses it again (the kernel's
+    /// rdma_cm shares one device too) instead of failing to bind a second one there.
+    devices: Mutex<HashMap<IpAddr, WeakDevice>>,
     /// Notified whenever an entry goes.
     removed: Condvar,
     next_serial: AtomicU64,
@@ -118,6 +123,7 @@ fn registry() -> &'static Registry {
     static R: OnceLock<Registry> = OnceLock::new();
     R.get_or_init(|| Registry {
         services: Mutex::default(),
+        devices: Mutex::default(),
         removed: Condvar::new(),
         next_serial: AtomicU64::new(1),
     })
@@ -179,14 +185,20 @@ fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
 }
 
 impl Service {
-    /// The service of the device at `ip`, opening the device if no one has (a device opened
-    /// elsewhere in the process on that address holds port 4791: open it through
-    /// [`Service::for_device`] first).
+    /// The service of the device at `ip`: the live one; else a new one, on the device an
+    /// earlier service left open (the application still holds it), or on a device opened now
+    /// (a device opened elsewhere in the process and never given to rdma_cm holds port 4791:
+    /// open it through [`Service::for_device`] first).
     pub(crate) fn for_ip(ip: IpAddr) -> Result<Arc<Service>, CmError> {
-        if let (_, Some(s)) = registry().settled(ip) {
+        let r = registry();
+        if let (_, Some(s)) = r.settled(ip) {
             return Ok(s);
         }
-        let device = Device::open(DeviceConfig::new(ip)).map_err(CmError::Device)?;
+        let held = lock(&r.devices).get(&ip).and_then(WeakDevice::upgrade);
+        let device = match held {
+            Some(device) => device,
+            None => Device::open(DeviceConfig::new(ip)).map_err(CmError::Device)?,
+        };
         Service::for_device(&device)
     }
 
@@ -198,6 +210,10 @@ impl Service {
             return Ok(s);
         }
         let s = Service::start(device.clone())?;
+        let mut devices = lock(&r.devices);
+        devices.retain(|_, d| d.is_open());
+        devices.insert(device.ip(), device.downgrade());
+        drop(devices);
         let serial = r.next_serial.fetch_add(1, Ordering::Relaxed);
         services.insert(device.ip(), (serial, Arc::downgrade(&s)));
         let _ = s.registration.serial.set(serial);
@@ -553,6 +569,7 @@ pub(crate) fn route_source(dst: SocketAddr) -> Result<IpAddr, CmError> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::{CmId, EventChannel, PortSpace, RdmaQpType};
 
     /// A service still closing (here: waiting for a MAD that never completes, on another
     /// thread) holds its address: a new service there waits for it to close, then opens the
@@ -577,5 +594,53 @@ mod tests {
         closing.join().unwrap();
         // And the registry names the new service.
         assert!(Arc::ptr_eq(&Service::for_ip(ip).unwrap(), &new));
+    }
+
+    /// A program that keeps a PD of its last id on an address (and so the device) and binds
+    /// there again gets the device it holds, as with the kernel's rdma_cm, which shares one
+    /// device; before, rdma_cm opened a second one and failed with `EADDRINUSE`.
+    #[test]
+    fn a_new_service_uses_the_device_the_application_still_holds() {
+        let ip: IpAddr = "127.0.60.28".parse().unwrap();
+        let old = Service::for_ip(ip).unwrap();
+        let pd = old.pd.clone();
+        let gone = Arc::downgrade(&old);
+        drop(old);
+        // The CM thread may hold the service a moment longer.
+        let asked = WallClock::now();
+        while gone.strong_count() > 0 {
+            assert!(
+                asked.elapsed() < Duration::from_secs(5),
+                "the service stays"
+            );
+            std::thread::sleep(Duration::from_millis(1));
+        }
+        let new = Service::for_ip(ip).expect("the held device serves again");
+        assert_eq!(new.device.name(), pd.device().name());
+        // And connections are made through it.
+        let (sch, cch) = (EventChannel::new(), EventChannel::new());
+        let l = CmId::new(&sch, PortSpace::Tcp, RdmaQpType::Rc);
+        l.bind_addr(SocketAddr::new(ip, 7471)).unwrap();
+        l.listen().unwrap();
+        let c = CmId::new(&cch, PortSpace::Tcp, RdmaQpType::Rc);
+        let src = "127.0.60.29:0".parse().unwrap();
+        c.resolve_addr(Some(src), SocketAddr::new(ip, 7471))
+            .unwrap();
+        let wait = Some(Duration::from_secs(10));
+        assert_eq!(cch.get_event(wait).unwrap().kind, CmEventKind::AddrResolved);
+        c.resolve_route().unwrap();
+        assert_eq!(
+            cch.get_event(wait).unwrap().kind,
+            CmEventKind::RouteResolved
+        );
+        let cq = c.device().unwrap().create_cq(4).unwrap();
+        let _qp = c.create_qp(&c.pd().unwrap(), &QpInitAttr::rc(&cq)).unwrap();
+        c.connect(&crate::ConnParam::rc(0)).unwrap();
+        let req = sch.get_event(wait).unwrap();
+        assert!(
+            matches!(req.kind, CmEventKind::ConnectRequest { .. }),
+            "{req:?}"
+        );
+        assert_eq!(req.id.device().unwrap().name(), pd.device().name());
     }
 }

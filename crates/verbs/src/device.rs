@@ -3,7 +3,7 @@
 use std::net::{IpAddr, SocketAddr};
 use std::path::PathBuf;
 use std::sync::atomic::{AtomicU32, Ordering};
-use std::sync::{Arc, Mutex};
+use std::sync::{Arc, Mutex, Weak};
 use std::thread::{JoinHandle, ThreadId};
 
 use softrdma_proto::cc::CcConfig;
@@ -339,6 +339,27 @@ impl std::fmt::Debug for Device {
     }
 }
 
+/// A handle on a device that does not keep it open ([`Device::downgrade`]): what a registry
+/// of the process's devices holds, such as rdma_cm's by address, to find a device the
+/// application still holds (through a PD, a QP, …) without keeping it open itself.
+#[derive(Clone, Debug, Default)]
+pub struct WeakDevice {
+    shared: Weak<DeviceShared>,
+}
+
+impl WeakDevice {
+    /// The device, if something still holds it open.
+    pub fn upgrade(&self) -> Option<Device> {
+        self.shared.upgrade().map(|shared| Device { shared })
+    }
+
+    /// Whether something still holds the device open (without taking a handle, whose drop
+    /// could be the one that closes it).
+    pub fn is_open(&self) -> bool {
+        self.shared.strong_count() > 0
+    }
+}
+
 static DEVICE_INDEX: AtomicU32 = AtomicU32::new(0);
 
 /// rxe's active MTU for an interface MTU: the largest IB MTU that fits with the RoCEv2 headers.
@@ -353,6 +374,13 @@ fn active_mtu_for(if_mtu: u32, ipv6: bool) -> Mtu {
 }
 
 impl Device {
+    /// A handle that does not keep the device open (see [`WeakDevice`]).
+    pub fn downgrade(&self) -> WeakDevice {
+        WeakDevice {
+            shared: Arc::downgrade(&self.shared),
+        }
+    }
+
     /// Opens a device: binds the socket, builds the GID table, starts the progress thread.
     pub fn open(config: DeviceConfig) -> Result<Device, OpenDeviceError> {
         if config.ip.is_unspecified() {

@@ -175,6 +175,7 @@ pub use ah::{AddressHandle, AhAttr};
 pub use cq::{CompletionQueue, CqReady};
 pub use device::{
     AtomicCap, Device, DeviceAttr, DeviceConfig, DeviceStats, LinkLayer, PortAttr, PortState,
+    WeakDevice,
 };
 pub use error::{
     AllocMwError, AttachChannelError, CreateAhError, CreateCqError, CreateQpError, McastError,
