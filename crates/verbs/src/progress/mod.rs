@@ -9,8 +9,10 @@
 //!
 //! The thread sleeps in `ppoll(2)` on the socket and an eventfd, with the engine's next timer
 //! deadline as the timeout; posting threads write the eventfd only when they armed a timer
-//! earlier than the one the thread sleeps for (or, without inline transmit, always). With
-//! `busy_poll` the thread never sleeps.
+//! earlier than the one the thread sleeps for (or, without inline transmit, always). When
+//! datagrams have been coming in quick succession, it spins on the socket a little before
+//! it sleeps (`spin`: a passive responder then answers without a wake-up). With `busy_poll`
+//! the thread never sleeps.
 //!
 //! Application threads waiting for completions run the same [`Inner::drive`] step and sleep
 //! on the socket plus their CQ's event fd ([`CqNotify`]), which any thread producing
@@ -23,6 +25,7 @@
 
 mod core;
 mod notify;
+mod spin;
 
 use std::os::fd::RawFd;
 use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
@@ -34,6 +37,7 @@ use softrdma_proto::Instant;
 pub(crate) use self::core::Core;
 pub use self::core::IoCounters;
 pub(crate) use self::notify::{CqNotify, WakeFd};
+use self::spin::AdaptiveSpin;
 
 /// How long a busy-polling application thread keeps the socket after its last poll.
 const SPIN_LEASE: Duration = Duration::from_millis(2);
@@ -47,6 +51,8 @@ pub(crate) struct Inner {
     /// The deadline (engine ns) the progress thread sleeps until; `u64::MAX` = no timer.
     next_wake_ns: AtomicU64,
     pub busy_poll: bool,
+    /// Spin a little before sleeping when requests come in quick succession (see `spin`).
+    pub adaptive_spin: bool,
     pub inline_transmit: bool,
     epoch: std::time::Instant,
     /// Application threads driving progress while they wait for completions. While there is
@@ -68,6 +74,7 @@ impl Inner {
         core: Core,
         sock_fd: RawFd,
         busy_poll: bool,
+        adaptive_spin: bool,
         inline_transmit: bool,
     ) -> std::io::Result<Inner> {
         let epoch = core.epoch;
@@ -78,6 +85,7 @@ impl Inner {
             stop: AtomicBool::new(false),
             next_wake_ns: AtomicU64::new(u64::MAX),
             busy_poll,
+            adaptive_spin,
             inline_transmit,
             epoch,
             pollers: AtomicUsize::new(0),
@@ -353,6 +361,7 @@ enum Flush {
 /// The progress thread: runs until `inner.stop`.
 pub(crate) fn run(inner: Arc<Inner>) {
     let mut wakers = Vec::new();
+    let mut spin = AdaptiveSpin::new();
     loop {
         // Awake: a spinner need not wake it (see `Inner::progress_by`).
         inner.progress_looks_ns.store(0, Ordering::SeqCst);
@@ -361,6 +370,7 @@ pub(crate) fn run(inner: Arc<Inner>) {
         }
         let spun_before = inner.last_spin_ns.load(Ordering::SeqCst);
         if inner.drive() {
+            spin.received(inner.now_ns());
             continue;
         }
         // Published before the lease and the pollers are read (see `Inner::progress_by`).
@@ -376,6 +386,12 @@ pub(crate) fn run(inner: Arc<Inner>) {
         // Busy polling spins on the socket — unless an application thread already does (it
         // spins in its own wait): two spinners per device would only fight for the cores.
         if inner.busy_poll && socket {
+            std::hint::spin_loop();
+            continue;
+        }
+        if !socket {
+            spin.not_watching();
+        } else if inner.adaptive_spin && spin.spin(inner.now_ns()) {
             std::hint::spin_loop();
             continue;
         }
