@@ -121,7 +121,12 @@ fn bidirectional_runs_move_data_both_ways_and_report_the_sum() {
             "{test}: {json}"
         );
         if let Some(c) = served {
-            assert_eq!(counter(&json, c), n, "{test}: {json}");
+            // Each of the server's requests served once, and a READ it sent again (a response
+            // late on a loaded machine, taken for a loss) once more, as IBTA asks; a repeated
+            // atomic is answered from the responder's cache, not executed again.
+            let served = counter(&json, c);
+            let again = counter(&json, "duplicate_requests");
+            assert!(served >= n && served - n <= again, "{test}: {json}");
         }
         // Unidirectional, the client receives no requests at all.
         let uni = json_run(&[test, "-s", size, "-n", "200"]);
