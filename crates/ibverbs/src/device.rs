@@ -27,6 +27,7 @@ pub(crate) const DEVICE_NAME: &str = "softrdma0";
 struct Setup {
     ip: IpAddr,
     busy_poll: bool,
+    adaptive_spin: bool,
     gso: bool,
     pcap: Option<String>,
 }
@@ -80,6 +81,8 @@ fn setup() -> Result<Setup, String> {
     Ok(Setup {
         ip,
         busy_poll: env_flag("SOFTRDMA_BUSY_POLL"),
+        // On unless SOFTRDMA_ADAPTIVE_SPIN=0 (the Rust API's default).
+        adaptive_spin: std::env::var("SOFTRDMA_ADAPTIVE_SPIN").map_or(true, |v| v != "0"),
         // On unless SOFTRDMA_GSO=0 (the Rust API's default).
         gso: std::env::var("SOFTRDMA_GSO").map_or(true, |v| v != "0"),
         pcap: std::env::var("SOFTRDMA_PCAP")
@@ -134,6 +137,7 @@ fn open_shared(setup: &Setup) -> Result<Device, c_int> {
     }
     let mut config = DeviceConfig::new(setup.ip)
         .busy_poll(setup.busy_poll)
+        .adaptive_spin(setup.adaptive_spin)
         .gso(setup.gso);
     if let Some(p) = &setup.pcap {
         config = config.pcap(p);

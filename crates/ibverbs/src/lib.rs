@@ -20,6 +20,9 @@
 //!   interface that is up and not loopback, else 127.0.0.1. Two processes on one host need
 //!   two addresses (for example 127.0.0.1 and 127.0.0.2): each binds UDP port 4791.
 //! - `SOFTRDMA_BUSY_POLL=1`: the device's progress thread spins instead of sleeping.
+//! - `SOFTRDMA_ADAPTIVE_SPIN=0`: the progress thread never spins before it sleeps (by
+//!   default it does, briefly, while requests come in quick succession; see
+//!   `softrdma::DeviceConfig::adaptive_spin`).
 //! - `SOFTRDMA_GSO=0`: no UDP GSO batching to loopback peers (on by default; see
 //!   `softrdma::DeviceConfig::gso`).
 //! - `SOFTRDMA_PCAP=FILE`: the device writes every packet it sends and receives to FILE.
