@@ -191,24 +191,33 @@ impl Service {
     /// open it through [`Service::for_device`] first).
     pub(crate) fn for_ip(ip: IpAddr) -> Result<Arc<Service>, CmError> {
         let r = registry();
-        if let (_, Some(s)) = r.settled(ip) {
+        let (services, live) = r.settled(ip);
+        if let Some(s) = live {
             return Ok(s);
         }
+        // Under the registry lock: a second thread binding here waits and finds the service.
         let held = lock(&r.devices).get(&ip).and_then(WeakDevice::upgrade);
         let device = match held {
             Some(device) => device,
             None => Device::open(DeviceConfig::new(ip)).map_err(CmError::Device)?,
         };
-        Service::for_device(&device)
+        Service::register(services, &device)
     }
 
     /// The service of `device` (started on first use).
     pub(crate) fn for_device(device: &Device) -> Result<Arc<Service>, CmError> {
-        let r = registry();
-        let (mut services, live) = r.settled(device.ip());
+        let (services, live) = registry().settled(device.ip());
         if let Some(s) = live {
             return Ok(s);
         }
+        Service::register(services, device)
+    }
+
+    /// Starts the service of `device` and enters it in the registry, whose lock `services` the
+    /// caller took when it found no service there: two threads binding one address at once
+    /// start one service, and the second finds it.
+    fn register(mut services: Services<'_>, device: &Device) -> Result<Arc<Service>, CmError> {
+        let r = registry();
         let s = Service::start(device.clone())?;
         let mut devices = lock(&r.devices);
         devices.retain(|_, d| d.is_open());
@@ -642,5 +651,36 @@ mod tests {
             "{req:?}"
         );
         assert_eq!(req.id.device().unwrap().name(), pd.device().name());
+    }
+
+    /// Two threads binding ids to one fresh address at once both succeed, as with the
+    /// kernel's rdma_cm (found in review: both found no service, both opened a device, and
+    /// the second failed with `EADDRINUSE`, 20 rounds in 20).
+    #[test]
+    fn two_threads_binding_one_fresh_address_at_once_both_succeed() {
+        for round in 0..20u8 {
+            let ip: IpAddr = format!("127.0.61.{}", 10 + round).parse().unwrap();
+            let barrier = Arc::new(std::sync::Barrier::new(2));
+            let ch = EventChannel::new();
+            let binds: Vec<_> = (0..2u16)
+                .map(|i| {
+                    let (barrier, ch) = (barrier.clone(), ch.clone());
+                    std::thread::spawn(move || {
+                        let id = CmId::new(&ch, PortSpace::Tcp, RdmaQpType::Rc);
+                        barrier.wait();
+                        let bound = id.bind_addr(SocketAddr::new(ip, 7000 + i));
+                        (id, bound.map_err(|e| e.to_string()))
+                    })
+                })
+                .collect();
+            let ids: Vec<_> = binds.into_iter().map(|h| h.join().unwrap()).collect();
+            for (_, bound) in &ids {
+                assert!(bound.is_ok(), "round {round}: {bound:?}");
+            }
+            assert_eq!(
+                ids[0].0.device().unwrap().name(),
+                ids[1].0.device().unwrap().name()
+            );
+        }
     }
 }
