@@ -188,6 +188,21 @@ impl Inner {
     }
 }
 
+impl Inner {
+    /// Whether the socket or the wake fd is readable now (a `poll` that does not wait, and
+    /// takes no lock).
+    fn readable_now(&self) -> bool {
+        let mut fds = [self.sock_fd, self.wake.0].map(|fd| libc::pollfd {
+            fd,
+            events: libc::POLLIN,
+            revents: 0,
+        });
+        // SAFETY: `fds` is a live array of two pollfds; a zero timeout never blocks.
+        let n = unsafe { libc::poll(fds.as_mut_ptr(), 2, 0) };
+        n != 0
+    }
+}
+
 /// `ppoll` on two descriptors for reading; returns whether the second one is readable.
 fn poll_two(first: RawFd, second: RawFd, timeout: Option<Duration>) -> bool {
     let mut fds = [
@@ -392,7 +407,20 @@ pub(crate) fn run(inner: Arc<Inner>) {
         if !socket {
             spin.not_watching();
         } else if inner.adaptive_spin && spin.spin(inner.now_ns()) {
-            std::hint::spin_loop();
+            // Spin on the descriptors, not on `drive`: a round holds the device mutex across
+            // its `recvmmsg`, and the application's posts and polls on this device would
+            // queue behind it. Until something arrives (a datagram, or the wake fd that a
+            // spinner leaving work behind writes, this thread counting as asleep), a timer is
+            // due, an application thread takes the socket, or the spin is over.
+            while !inner.stop.load(Ordering::Acquire)
+                && !inner.readable_now()
+                && !inner.until_next_timer().is_some_and(|t| t.is_zero())
+                && inner.pollers.load(Ordering::SeqCst) == 0
+                && inner.spin_lease_left().is_none()
+                && spin.spin(inner.now_ns())
+            {
+                std::hint::spin_loop();
+            }
             continue;
         }
         // A spinner's lease ends by itself: look again then.

@@ -136,6 +136,37 @@ mod tests {
         );
     }
 
+    /// Gaps of 40 µs: twice the gap is past the cap, and the spin stops at it (found in
+    /// review: with 10 µs gaps the cap was never reached, and removing it failed no test).
+    #[test]
+    fn a_spin_never_exceeds_max_spin() {
+        let mut p = AdaptiveSpin::new();
+        let mut t = 0;
+        caught(&mut p, &mut t, 50, 40 * US);
+        let idle = t;
+        let mut spun_until = idle;
+        while p.spin(spun_until) {
+            spun_until += US / 2;
+        }
+        let spun = spun_until - idle;
+        assert!(
+            (MAX_SPIN_NS - US..=MAX_SPIN_NS).contains(&spun),
+            "{spun} ns"
+        );
+    }
+
+    /// A second of silence counts as one long gap, not as a second: three short gaps after
+    /// it bring the spin back.
+    #[test]
+    fn one_long_gap_counts_at_most_max_sample() {
+        let mut p = AdaptiveSpin::new();
+        let mut t = 0;
+        caught(&mut p, &mut t, 50, 5 * US);
+        caught(&mut p, &mut t, 1, 1_000_000 * US);
+        caught(&mut p, &mut t, 3, 5 * US);
+        assert!(p.spin(t), "{p:?}");
+    }
+
     #[test]
     fn time_another_thread_watched_the_socket_is_not_a_gap() {
         let mut p = AdaptiveSpin::new();
