@@ -190,7 +190,9 @@ impl Inner {
 
 impl Inner {
     /// Whether the socket or the wake fd is readable now (a `poll` that does not wait, and
-    /// takes no lock).
+    /// takes no lock). A wake-up found is consumed, as [`Inner::sleep`] consumes it: the
+    /// caller is about to look, and a wake fd left readable would end every later spin
+    /// at once.
     fn readable_now(&self) -> bool {
         let mut fds = [self.sock_fd, self.wake.0].map(|fd| libc::pollfd {
             fd,
@@ -199,6 +201,9 @@ impl Inner {
         });
         // SAFETY: `fds` is a live array of two pollfds; a zero timeout never blocks.
         let n = unsafe { libc::poll(fds.as_mut_ptr(), 2, 0) };
+        if fds[1].revents != 0 {
+            self.wake.drain();
+        }
         n != 0
     }
 }
