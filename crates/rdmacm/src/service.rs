@@ -556,7 +556,10 @@ fn run(service: Weak<Service>) {
         }
         let wait = s.next_wait();
         wcs.clear();
-        s.cq.poll_blocking(32, &mut wcs, Some(wait));
+        // Passive: MADs are rare, and a thread driving the device while it waits would take
+        // every data datagram of the device's connections on their way to the progress
+        // thread (and keep that thread from spinning for a busy responder).
+        s.cq.poll_blocking_passive(32, &mut wcs, Some(wait));
         s.on_completions(&wcs);
     }
 }

@@ -226,12 +226,8 @@ impl CompletionQueue {
             if !self.is_empty() {
                 break true;
             }
-            let left = match deadline {
-                Some(d) => match d.checked_duration_since(Instant::now()) {
-                    Some(left) if !left.is_zero() => Some(left),
-                    _ => break false,
-                },
-                None => None,
+            let Some(left) = time_left(deadline) else {
+                break false;
             };
             if inner.busy_poll {
                 std::hint::spin_loop();
@@ -276,6 +272,45 @@ impl CompletionQueue {
         }
     }
 
+    /// Like [`poll_blocking`](Self::poll_blocking), but the waiting thread does not drive the
+    /// device: it sleeps on this CQ's wake-up alone and leaves the socket to the progress
+    /// thread (or to an application thread spinning on a CQ), which hands it the completions.
+    /// For a thread that waits for rare completions, such as rdma_cm's, waiting for MADs: as
+    /// a driving waiter it would be woken by every datagram the device receives, and the
+    /// progress thread, which leaves the socket to waiters, would never spin for a busy
+    /// responder. Two hand-offs per completion instead of one: not for a data path.
+    pub fn poll_blocking_passive(
+        &self,
+        max: usize,
+        out: &mut Vec<WorkCompletion>,
+        timeout: Option<Duration>,
+    ) -> usize {
+        let n = self.poll(max, out);
+        if n > 0 || max == 0 {
+            return n;
+        }
+        let deadline = timeout.and_then(|t| Instant::now().checked_add(t));
+        let notify = &self.inner.notify;
+        let n = loop {
+            // Armed, then polled once more: a completion added after this poll writes the
+            // wake-up, and the sleep returns at once.
+            notify.armed.store(true, Ordering::Release);
+            let n = self.poll(max, out);
+            if n > 0 {
+                break n;
+            }
+            let Some(left) = time_left(deadline) else {
+                break 0;
+            };
+            self.inner
+                .device
+                .inner()
+                .sleep_for_cq_only(&notify.fd, left);
+        };
+        notify.armed.store(false, Ordering::Release);
+        n
+    }
+
     /// A future that resolves once at least one completion waits to be polled. Works with any
     /// executor: the progress thread calls the task's waker.
     pub fn ready(&self) -> CqReady<'_> {
@@ -318,5 +353,85 @@ impl Future for CqReady<'_> {
         drop(st);
         drop(core);
         Poll::Pending
+    }
+}
+
+/// The time left until `deadline` (`Some(None)` without one); `None` once it has passed.
+fn time_left(deadline: Option<Instant>) -> Option<Option<Duration>> {
+    match deadline {
+        None => Some(None),
+        Some(d) => d
+            .checked_duration_since(Instant::now())
+            .filter(|left| !left.is_zero())
+            .map(Some),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use crate::{
+        wr, AccessFlags, ConnectOptions, Device, DeviceConfig, QpInitAttr, WcOpcode, WcStatus,
+    };
+    use std::time::{Duration, Instant};
+
+    /// A passive waiter (rdma_cm's, waiting for MADs) does not take the device's socket: the
+    /// progress thread receives, and hands it the completion through the CQ's wake-up; with
+    /// nothing to hand, it times out. A driving waiter counts as one of the device's pollers.
+    #[test]
+    fn a_passive_waiter_leaves_the_socket_to_the_progress_thread() {
+        let open = |ip: &str| Device::open(DeviceConfig::new(ip.parse().unwrap())).unwrap();
+        let (da, db) = (open("127.0.11.27"), open("127.0.11.28"));
+        let (pa, pb) = (da.alloc_pd(), db.alloc_pd());
+        let (ca, cb) = (da.create_cq(8).unwrap(), db.create_cq(8).unwrap());
+        let qa = pa.create_qp(&QpInitAttr::rc(&ca)).unwrap();
+        let qb = pb.create_qp(&QpInitAttr::rc(&cb)).unwrap();
+        let opts = ConnectOptions::default();
+        qa.connect(&qb.endpoint(), &opts).unwrap();
+        qb.connect(&qa.endpoint(), &opts).unwrap();
+        let (ma, mb) = (
+            pa.reg_mr(64, AccessFlags::LOCAL_WRITE).unwrap(),
+            pb.reg_mr(64, AccessFlags::LOCAL_WRITE).unwrap(),
+        );
+        qb.post_recv([wr::recv(7, vec![mb.sge(0, 64)])]).unwrap();
+
+        let mut wcs = Vec::new();
+        let asked = Instant::now();
+        let none = cb.poll_blocking_passive(4, &mut wcs, Some(Duration::from_millis(30)));
+        assert_eq!(none, 0);
+        assert!(asked.elapsed() >= Duration::from_millis(30));
+
+        let waiting = cb.clone();
+        let waiter = std::thread::spawn(move || {
+            let mut wcs = Vec::new();
+            waiting.poll_blocking_passive(4, &mut wcs, Some(Duration::from_secs(10)));
+            wcs
+        });
+        std::thread::sleep(Duration::from_millis(20));
+        assert_eq!(
+            db.inner().waiters_driving(),
+            0,
+            "the passive waiter took the socket"
+        );
+        ma.write(0, b"handed!!").unwrap();
+        qa.post_send([wr::send(1, vec![ma.sge(0, 8)])]).unwrap();
+        let wcs = waiter.join().unwrap();
+        assert_eq!(wcs.len(), 1, "{wcs:?}");
+        assert_eq!(
+            (wcs[0].wr_id, wcs[0].opcode, wcs[0].status),
+            (7, WcOpcode::Recv, WcStatus::Success)
+        );
+        let mut got = [0u8; 8];
+        mb.read(0, &mut got).unwrap();
+        assert_eq!(&got, b"handed!!");
+
+        // A driving waiter, for contrast, is one of the pollers while it waits.
+        let waiting = cb.clone();
+        let driving = std::thread::spawn(move || {
+            let mut wcs = Vec::new();
+            waiting.poll_blocking(4, &mut wcs, Some(Duration::from_millis(200)))
+        });
+        std::thread::sleep(Duration::from_millis(50));
+        assert_eq!(db.inner().waiters_driving(), 1);
+        assert_eq!(driving.join().unwrap(), 0);
     }
 }

@@ -178,6 +178,15 @@ impl Inner {
         }
     }
 
+    /// Sleeps until `cq` (a CQ's event fd) fires or `timeout` passes, leaving the socket to
+    /// others (see `CompletionQueue::poll_blocking_passive`).
+    pub(crate) fn sleep_for_cq_only(&self, cq: &WakeFd, timeout: Option<Duration>) {
+        // ppoll ignores negative descriptors.
+        if poll_two(-1, cq.0, timeout) {
+            cq.drain();
+        }
+    }
+
     /// Sleeps until a datagram arrives (if `socket`), the wake fd fires, or `timeout` passes.
     pub(crate) fn sleep(&self, timeout: Option<Duration>, socket: bool) {
         // ppoll ignores negative descriptors.
@@ -311,6 +320,12 @@ impl Inner {
             self.progress_looks_ns.store(deadline_ns, Ordering::SeqCst);
             self.wake.signal();
         }
+    }
+
+    /// Application threads driving the device while they wait (see `pollers`).
+    #[cfg(test)]
+    pub(crate) fn waiters_driving(&self) -> usize {
+        self.pollers.load(Ordering::SeqCst)
     }
 
     /// Time until the engine's next timer, `None` if none is armed.
