@@ -231,7 +231,10 @@ impl CmControl {
     /// receive. `Ok(false)`: nothing arrived.
     fn receive(&self, st: &mut CmState, wait: Duration) -> io::Result<bool> {
         let mut wcs = Vec::new();
-        if self.recv_cq.poll_blocking(1, &mut wcs, Some(wait)) == 0 {
+        // Passive: a server waits here for the whole run (for the client's closing message),
+        // and a driving waiter would keep its device's progress thread off the socket, so
+        // that a passive READ or WRITE target woke a thread for every request.
+        if self.recv_cq.poll_blocking_passive(1, &mut wcs, Some(wait)) == 0 {
             return Ok(false);
         }
         let wc = wcs[0];
