@@ -261,11 +261,22 @@ impl CompletionQueue {
         out: &mut Vec<WorkCompletion>,
         timeout: Option<Duration>,
     ) -> usize {
+        self.poll_after(max, out, || self.wait(timeout))
+    }
+
+    /// Polls up to `max` completions into `out`; if there are none, after `wait` (which
+    /// says whether one arrived).
+    fn poll_after(
+        &self,
+        max: usize,
+        out: &mut Vec<WorkCompletion>,
+        wait: impl FnOnce() -> bool,
+    ) -> usize {
         let n = self.poll(max, out);
         if n > 0 || max == 0 {
             return n;
         }
-        if self.wait(timeout) {
+        if wait() {
             self.poll(max, out)
         } else {
             0
@@ -285,22 +296,23 @@ impl CompletionQueue {
         out: &mut Vec<WorkCompletion>,
         timeout: Option<Duration>,
     ) -> usize {
-        let n = self.poll(max, out);
-        if n > 0 || max == 0 {
-            return n;
-        }
+        self.poll_after(max, out, || self.wait_passive(timeout))
+    }
+
+    /// Sleeps on this CQ's wake-up until a completion waits or `timeout` passes (see
+    /// [`poll_blocking_passive`](Self::poll_blocking_passive)); returns whether one waits.
+    fn wait_passive(&self, timeout: Option<Duration>) -> bool {
         let deadline = timeout.and_then(|t| Instant::now().checked_add(t));
         let notify = &self.inner.notify;
-        let n = loop {
-            // Armed, then polled once more: a completion added after this poll writes the
+        let ready = loop {
+            // Armed, then looked at once more: a completion added after this look writes the
             // wake-up, and the sleep returns at once.
             notify.armed.store(true, Ordering::Release);
-            let n = self.poll(max, out);
-            if n > 0 {
-                break n;
+            if !self.is_empty() {
+                break true;
             }
             let Some(left) = time_left(deadline) else {
-                break 0;
+                break false;
             };
             self.inner
                 .device
@@ -308,7 +320,7 @@ impl CompletionQueue {
                 .sleep_for_cq_only(&notify.fd, left);
         };
         notify.armed.store(false, Ordering::Release);
-        n
+        ready
     }
 
     /// A future that resolves once at least one completion waits to be polled. Works with any

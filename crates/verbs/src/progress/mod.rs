@@ -173,7 +173,7 @@ impl Inner {
     /// Sleeps until a datagram arrives or `cq` (a CQ's event fd) fires, or `timeout` passes:
     /// how an application thread waits for completions while it drives the device.
     pub(crate) fn sleep_for_cq(&self, cq: &WakeFd, timeout: Option<Duration>) {
-        if poll_two(self.sock_fd, cq.0, timeout) {
+        if poll_two(self.sock_fd, cq.0, timeout)[1] {
             cq.drain();
         }
     }
@@ -182,7 +182,7 @@ impl Inner {
     /// others (see `CompletionQueue::poll_blocking_passive`).
     pub(crate) fn sleep_for_cq_only(&self, cq: &WakeFd, timeout: Option<Duration>) {
         // ppoll ignores negative descriptors.
-        if poll_two(-1, cq.0, timeout) {
+        if poll_two(-1, cq.0, timeout)[1] {
             cq.drain();
         }
     }
@@ -191,7 +191,7 @@ impl Inner {
     pub(crate) fn sleep(&self, timeout: Option<Duration>, socket: bool) {
         // ppoll ignores negative descriptors.
         let sock = if socket { self.sock_fd } else { -1 };
-        if poll_two(sock, self.wake.0, timeout) {
+        if poll_two(sock, self.wake.0, timeout)[1] {
             self.wake.drain();
         }
     }
@@ -203,22 +203,16 @@ impl Inner {
     /// caller is about to look, and a wake fd left readable would end every later spin
     /// at once.
     fn readable_now(&self) -> bool {
-        let mut fds = [self.sock_fd, self.wake.0].map(|fd| libc::pollfd {
-            fd,
-            events: libc::POLLIN,
-            revents: 0,
-        });
-        // SAFETY: `fds` is a live array of two pollfds; a zero timeout never blocks.
-        let n = unsafe { libc::poll(fds.as_mut_ptr(), 2, 0) };
-        if fds[1].revents != 0 {
+        let [socket, wake] = poll_two(self.sock_fd, self.wake.0, Some(Duration::ZERO));
+        if wake {
             self.wake.drain();
         }
-        n != 0
+        socket || wake
     }
 }
 
-/// `ppoll` on two descriptors for reading; returns whether the second one is readable.
-fn poll_two(first: RawFd, second: RawFd, timeout: Option<Duration>) -> bool {
+/// `ppoll` on two descriptors for reading; returns which of them are readable.
+fn poll_two(first: RawFd, second: RawFd, timeout: Option<Duration>) -> [bool; 2] {
     let mut fds = [
         libc::pollfd {
             fd: first,
@@ -241,7 +235,7 @@ fn poll_two(first: RawFd, second: RawFd, timeout: Option<Duration>) -> bool {
     // SAFETY: `fds` is a live array of two pollfds, `tsp` null or a live timespec, and the
     // signal mask pointer is null (unchanged).
     let _ = unsafe { libc::ppoll(fds.as_mut_ptr(), 2, tsp, std::ptr::null()) };
-    fds[1].revents != 0
+    fds.map(|f| f.revents != 0)
 }
 
 impl Inner {

@@ -90,6 +90,15 @@ mod tests {
         caught
     }
 
+    /// How long `p` spins in an idle period starting at `from`, looking every `step` ns.
+    fn spin_length(p: &mut AdaptiveSpin, from: u64, step: u64) -> u64 {
+        let mut t = from;
+        while p.spin(t) {
+            t += step;
+        }
+        t - from
+    }
+
     #[test]
     fn a_fresh_device_sleeps() {
         let mut p = AdaptiveSpin::new();
@@ -104,12 +113,8 @@ mod tests {
         assert_eq!(caught(&mut p, &mut t, 10, 10 * US), 7, "{p:?}");
         assert!(caught(&mut p, &mut t, 100, 10 * US) == 100, "{p:?}");
         // The peer pauses for a millisecond: the thread spins at most MAX_SPIN of it.
-        let idle = t;
-        let mut spun_until = idle;
-        while p.spin(spun_until) {
-            spun_until += US;
-        }
-        assert!(spun_until - idle <= MAX_SPIN_NS, "{}", spun_until - idle);
+        let spun = spin_length(&mut p, t, US);
+        assert!(spun <= MAX_SPIN_NS, "{spun}");
         t += 1_000 * US;
         p.received(t);
         // Traffic every 200 µs: no spin catches it, and spinning stops altogether.
@@ -124,12 +129,7 @@ mod tests {
         let mut p = AdaptiveSpin::new();
         let mut t = 0;
         caught(&mut p, &mut t, 50, 5 * US);
-        let idle = t;
-        let mut spun_until = idle;
-        while p.spin(spun_until) {
-            spun_until += US / 2;
-        }
-        let spun = spun_until - idle;
+        let spun = spin_length(&mut p, t, US / 2);
         assert!(
             (8 * US..=11 * US).contains(&spun),
             "{spun} ns for 5 µs gaps"
@@ -143,12 +143,7 @@ mod tests {
         let mut p = AdaptiveSpin::new();
         let mut t = 0;
         caught(&mut p, &mut t, 50, 40 * US);
-        let idle = t;
-        let mut spun_until = idle;
-        while p.spin(spun_until) {
-            spun_until += US / 2;
-        }
-        let spun = spun_until - idle;
+        let spun = spin_length(&mut p, t, US / 2);
         assert!(
             (MAX_SPIN_NS - US..=MAX_SPIN_NS).contains(&spun),
             "{spun} ns"
