@@ -150,8 +150,11 @@ impl CompletionQueue {
         if n > 0 || max == 0 {
             return n;
         }
-        self.inner.device.inner().drive_from_poll();
-        self.poll(max, out)
+        let handle = self.inner.handle;
+        self.inner
+            .device
+            .inner()
+            .drive_from_poll(|core| core.engine.poll_cq(handle, max, out).unwrap_or(0))
     }
 
     /// The oldest completion, if any.

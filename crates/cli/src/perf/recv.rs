@@ -5,7 +5,7 @@
 
 use std::time::{Duration, Instant};
 
-use softrdma::{wr, WorkCompletion};
+use softrdma::{wr, MemoryRegion, WorkCompletion};
 
 use super::bw::check_wcs;
 use super::check;
@@ -15,6 +15,25 @@ use super::output::PerfError;
 use super::report::{self, Row};
 use crate::transport::Transport;
 
+/// Where receive `seq` of QP `i` puts a message of `size`: the region and the offset in it.
+fn recv_place(ctx: &Ctx, i: usize, size: u64, seq: u64) -> (&MemoryRegion, usize) {
+    match ctx.check_mem.recv_slot(i, seq) {
+        Some(place) => place,
+        None => (
+            &ctx.mr,
+            (ctx.target_off(i) + ctx.cycle_off(size + ctx.grh, seq)) as usize,
+        ),
+    }
+}
+
+/// Whether receives `a` and `b` of QP `i` put their messages in different buffers: the
+/// message of `a` can still be read after `b`'s has arrived.
+pub(crate) fn recv_lands_apart(ctx: &Ctx, i: usize, size: u64, a: u64, b: u64) -> bool {
+    let ((mr_a, at_a), (mr_b, at_b)) = (recv_place(ctx, i, size, a), recv_place(ctx, i, size, b));
+    let len = (size + ctx.grh) as usize;
+    !std::ptr::eq(mr_a, mr_b) || at_a.abs_diff(at_b) >= len
+}
+
 /// Posts receives for messages of `size` on QP `i`, numbered from `from`.
 pub(crate) fn post_recvs(
     ctx: &Ctx,
@@ -23,17 +42,11 @@ pub(crate) fn post_recvs(
     from: u64,
     count: u64,
 ) -> Result<(), PerfError> {
-    let slot = ctx.target_off(i);
     // UD: room for the GRH area before the message.
     let len = (size + ctx.grh) as u32;
     let wrs = (from..from + count).map(|seq| {
-        let sge = match ctx.check_mem.recv_slot(i, seq) {
-            Some((mr, at)) => mr.sge(at, len),
-            None => ctx
-                .mr
-                .sge((slot + ctx.cycle_off(size + ctx.grh, seq)) as usize, len),
-        };
-        wr::recv(wr_id(i, seq), vec![sge])
+        let (mr, at) = recv_place(ctx, i, size, seq);
+        wr::recv(wr_id(i, seq), vec![mr.sge(at, len)])
     });
     match &ctx.srq {
         Some(srq) => srq.post_recv(wrs)?,
@@ -74,13 +87,8 @@ pub(crate) fn check_recv(
         return Ok(());
     }
     let (i, seq) = split_id(wc.wr_id);
-    let got = match ctx.check_mem.recv_slot(i, seq) {
-        Some((mr, at)) => mr.read_vec(at + ctx.grh as usize, size as usize)?,
-        None => {
-            let off = ctx.target_off(i) + ctx.cycle_off(size + ctx.grh, seq) + ctx.grh;
-            ctx.mr.read_vec(off as usize, size as usize)?
-        }
-    };
+    let (mr, at) = recv_place(ctx, i, size, seq);
+    let got = mr.read_vec(at + ctx.grh as usize, size as usize)?;
     // A softrdma sender stamps each message with its sequence number: the n-th receive must
     // hold message n (none lost, duplicated or reordered). UC and UD may lose messages, so
     // there the n-th receive holds message n or a later one, intact.

@@ -344,25 +344,22 @@ impl Core {
         let mut sent = 0;
         let mut stalls = 0;
         while sent < self.tx_meta.len() {
-            let transmits: Vec<Transmit<'_>> = self.tx_meta[sent..]
-                .iter()
-                .zip(&self.tx_bufs[sent..])
-                .map(|(g, buf)| Transmit {
-                    dst: g.dst,
-                    src_port: g.src_port,
-                    ecn: Ecn::from_tos(g.ecn),
-                    segment_size: (g.count > 1).then_some(g.segment),
-                    contents: &buf[..g.len],
-                })
-                .collect();
+            let groups = self.tx_meta[sent..].iter().zip(&self.tx_bufs[sent..]);
+            // A lone datagram (a ping-pong's answer) is sent without allocating.
+            let (one, many): (Option<Transmit<'_>>, Vec<Transmit<'_>>) = if groups.len() == 1 {
+                (groups.map(TxGroup::transmit).next(), Vec::new())
+            } else {
+                (None, groups.map(TxGroup::transmit).collect())
+            };
+            let transmits = one.as_ref().map_or(&many[..], std::slice::from_ref);
+            let port = transmits[0].src_port;
             self.io.tx_calls += 1;
-            match self.socket.send(&transmits) {
+            match self.socket.send(transmits) {
                 Ok(0) => {
                     // Socket buffer full: wait a little, then give the rest up to the
                     // transport's retransmission rather than stall every thread.
                     stalls += 1;
-                    let port = transmits[0].src_port;
-                    drop(transmits);
+                    drop(many);
                     let ready = self
                         .socket
                         .wait_writable(port, Some(Duration::from_millis(1)))
@@ -374,7 +371,7 @@ impl Core {
                     }
                 }
                 Ok(n) => {
-                    drop(transmits);
+                    drop(many);
                     for i in sent..sent + n {
                         self.record_sent(i);
                     }
@@ -383,7 +380,7 @@ impl Core {
                 Err(SendError::GsoUnavailable { .. }) => {
                     // The kernel refused GSO (the socket stopped using it): send this group's
                     // segments one by one, each now identification 0.
-                    drop(transmits);
+                    drop(many);
                     self.gso = false;
                     self.send_split(sent);
                     sent += 1;
@@ -527,6 +524,19 @@ struct TxGroup {
     len: usize,
     /// More segments may join.
     open: bool,
+}
+
+impl TxGroup {
+    /// The group as the socket sends it, its datagrams in `buf`.
+    fn transmit<'a>((g, buf): (&TxGroup, &'a Vec<u8>)) -> Transmit<'a> {
+        Transmit {
+            dst: g.dst,
+            src_port: g.src_port,
+            ecn: Ecn::from_tos(g.ecn),
+            segment_size: (g.count > 1).then_some(g.segment),
+            contents: &buf[..g.len],
+        }
+    }
 }
 
 /// Whether the kernel offers GSO on this socket ([`crate::DeviceConfig::gso`] decides whether

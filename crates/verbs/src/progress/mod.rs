@@ -242,7 +242,7 @@ impl Inner {
     /// One round of progress on the calling thread: receive what is queued, run due timers,
     /// transmit, wake completion waiters. Returns whether any datagram was received.
     pub(crate) fn drive(&self) -> bool {
-        self.drive_inner(false)
+        self.drive_inner(false, |_| ()).0
     }
 
     /// [`drive`](Self::drive); with `hold_replies`, what the received datagrams produced (their
@@ -253,7 +253,10 @@ impl Inner {
     /// path) between every message and its answer. The next round of progress on any thread
     /// — the spinner's next poll, its post, or the progress thread when the spinner's lease
     /// ends — sends them.
-    fn drive_inner(&self, hold_replies: bool) -> bool {
+    ///
+    /// `then` runs on the core at the end of the round, before the lock is released: a
+    /// spinner polls its CQ there rather than taking the lock once more.
+    fn drive_inner<R>(&self, hold_replies: bool, then: impl FnOnce(&mut Core) -> R) -> (bool, R) {
         let mut wakers = Vec::new();
         let mut core = self.lock();
         let now = core.now();
@@ -285,6 +288,7 @@ impl Inner {
             deadline.map_or(u64::MAX, Instant::as_nanos),
             Ordering::Release,
         );
+        let r = then(&mut core);
         drop(core);
         for w in wakers {
             w.wake();
@@ -292,7 +296,7 @@ impl Inner {
         if left_behind {
             self.progress_by(now.as_nanos().saturating_add(SPIN_LEASE.as_nanos() as u64));
         }
-        got > 0
+        (got > 0, r)
     }
 
     /// Makes sure the progress thread looks at the device by `deadline_ns` (ns since
@@ -336,8 +340,8 @@ impl Inner {
     /// itself instead of waking the progress thread, which would have to get a core first.
     /// The spinner holds the socket for [`SPIN_LEASE`] after its last call; then the progress
     /// thread takes it back.
-    pub(crate) fn drive_from_poll(&self) -> bool {
-        self.drive_inner(true)
+    pub(crate) fn drive_from_poll<R>(&self, then: impl FnOnce(&mut Core) -> R) -> R {
+        self.drive_inner(true, then).1
     }
 
     fn now_ns(&self) -> u64 {
