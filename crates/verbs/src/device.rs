@@ -600,10 +600,14 @@ impl Device {
 
     /// Counters.
     pub fn stats(&self) -> DeviceStats {
-        let core = self.shared.inner.lock();
+        let inner = &self.shared.inner;
+        let core = inner.lock();
         DeviceStats {
             engine: core.engine.stats().clone(),
-            io: core.io_counters(),
+            io: IoCounters {
+                wakeups: inner.wakeups.load(Ordering::Relaxed),
+                ..core.io_counters()
+            },
         }
     }
 

@@ -67,6 +67,9 @@ pub(crate) struct Inner {
     /// `u64::MAX` while it sleeps with no timeout, 0 while it runs. See
     /// [`Inner::progress_by`].
     progress_looks_ns: AtomicU64,
+    /// Times the progress thread woke from sleep ([`IoCounters::wakeups`]): counted outside
+    /// the device mutex, which a wake-up that finds nothing to do does not take.
+    pub(crate) wakeups: AtomicU64,
 }
 
 impl Inner {
@@ -91,6 +94,7 @@ impl Inner {
             pollers: AtomicUsize::new(0),
             last_spin_ns: AtomicU64::new(0),
             progress_looks_ns: AtomicU64::new(0),
+            wakeups: AtomicU64::new(0),
         })
     }
 
@@ -188,12 +192,15 @@ impl Inner {
     }
 
     /// Sleeps until a datagram arrives (if `socket`), the wake fd fires, or `timeout` passes.
-    pub(crate) fn sleep(&self, timeout: Option<Duration>, socket: bool) {
+    /// Returns whether something woke it (`false`: the timeout passed).
+    pub(crate) fn sleep(&self, timeout: Option<Duration>, socket: bool) -> bool {
         // ppoll ignores negative descriptors.
         let sock = if socket { self.sock_fd } else { -1 };
-        if poll_two(sock, self.wake.0, timeout)[1] {
+        let [datagram, woken] = poll_two(sock, self.wake.0, timeout);
+        if woken {
             self.wake.drain();
         }
+        datagram || woken
     }
 }
 
@@ -395,6 +402,7 @@ enum Flush {
 pub(crate) fn run(inner: Arc<Inner>) {
     let mut wakers = Vec::new();
     let mut spin = AdaptiveSpin::new();
+    let mut timed_out = false;
     loop {
         // Awake: a spinner need not wake it (see `Inner::progress_by`).
         inner.progress_looks_ns.store(0, Ordering::SeqCst);
@@ -402,7 +410,15 @@ pub(crate) fn run(inner: Arc<Inner>) {
             break;
         }
         let spun_before = inner.last_spin_ns.load(Ordering::SeqCst);
-        if inner.drive() {
+        // The clock woke it to see whether a spinner's lease is over, and it is not: the
+        // spinner receives, transmits and runs the timers, so there is nothing to do, and
+        // the device mutex stays the spinner's. (A round here took the mutex about a
+        // thousand times a second in a `send-lat`, each time on a core a spinner needed;
+        // preempted while holding it, this thread would keep the spinner waiting.)
+        let idle = std::mem::take(&mut timed_out)
+            && inner.spin_lease_left().is_some()
+            && !inner.until_next_timer().is_some_and(|t| t.is_zero());
+        if !idle && inner.drive() {
             spin.received(inner.now_ns());
             continue;
         }
@@ -455,8 +471,8 @@ pub(crate) fn run(inner: Arc<Inner>) {
                 .saturating_add(u64::try_from(t.as_nanos()).unwrap_or(u64::MAX))
         });
         inner.progress_looks_ns.store(looks, Ordering::SeqCst);
-        inner.sleep(timeout, socket);
-        inner.lock().io.wakeups += 1;
+        timed_out = !inner.sleep(timeout, socket);
+        inner.wakeups.fetch_add(1, Ordering::Relaxed);
     }
     // Shutdown: what is queued (held ACKs above all) goes out, then anything still connected
     // goes to ERR so its work completes with flush errors.
@@ -475,5 +491,50 @@ pub(crate) fn run(inner: Arc<Inner>) {
     drop(core);
     for w in wakers.drain(..) {
         w.wake();
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::sync::atomic::Ordering;
+    use std::time::{Duration, Instant};
+
+    use crate::{Device, DeviceConfig};
+
+    /// While a spinner holds the socket, the progress thread's looks at its lease do not take
+    /// the device mutex: with the mutex held throughout, it still wakes every lease and goes
+    /// back to sleep. (Before, each look took the mutex, and a look preempted while holding it
+    /// stalled the spinner for a timeslice.)
+    #[test]
+    fn a_look_at_a_spinners_lease_leaves_the_device_mutex_alone() {
+        let dev = Device::open(DeviceConfig::new("127.0.11.29".parse().unwrap())).unwrap();
+        let inner = dev.inner();
+        // A spinner that keeps polling: its lease is always fresh.
+        let renew = || {
+            inner
+                .last_spin_ns
+                .store(inner.now_ns().max(1), Ordering::SeqCst)
+        };
+        let spin_for = |d: Duration| {
+            let start = Instant::now();
+            while start.elapsed() < d {
+                renew();
+                std::hint::spin_loop();
+            }
+        };
+        // The progress thread, woken, finds the lease and sleeps until it would end.
+        renew();
+        inner.signal();
+        spin_for(Duration::from_millis(10));
+        // The spinner holds the mutex (as for a round of its own) for 100 ms: 50 leases.
+        let round = inner.lock();
+        let before = inner.wakeups.load(Ordering::Relaxed);
+        spin_for(Duration::from_millis(100));
+        let looks = inner.wakeups.load(Ordering::Relaxed) - before;
+        drop(round);
+        assert!(
+            looks >= 3,
+            "the progress thread looked {looks} times in 100 ms of a spinner's lease"
+        );
     }
 }
