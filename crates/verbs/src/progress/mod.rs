@@ -70,6 +70,10 @@ pub(crate) struct Inner {
     /// Times the progress thread woke from sleep ([`IoCounters::wakeups`]): counted outside
     /// the device mutex, which a wake-up that finds nothing to do does not take.
     pub(crate) wakeups: AtomicU64,
+    /// Tests: the progress thread pauses this long right after it decided to skip a round,
+    /// as a preemption at that point would.
+    #[cfg(test)]
+    pub(crate) pause_after_skip_ns: AtomicU64,
 }
 
 impl Inner {
@@ -95,6 +99,8 @@ impl Inner {
             last_spin_ns: AtomicU64::new(0),
             progress_looks_ns: AtomicU64::new(0),
             wakeups: AtomicU64::new(0),
+            #[cfg(test)]
+            pause_after_skip_ns: AtomicU64::new(0),
         })
     }
 
@@ -418,6 +424,13 @@ pub(crate) fn run(inner: Arc<Inner>) {
         let idle = std::mem::take(&mut timed_out)
             && inner.spin_lease_left().is_some()
             && !inner.until_next_timer().is_some_and(|t| t.is_zero());
+        #[cfg(test)]
+        if idle {
+            let ns = inner.pause_after_skip_ns.load(Ordering::Relaxed);
+            if ns > 0 {
+                std::thread::sleep(Duration::from_nanos(ns));
+            }
+        }
         if !idle && inner.drive() {
             spin.received(inner.now_ns());
             continue;
@@ -427,8 +440,10 @@ pub(crate) fn run(inner: Arc<Inner>) {
         let lease = inner.spin_lease_left();
         // A spinner that came and went since this thread's round (its lease already over:
         // this thread was preempted in between) may have left work behind, and saw this
-        // thread awake: look again rather than sleep on it.
-        if lease.is_none() && inner.last_spin_ns.load(Ordering::SeqCst) != spun_before {
+        // thread awake: look again rather than sleep on it. So must a thread that skipped its
+        // round for a lease that has ended since: the spinner's last poll may have left work
+        // behind, and counted on this thread to look when the lease ended.
+        if lease.is_none() && (idle || inner.last_spin_ns.load(Ordering::SeqCst) != spun_before) {
             continue;
         }
         let socket = inner.pollers.load(Ordering::SeqCst) == 0 && lease.is_none();
@@ -515,26 +530,130 @@ mod tests {
                 .last_spin_ns
                 .store(inner.now_ns().max(1), Ordering::SeqCst)
         };
-        let spin_for = |d: Duration| {
+        // Spins until `d` passed or `done` holds; returns the longest gap between renewals (a
+        // loaded machine may take the core for longer than a lease, which then really ends).
+        let spin_until = |d: Duration, done: &dyn Fn() -> bool| {
             let start = Instant::now();
-            while start.elapsed() < d {
+            let (mut last, mut gap) = (start, Duration::ZERO);
+            while start.elapsed() < d && !done() {
                 renew();
+                let now = Instant::now();
+                gap = gap.max(now - last);
+                last = now;
                 std::hint::spin_loop();
             }
+            gap
         };
-        // The progress thread, woken, finds the lease and sleeps until it would end.
-        renew();
-        inner.signal();
-        spin_for(Duration::from_millis(10));
-        // The spinner holds the mutex (as for a round of its own) for 100 ms: 50 leases.
-        let round = inner.lock();
-        let before = inner.wakeups.load(Ordering::Relaxed);
-        spin_for(Duration::from_millis(100));
-        let looks = inner.wakeups.load(Ordering::Relaxed) - before;
-        drop(round);
-        assert!(
-            looks >= 3,
-            "the progress thread looked {looks} times in 100 ms of a spinner's lease"
+        let lease = super::SPIN_LEASE;
+        let mut disturbed = Vec::new();
+        for _ in 0..10 {
+            // The progress thread, woken, finds the lease and sleeps until it would end; it
+            // has looked once by its clock when the wake-up count moved twice.
+            renew();
+            let woke = inner.wakeups.load(Ordering::Relaxed);
+            inner.signal();
+            let warm = spin_until(Duration::from_secs(1), &|| {
+                inner.wakeups.load(Ordering::Relaxed) >= woke + 2
+            });
+            // The spinner holds the mutex (as for a round of its own) for 100 ms: 50 leases.
+            let locking = Instant::now();
+            let round = inner.lock();
+            let waited = locking.elapsed();
+            let before = inner.wakeups.load(Ordering::Relaxed);
+            let gap = spin_until(Duration::from_millis(100), &|| false).max(waited);
+            let looks = inner.wakeups.load(Ordering::Relaxed) - before;
+            drop(round);
+            if warm.max(gap) >= lease / 2 {
+                disturbed.push((looks, warm.max(gap)));
+                continue;
+            }
+            assert!(
+                looks >= 3,
+                "the progress thread looked {looks} times in 100 ms of a spinner's lease"
+            );
+            return;
+        }
+        panic!("every attempt lost the core for half a lease or more: {disturbed:?}");
+    }
+
+    /// The spinner's last poll left a datagram of its batch behind (it stopped at its
+    /// completion), and the spinner stops. The progress thread wakes by its timeout while the
+    /// lease still holds, skips its round, and is preempted (here: paused) until the lease is
+    /// over; it must still look before it sleeps on the socket without a timeout. (Without
+    /// the look it slept, and the datagram waited for whatever came next: 8 failures in 8.)
+    #[test]
+    fn a_lease_that_ends_after_a_skipped_round_still_gets_its_round() {
+        use crate::{wr, AccessFlags, AhAttr, QpInitAttr};
+        const QKEY: u32 = 0x1111_1111;
+        let ud = |ip: &str| {
+            let dev = Device::open(DeviceConfig::new(ip.parse().unwrap())).unwrap();
+            let pd = dev.alloc_pd();
+            let cq = dev.create_cq(64).unwrap();
+            let qp = pd.create_qp(&QpInitAttr::ud(&cq)).unwrap();
+            qp.ready_ud(QKEY).unwrap();
+            let mr = pd.reg_mr(1 << 14, AccessFlags::LOCAL_WRITE).unwrap();
+            (dev, pd, cq, qp, mr)
+        };
+        let (a_dev, a_pd, _a_cq, a_qp, a_mr) = ud("127.0.11.30");
+        let (b_dev, _b_pd, b_cq, b_qp, b_mr) = ud("127.0.11.31");
+        let inner = b_dev.inner();
+        // Longer than a lease: the lease ends while the thread is paused.
+        inner
+            .pause_after_skip_ns
+            .store(6_000_000, Ordering::Relaxed);
+        b_qp.post_recv((0..2).map(|i| wr::recv(i, vec![b_mr.sge(4096 * i as usize, 2048)])))
+            .unwrap();
+        let ah = a_pd
+            .create_ah(&AhAttr::new(b_dev.gid(), a_dev.gid_index() as u8))
+            .unwrap();
+        let mut out = Vec::new();
+        let spin = |d: Duration, out: &mut Vec<_>| {
+            let start = Instant::now();
+            while start.elapsed() < d {
+                b_cq.poll_progress(8, out);
+            }
+        };
+        // b spins; its progress thread, woken, sleeps until the lease would end.
+        spin(Duration::from_millis(1), &mut out);
+        // (Signalled again if a loaded machine let the lease lapse meanwhile.)
+        let start = Instant::now();
+        'asleep: loop {
+            assert!(start.elapsed() < Duration::from_secs(5));
+            let woke = inner.wakeups.load(Ordering::Relaxed);
+            inner.signal();
+            let signalled = Instant::now();
+            while signalled.elapsed() < Duration::from_millis(20) {
+                b_cq.poll_progress(8, &mut out);
+                if inner.wakeups.load(Ordering::Relaxed) != woke
+                    && !matches!(inner.progress_looks_ns.load(Ordering::SeqCst), 0 | u64::MAX)
+                {
+                    break 'asleep;
+                }
+            }
+        }
+        spin(Duration::from_micros(300), &mut out);
+        // Two datagrams at once: the spinner stops at the first completion.
+        a_qp.post_send(
+            (0..2).map(|i| wr::ud_send(i, vec![a_mr.sge(0, 64)], &ah, b_qp.qp_num(), QKEY)),
+        )
+        .unwrap();
+        let start = Instant::now();
+        while out.is_empty() {
+            assert!(start.elapsed() < Duration::from_secs(5));
+            b_cq.poll_progress(1, &mut out);
+        }
+        assert_eq!(out.len(), 1, "the spinner took one and left one");
+        // b stops driving: it only looks at its CQ.
+        let stopped = Instant::now();
+        while out.len() < 2 && stopped.elapsed() < Duration::from_millis(300) {
+            b_cq.poll(2, &mut out);
+            std::thread::sleep(Duration::from_micros(200));
+        }
+        assert_eq!(
+            out.len(),
+            2,
+            "the second datagram was still not handled {:?} after the spinner stopped",
+            stopped.elapsed()
         );
     }
 }
