@@ -16,7 +16,11 @@
 //!   cannot move payload faster than that.
 //! - `pingpong`: two threads bounce one 20-byte datagram (the size of an 8-byte RoCEv2 SEND's
 //!   BTH, payload and ICRC), both spinning on `try_recv`, as `softrdma perf send-lat` spins.
-//!   Half the median round trip is the one-way floor of a loopback ping-pong over UDP.
+//!   Half the median round trip is the one-way floor of a loopback ping-pong over UDP. A
+//!   datagram lost on the way (not expected on loopback) ends the run with an error.
+//!
+//! Both are the ceiling of one flow into one receiving thread, which is what a device's
+//! progress thread is.
 
 use std::net::{IpAddr, Ipv4Addr};
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -94,6 +98,9 @@ fn bandwidth(run: Duration) -> Result<(), Box<dyn std::error::Error>> {
     let sending = start.elapsed();
     stop.store(true, Ordering::Release);
     let (received, receiving) = receiver.join().expect("receiver thread");
+    if received == 0 || receiving.is_zero() {
+        return Err("the receiving thread got nothing: is loopback up?".into());
+    }
     let payload = |bytes: usize, t: Duration| {
         bytes as f64 / SEGMENT as f64 * PAYLOAD_PER_SEGMENT / t.as_secs_f64() / 1e9
     };
@@ -121,24 +128,33 @@ fn pingpong(rounds: usize) -> Result<(), Box<dyn std::error::Error>> {
             segment_size: None,
             contents: &packet,
         };
+        let send = |sock: &mut RoceSocket| match sock.send(&[t]) {
+            Ok(1) => Ok(()),
+            Ok(_) => Err("the socket took no datagram".to_string()),
+            Err(e) => Err(e.to_string()),
+        };
         let mut rtts = Vec::with_capacity(rounds);
-        for _ in 0..rounds {
+        for round in 0..rounds {
             let sent_at = Instant::now();
             if !serve {
-                sock.send(&[t]).expect("send");
+                send(sock)?;
             }
-            while sock.try_recv(&mut arena).expect("receive") == 0 {}
+            while sock.try_recv(&mut arena).map_err(|e| e.to_string())? == 0 {
+                if sent_at.elapsed() > Duration::from_secs(1) {
+                    return Err(format!("round {round}: no datagram for a second (lost?)"));
+                }
+            }
             if serve {
-                sock.send(&[t]).expect("send");
+                send(sock)?;
             } else {
                 rtts.push(sent_at.elapsed());
             }
         }
-        rtts
+        Ok(rtts)
     };
     let server = thread::spawn(move || bounce(&mut b, a_addr, true));
-    let mut rtts = bounce(&mut a, b_addr, false);
-    server.join().expect("server thread");
+    let mut rtts = bounce(&mut a, b_addr, false)?;
+    server.join().expect("server thread")?;
     rtts.sort_unstable();
     let one_way = |q: f64| rtts[((rtts.len() - 1) as f64 * q) as usize].as_secs_f64() * 1e6 / 2.0;
     println!(
