@@ -2,7 +2,8 @@
 //! commit: the test plays one side itself, with the softrdma library and perftest's
 //! out-of-band exchange, marked as a softrdma device the way `softrdma perf` marks itself
 //! (PSN and buffer address, see `perf/check.rs`), and misbehaves on purpose — it loses a
-//! WRITE, misplaces one, or serves READs wrong bytes in the middle of a run. The real
+//! WRITE, misplaces one, serves READs wrong bytes in the middle of a run, or sends a
+//! ping-pong message with another message's stamp. The real
 //! `softrdma perf` on the other side must notice and say what it saw, exit status 1.
 //!
 //! Before the fix the passive WRITE server compared every slot with one pattern, the same on
@@ -166,10 +167,10 @@ fn side(ip: &str, sess: &mut PerftestSession<TcpStream>, out_reads: u16) -> (Sid
     )
 }
 
-fn connect(port: u16) -> TcpStream {
+fn connect(ip: &str, port: u16) -> TcpStream {
     let deadline = Instant::now() + Duration::from_secs(20);
     loop {
-        match TcpStream::connect(("127.0.66.11", port)) {
+        match TcpStream::connect((ip, port)) {
             Ok(s) => return s,
             Err(_) if Instant::now() < deadline => std::thread::sleep(Duration::from_millis(20)),
             Err(e) => panic!("connect: {e}"),
@@ -206,7 +207,7 @@ fn write_bw_with(port: u16, fault: WriteFault) -> (Option<i32>, String, String) 
         "--timeout",
         "20",
     ]);
-    let stream = connect(port);
+    let stream = connect("127.0.66.11", port);
     let trailer = stream.try_clone().unwrap();
     let mut sess = PerftestSession::from_stream(stream, Role::Client);
     sess.set_timeout(Some(Duration::from_secs(20))).unwrap();
@@ -324,6 +325,60 @@ fn read_client_verifies_reads_as_they_land() {
     assert_eq!(code, Some(1), "{out}\n{err}");
     assert!(
         err.contains("data check failed: READ 0 of QP index 0 (64 bytes from offset 0) completed, but byte 1 differs from the server's"),
+        "{err}"
+    );
+}
+
+/// A `perf send-lat` server, and the test as its client: 8-byte stamped SENDs, message 20
+/// carrying message 21's stamp. The server checks each message after it has answered it
+/// (the check is not on the ping-pong's path), and must still name the bad one.
+#[test]
+fn send_lat_server_checks_every_message_after_answering_it() {
+    const SIZE: usize = 8;
+    let port = 19815u16;
+    let server = Proc::perf(&[
+        "send-lat",
+        "--bind",
+        "127.0.66.15",
+        "-p",
+        &port.to_string(),
+        "-s",
+        "8",
+        "-n",
+        "100",
+        "--check",
+        "--timeout",
+        "20",
+    ]);
+    let stream = connect("127.0.66.15", port);
+    let mut sess = PerftestSession::from_stream(stream, Role::Client);
+    sess.set_timeout(Some(Duration::from_secs(20))).unwrap();
+    let (c, _rem) = side("127.0.66.16", &mut sess, 1);
+    // send-lat's one exchange before the size's run.
+    sess.exchange_keys(&c.my).unwrap();
+    let answer_at = 2 * BUF as usize;
+    for seq in 0..30u64 {
+        c.qp.post_recv([wr::recv(1000 + seq, vec![c.mr.sge(answer_at, SIZE as u32)])])
+            .unwrap();
+        let stamp = if seq == 20 { seq + 1 } else { seq };
+        c.mr.write(0, &stamped(stamp, SIZE, 0)).unwrap();
+        c.qp.post_send([wr::send(seq, vec![c.mr.sge(0, SIZE as u32)])])
+            .unwrap();
+        // The send's completion and the answer (the server stops answering once it has
+        // found the bad message).
+        let mut wcs = Vec::new();
+        let deadline = Instant::now() + Duration::from_secs(5);
+        while wcs.len() < 2 && Instant::now() < deadline {
+            c.cq.poll_blocking(2 - wcs.len(), &mut wcs, Some(Duration::from_millis(100)));
+        }
+        if wcs.len() < 2 {
+            break;
+        }
+    }
+    let (code, out, err) = server.finish(Duration::from_secs(30));
+    assert_eq!(code, Some(1), "{out}\n{err}");
+    assert!(
+        err.contains("data check failed: message 20 on QP index 0: it carries message 21's stamp"),
         "{err}"
     );
 }
