@@ -146,15 +146,14 @@ impl CompletionQueue {
     /// `ibv_poll_cq` loop — so that the spinning thread receives the datagram it waits for
     /// itself; while it keeps spinning, the progress thread leaves the socket to it.
     pub fn poll_progress(&self, max: usize, out: &mut Vec<WorkCompletion>) -> usize {
-        let n = self.poll(max, out);
-        if n > 0 || max == 0 {
-            return n;
-        }
         let handle = self.inner.handle;
-        self.inner
-            .device
-            .inner()
-            .drive_from_poll(|core| core.engine.poll_cq(handle, max, out).unwrap_or(0))
+        self.poll_after(max, out, |out| {
+            // Polled under the lock of the round, not after it with the lock taken again.
+            self.inner
+                .device
+                .inner()
+                .drive_from_poll(|core| core.engine.poll_cq(handle, max, out).unwrap_or(0))
+        })
     }
 
     /// The oldest completion, if any.
@@ -264,22 +263,27 @@ impl CompletionQueue {
         out: &mut Vec<WorkCompletion>,
         timeout: Option<Duration>,
     ) -> usize {
-        self.poll_after(max, out, || self.wait(timeout))
+        self.poll_after(max, out, |out| self.poll_if(self.wait(timeout), max, out))
     }
 
-    /// Polls up to `max` completions into `out`; if there are none, after `wait` (which
-    /// says whether one arrived).
+    /// Polls up to `max` completions into `out`; if there are none, returns what `otherwise`
+    /// polls (after waiting or driving the device).
     fn poll_after(
         &self,
         max: usize,
         out: &mut Vec<WorkCompletion>,
-        wait: impl FnOnce() -> bool,
+        otherwise: impl FnOnce(&mut Vec<WorkCompletion>) -> usize,
     ) -> usize {
         let n = self.poll(max, out);
         if n > 0 || max == 0 {
             return n;
         }
-        if wait() {
+        otherwise(out)
+    }
+
+    /// Polls after a wait that says whether a completion arrived.
+    fn poll_if(&self, arrived: bool, max: usize, out: &mut Vec<WorkCompletion>) -> usize {
+        if arrived {
             self.poll(max, out)
         } else {
             0
@@ -299,7 +303,9 @@ impl CompletionQueue {
         out: &mut Vec<WorkCompletion>,
         timeout: Option<Duration>,
     ) -> usize {
-        self.poll_after(max, out, || self.wait_passive(timeout))
+        self.poll_after(max, out, |out| {
+            self.poll_if(self.wait_passive(timeout), max, out)
+        })
     }
 
     /// Sleeps on this CQ's wake-up until a completion waits or `timeout` passes (see
