@@ -14,14 +14,21 @@ struct Side {
     engine: Engine,
     cq: CqHandle,
     key: u32,
-    qpn: u32,
+    qpns: Vec<u32>,
     ip: IpAddr,
+}
+
+impl Side {
+    fn qpn(&self) -> u32 {
+        self.qpns[0]
+    }
 }
 
 const MEM: usize = 1 << 20;
 const BASE: u64 = 0x1000_0000;
 
-fn pair(mtu: Mtu) -> [Side; 2] {
+/// Two engines joined by `qps` connected RC QPs, each side with one region of `mem` bytes.
+fn pair(mtu: Mtu, qps: usize, mem: usize) -> [Side; 2] {
     let ips = [
         IpAddr::V4(Ipv4Addr::new(10, 0, 0, 1)),
         IpAddr::V4(Ipv4Addr::new(10, 0, 0, 2)),
@@ -29,14 +36,14 @@ fn pair(mtu: Mtu) -> [Side; 2] {
     let mut sides = ips.map(|ip| {
         let mut engine = Engine::new(EngineConfig::new(ip));
         let pd = engine.alloc_pd();
-        let cq = engine.create_cq(4096);
+        let cq = engine.create_cq(4096.max(2 * qps));
         let key = engine
             .reg_mr(
                 pd,
                 BASE,
-                MEM as u64,
+                mem as u64,
                 AccessFlags::all(),
-                Arc::new(VecMemory::new(MEM)),
+                Arc::new(VecMemory::new(mem)),
             )
             .unwrap();
         let caps = QpCaps {
@@ -44,30 +51,34 @@ fn pair(mtu: Mtu) -> [Side; 2] {
             max_recv_wr: 1024,
             ..QpCaps::default()
         };
-        let qpn = engine.create_qp(pd, cq, cq, QpType::Rc, caps).unwrap();
+        let qpns = (0..qps)
+            .map(|_| engine.create_qp(pd, cq, cq, QpType::Rc, caps).unwrap())
+            .collect();
         Side {
             engine,
             cq,
             key,
-            qpn,
+            qpns,
             ip,
         }
     });
     for i in 0..2 {
-        let (peer_qpn, peer_ip) = (sides[1 - i].qpn, sides[1 - i].ip);
+        let (peer_qpns, peer_ip) = (sides[1 - i].qpns.clone(), sides[1 - i].ip);
         let s = &mut sides[i];
         let av = AddressVector {
             dest_ip: peer_ip,
             traffic_class: 0,
             hop_limit: 64,
         };
-        let steps = [
-            QpAttr::rc_init(AccessFlags::all()),
-            QpAttr::rc_rtr(mtu, av, peer_qpn, Psn::ZERO, 16, 1),
-            QpAttr::rc_rts(Psn::ZERO, 14, 7, 7, 16),
-        ];
-        for attr in steps {
-            s.engine.modify_qp(s.qpn, &attr).unwrap();
+        for (&qpn, &peer_qpn) in s.qpns.iter().zip(&peer_qpns) {
+            let steps = [
+                QpAttr::rc_init(AccessFlags::all()),
+                QpAttr::rc_rtr(mtu, av, peer_qpn, Psn::ZERO, 16, 1),
+                QpAttr::rc_rts(Psn::ZERO, 14, 7, 7, 16),
+            ];
+            for attr in steps {
+                s.engine.modify_qp(qpn, &attr).unwrap();
+            }
         }
     }
     sides
@@ -96,7 +107,7 @@ fn pump(sides: &mut [Side; 2], buf: &mut Vec<u8>) {
 fn bench_write(c: &mut Criterion) {
     let mut g = c.benchmark_group("engine");
     for (mtu, len) in [(Mtu::Mtu4096, 65536u32), (Mtu::Mtu1024, 65536)] {
-        let mut sides = pair(mtu);
+        let mut sides = pair(mtu, 1, MEM);
         let mut buf = Vec::with_capacity(8192);
         let mut wcs = Vec::new();
         g.throughput(Throughput::Bytes(u64::from(len)));
@@ -118,7 +129,7 @@ fn bench_write(c: &mut Criterion) {
                     inline_data: None,
                     ud: None,
                 };
-                let qpn = sides[0].qpn;
+                let qpn = sides[0].qpn();
                 sides[0].engine.post_send(Instant::ZERO, qpn, wr).unwrap();
                 pump(&mut sides, &mut buf);
                 wcs.clear();
@@ -129,13 +140,14 @@ fn bench_write(c: &mut Criterion) {
         });
     }
     // Small SENDs: per-message overhead (one request, one ACK).
-    let mut sides = pair(Mtu::Mtu1024);
+    let mut sides = pair(Mtu::Mtu1024, 1, MEM);
     let mut buf = Vec::with_capacity(8192);
     let mut wcs = Vec::new();
     g.throughput(Throughput::Elements(1));
     g.bench_function("send_8", |b| {
         b.iter(|| {
-            let (qpn1, key1, qpn0, key0) = (sides[1].qpn, sides[1].key, sides[0].qpn, sides[0].key);
+            let (qpn1, key1, qpn0, key0) =
+                (sides[1].qpn(), sides[1].key, sides[0].qpn(), sides[0].key);
             sides[1]
                 .engine
                 .post_recv(
@@ -173,5 +185,51 @@ fn bench_write(c: &mut Criterion) {
     g.finish();
 }
 
-criterion_group!(benches, bench_write);
+/// A thousand QPs, each WRITing 64 KiB from and into its own part of a 64 MiB region
+/// (perftest's layout for `write_bw -q 1000`): the engine's share of what a many-QP run
+/// costs over one QP — choosing whose turn it is under the device's in-flight budget, and
+/// reaching a thousand QPs' state and buffers that no cache holds.
+fn bench_many_qps(c: &mut Criterion) {
+    const QPS: usize = 1000;
+    const LEN: u32 = 65536;
+    let mut g = c.benchmark_group("engine");
+    g.sample_size(10);
+    let mut sides = pair(Mtu::Mtu4096, QPS, QPS * LEN as usize);
+    let mut buf = Vec::with_capacity(8192);
+    let mut wcs = Vec::new();
+    g.throughput(Throughput::Bytes(QPS as u64 * u64::from(LEN)));
+    g.bench_function(format!("write_{LEN}_{QPS}qps_mtu4096"), |b| {
+        b.iter(|| {
+            let (rkey, lkey) = (sides[1].key, sides[0].key);
+            for (i, qpn) in sides[0].qpns.clone().into_iter().enumerate() {
+                let at = BASE + i as u64 * u64::from(LEN);
+                let wr = SendWr {
+                    wr_id: i as u64,
+                    op: SendOp::RdmaWrite {
+                        remote_addr: at,
+                        rkey,
+                    },
+                    sg_list: vec![Sge {
+                        addr: at,
+                        length: LEN,
+                        lkey,
+                    }],
+                    flags: SendFlags::SIGNALED,
+                    inline_data: None,
+                    ud: None,
+                };
+                sides[0].engine.post_send(Instant::ZERO, qpn, wr).unwrap();
+            }
+            pump(&mut sides, &mut buf);
+            wcs.clear();
+            let cq = sides[0].cq;
+            while sides[0].engine.poll_cq(cq, 256, &mut wcs).unwrap() > 0 {}
+            assert_eq!(wcs.len(), QPS);
+            assert!(wcs.iter().all(|wc| wc.status == WcStatus::Success));
+        })
+    });
+    g.finish();
+}
+
+criterion_group!(benches, bench_write, bench_many_qps);
 criterion_main!(benches);

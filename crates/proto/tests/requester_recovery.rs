@@ -72,6 +72,74 @@ fn a_qp_timing_out_towards_a_dead_peer_does_not_hold_the_budget_of_live_ones() {
     assert_eq!(net.read_mem(2, 50_000, 8 * 1024), pattern(7, 8 * 1024));
 }
 
+/// Moves packets between nodes 0 and 1 in batches, as a progress loop does: everything
+/// node 0 has to send reaches node 1, then everything node 1 answers reaches node 0 (a
+/// `recvmmsg` batch of ACKs), until both are quiet.
+fn pump_batches(net: &mut Net) {
+    let mut buf = Vec::new();
+    loop {
+        let mut moved = false;
+        for i in 0..2 {
+            let mut batch = Vec::new();
+            while let Some(t) = net.nodes[i].engine.poll_transmit(net.now, &mut buf) {
+                batch.push((SocketAddr::new(ip(i), t.src_port), buf[..t.len].to_vec()));
+            }
+            moved |= !batch.is_empty();
+            for (src, data) in batch {
+                let meta = DatagramMeta::new(src, ip(1 - i));
+                net.nodes[1 - i]
+                    .engine
+                    .handle_datagram(net.now, &meta, &data);
+            }
+            net.now = net.now + Duration::from_micros(5);
+        }
+        if !moved {
+            return;
+        }
+    }
+}
+
+#[test]
+fn an_ack_wakes_as_many_budget_starved_qps_as_the_room_it_freed_lets_send() {
+    // 100 QPs each WRITE twice 32 packets (MTU 1024) at once through a 256-packet device budget:
+    // most of them wait for room most of the time. An ACK frees the room of a turn (60
+    // packets); waking a QP for each 8 packets of all the room there was, on every ACK of a
+    // batch, woke many more than the room let send, each polled only to be refused again.
+    const QPS: u64 = 100;
+    let mut net = Net::with_config(2, |c| EngineConfig {
+        device_inflight_packets: 256,
+        ..c
+    });
+    let all = AccessFlags::all();
+    let qps: Vec<u32> = (0..QPS)
+        .map(|_| net.rc_connect([0, 1], [None, None], [4, 4], [4, 4], all)[0])
+        .collect();
+    net.write_mem(0, 0, &pattern(3, 32 * 1024));
+    for (i, &qpn) in qps.iter().enumerate() {
+        for k in 0..2 {
+            let w = write(&net, 2 * i as u64 + k, 1, 0, 32 * 1024);
+            let now = net.now;
+            net.nodes[0].engine.post_send(now, qpn, w).unwrap();
+        }
+    }
+    pump_batches(&mut net);
+    let wcs = statuses(&mut net);
+    assert_eq!(wcs.len(), 2 * QPS as usize);
+    assert!(wcs.iter().all(|&(_, s)| s == WcStatus::Success), "{wcs:?}");
+    assert_eq!(net.read_mem(1, 0, 32 * 1024), pattern(3, 32 * 1024));
+    let st = net.nodes[0].engine.stats();
+    assert_eq!(st.retransmitted_packets, 0);
+    // Waking for all the room on every ACK refused each QP 20 times; for the room each ACK
+    // freed, 7 (the first burst refuses all but the first few once, and a QP refused mid-turn
+    // once the room is used up counts too).
+    assert!(
+        st.budget_waits <= 10 * QPS,
+        "{} refusals for {} packets sent",
+        st.budget_waits,
+        st.tx_packets
+    );
+}
+
 /// What the wire loses while a WRITE runs: transmissions of its packets (packet number, and
 /// how many of its first transmissions) and node 1's NAKs (by their number in the phase).
 #[derive(Default)]

@@ -84,12 +84,20 @@ pub struct Engine {
     next_pd: u32,
     next_cq: u32,
     next_srq: u32,
-    qps: BTreeMap<u32, QueuePair>,
+    /// Boxed: a lookup among a thousand QPs then walks small nodes of keys and pointers,
+    /// not nodes holding eleven whole QPs each (most of a many-QP run's transmit scheduling
+    /// went to cache misses in those).
+    qps: BTreeMap<u32, Box<QueuePair>>,
     next_qpn: u32,
     /// QPs that may have output, in the order they became ready.
     ready: VecDeque<u32>,
     /// Datagram bytes the QP at the front of `ready` has sent in its current turn.
     turn_bytes: usize,
+    /// Packets the QP at the front of `ready` has sent in its current turn.
+    turn_packets: u32,
+    /// Packets of the latest turn that ran to its end: what a QP woken for the budget is
+    /// likely to send (see `Engine::wake_starved`).
+    full_turn_packets: u32,
     /// Every QP's earliest timer, ordered: `poll_timeout` is the first entry, not a scan of
     /// all QPs (it is asked after every post and every batch of packets).
     timers: BTreeSet<(Instant, u32)>,
@@ -127,6 +135,8 @@ impl Engine {
             next_qpn: config.first_qpn,
             ready: VecDeque::new(),
             turn_bytes: 0,
+            turn_packets: 0,
+            full_turn_packets: transmit::WAKE_PER_PACKETS,
             timers: BTreeSet::new(),
             mcast: BTreeMap::new(),
             ud_peers: peers::UdPeers::default(),
@@ -278,7 +288,7 @@ impl Engine {
         if self.shared.config.peers_use_small_ipv4_ids {
             qp.peer_ids = crate::qp::PeerIpv4Ids::small_only();
         }
-        self.qps.insert(qpn, qp);
+        self.qps.insert(qpn, Box::new(qp));
         Ok(qpn)
     }
 
@@ -303,7 +313,7 @@ impl Engine {
             return Err(EngineError::NoSuchCq);
         }
         let qp = QueuePair::new(GSI_QPN, QpType::Ud, pd, send_cq, recv_cq, caps);
-        self.qps.insert(GSI_QPN, qp);
+        self.qps.insert(GSI_QPN, Box::new(qp));
         Ok(GSI_QPN)
     }
 
@@ -322,7 +332,7 @@ impl Engine {
 
     /// A QP, to inspect.
     pub fn qp(&self, qpn: u32) -> Option<&QueuePair> {
-        self.qps.get(&qpn)
+        self.qps.get(&qpn).map(|qp| &**qp)
     }
 
     /// Numbers of all QPs.
@@ -344,7 +354,7 @@ impl Engine {
         self.shared.mrs.unbind_qp_windows(qpn);
         self.shared.reorder_bytes -= qp.resp.early.clear();
         self.inflight -= qp.counted_inflight;
-        self.wake_starved();
+        self.wake_starved(qp.counted_inflight);
         if let Some(at) = qp.scheduled {
             self.timers.remove(&(at, qpn));
         }

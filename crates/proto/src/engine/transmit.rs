@@ -12,9 +12,9 @@ use crate::time::Instant;
 /// GSO datagram holds (the largest UDP payload over IPv4), so a turn fills one.
 const TRANSMIT_TURN: usize = 65_507;
 
-/// Free budget (in packets) per budget-starved QP woken: a QP's turn is about this many
-/// packets or more (15 at MTU 4096, 60 at MTU 1024).
-const WAKE_PER_PACKETS: u32 = 8;
+/// Packets a budget-starved QP woken is taken to send, until a turn has run to its end and
+/// shown how many a turn holds (15 at MTU 4096, 60 at MTU 1024).
+pub(super) const WAKE_PER_PACKETS: u32 = 8;
 
 impl Engine {
     /// Writes the next datagram to send into `out` and describes it, or returns `None` when
@@ -56,13 +56,14 @@ impl Engine {
     ) -> Option<Transmit> {
         if self.ready.is_empty() {
             // Nothing else would wake the QPs waiting for the budget if no ACK is to come.
-            self.wake_starved();
+            self.wake_starved(u32::MAX);
         }
         let mut rewoken = false;
         while let Some(&qpn) = self.ready.front() {
             let Some(qp) = self.qps.get_mut(&qpn) else {
                 self.ready.pop_front();
                 self.turn_bytes = 0;
+                self.turn_packets = 0;
                 continue;
             };
             let mut ctx = self.shared.ctx(now, ipv4_id);
@@ -78,14 +79,17 @@ impl Engine {
             let more = sent.is_some() && qp.wants_transmit();
             let len = sent.as_ref().map_or(0, |t| t.len);
             self.turn_bytes += len;
+            self.turn_packets += u32::from(sent.is_some());
             // The turn goes on while another packet of this size still fits (the requester
             // asks for an ACK on the packet that ends its turn: `turn_ends`).
             if !(more && self.turn_bytes + len <= TRANSMIT_TURN) {
                 self.ready.pop_front();
-                self.turn_bytes = 0;
                 if more {
                     self.ready.push_back(qpn);
+                    self.full_turn_packets = self.turn_packets.max(1);
                 }
+                self.turn_bytes = 0;
+                self.turn_packets = 0;
             }
             if std::mem::take(&mut qp.req.starved) && !qp.budget_listed {
                 qp.budget_listed = true;
@@ -103,7 +107,7 @@ impl Engine {
             // come. Once per call: a QP the budget refuses again waits for the next ACK.
             if self.ready.is_empty() && !rewoken {
                 rewoken = true;
-                self.wake_starved();
+                self.wake_starved(u32::MAX);
             }
         }
         None
@@ -151,22 +155,26 @@ impl Engine {
     fn budget_freed(&mut self, freed: u32) {
         if freed > 0 {
             self.shared.budget.on_acked(freed);
-            self.wake_starved();
+            self.wake_starved(freed);
         }
     }
 
-    /// Puts QPs that waited for the device budget back in line, oldest first: one per
-    /// [`WAKE_PER_PACKETS`] packets of room. Waking them all on every ACK would poll and
-    /// refuse all but a few again, at O(QPs) per ACK (with 64 QPs that was most of the CPU).
-    pub(super) fn wake_starved(&mut self) {
+    /// Puts QPs that waited for the device budget back in line, oldest first, for up to
+    /// `room` packets of the budget's free room: one QP per turn's worth of packets (a woken
+    /// QP sends up to a turn, see `TRANSMIT_TURN`). Waking them all on every ACK would poll
+    /// and refuse all but a few again, at O(QPs) per ACK (with 64 QPs that was most of the
+    /// CPU). An ACK wakes QPs for the room it freed, not for all the room there is: the rest
+    /// is already promised to QPs woken before and still waiting in line for their turn
+    /// (waking for all of it on every ACK of a batch woke many times too many, and each
+    /// one refused cost two cache misses with a thousand QPs). Too few woken leaves room
+    /// unused only until the ready line empties, which wakes for all of it.
+    pub(super) fn wake_starved(&mut self, room: u32) {
         let limit = self.shared.budget.limit();
         if self.inflight >= limit {
             return;
         }
-        // A woken QP sends up to a turn's worth of packets (see `TRANSMIT_TURN`): waking one
-        // per free packet would poll most of them only to refuse them again. Too few woken
-        // leaves room unused only until the ready line empties, which wakes more.
-        let wake = (limit - self.inflight).div_ceil(WAKE_PER_PACKETS);
+        let room = room.min(limit - self.inflight);
+        let wake = room.div_ceil(self.full_turn_packets);
         let mut woken = 0;
         while woken < wake {
             let Some(qpn) = self.starved.pop_front() else {
