@@ -76,6 +76,14 @@ pub fn compute_raw(ip_header: &[u8], udp_header: &[u8], transport: &[u8]) -> Res
     udp[6] = 0xff; // checksum
     udp[7] = 0xff;
     n += UdpHeader::LEN;
+    Ok(crc_after_header(&mut buf, n, transport))
+}
+
+/// The ICRC of the pseudo-packet whose masked header (ones for the LRH, the IP and UDP
+/// headers with their variant fields set to ones) is `buf[..n]`, followed by `transport`
+/// (at least a BTH). A short transport packet is hashed with the header in one update; of
+/// a long one, the BTH.
+fn crc_after_header(buf: &mut [u8; PSEUDO_SHORT], mut n: usize, transport: &[u8]) -> u32 {
     let bth = n;
     let rest = if transport.len() <= PSEUDO_SHORT - n {
         buf[n..n + transport.len()].copy_from_slice(transport);
@@ -92,7 +100,7 @@ pub fn compute_raw(ip_header: &[u8], udp_header: &[u8], transport: &[u8]) -> Res
     if !rest.is_empty() {
         h.update(rest);
     }
-    Ok(h.finalize())
+    h.finalize()
 }
 
 /// Bytes of the buffer the pseudo-packet is assembled in: the longest pseudo-header (8 ones,
@@ -138,39 +146,53 @@ impl IcrcContext {
         }
         let udp_len = UdpHeader::LEN + packet.len();
         let udp_len16 = u16::try_from(udp_len).map_err(|_| ParseError::BadIpHeader)?;
-        let mut udp = [0u8; UdpHeader::LEN];
-        UdpHeader {
-            src_port: self.src_port,
-            dst_port: self.dst_port,
-            len: udp_len16,
-            checksum: 0,
-        }
-        .emit(&mut udp);
         let transport = &packet[..packet.len() - ICRC_LEN];
+        // The masked pseudo-header is written straight into the buffer the CRC reads (built
+        // apart and copied in, its bytes were read back before their stores had settled,
+        // which cost more than the CRC of a short packet's header).
+        let mut buf = [0u8; PSEUDO_SHORT];
+        buf[..LRH_ONES.len()].copy_from_slice(&LRH_ONES);
+        let mut n = LRH_ONES.len();
         match (self.src, self.dst) {
             (IpAddr::V4(src), IpAddr::V4(dst)) => {
                 let total = u16::try_from(Ipv4Header::LEN + udp_len)
                     .map_err(|_| ParseError::BadIpHeader)?;
-                let mut ip = [0u8; Ipv4Header::LEN];
+                let ip = &mut buf[n..n + Ipv4Header::LEN];
                 ip[0] = 0x45;
+                ip[1] = 0xff; // TOS
                 ip[2..4].copy_from_slice(&total.to_be_bytes());
                 ip[4..6].copy_from_slice(&self.ipv4_id.to_be_bytes());
                 ip[6] = if self.ipv4_dont_fragment { 0x40 } else { 0 };
+                ip[8] = 0xff; // TTL
                 ip[9] = IPPROTO_UDP;
+                ip[10] = 0xff; // header checksum
+                ip[11] = 0xff;
                 ip[12..16].copy_from_slice(&src.octets());
                 ip[16..20].copy_from_slice(&dst.octets());
-                compute_raw(&ip, &udp, transport)
+                n += Ipv4Header::LEN;
             }
             (src, dst) => {
-                let mut ip = [0u8; Ipv6Header::LEN];
-                ip[0] = 0x60;
+                let ip = &mut buf[n..n + Ipv6Header::LEN];
+                ip[0] = 0x6f; // version, traffic class (high nibble)
+                ip[1] = 0xff; // traffic class (low nibble) and flow label
+                ip[2] = 0xff;
+                ip[3] = 0xff;
                 ip[4..6].copy_from_slice(&udp_len16.to_be_bytes());
                 ip[6] = IPPROTO_UDP;
+                ip[7] = 0xff; // hop limit
                 ip[8..24].copy_from_slice(&to_v6(src).octets());
                 ip[24..40].copy_from_slice(&to_v6(dst).octets());
-                compute_raw(&ip, &udp, transport)
+                n += Ipv6Header::LEN;
             }
         }
+        let udp = &mut buf[n..n + UdpHeader::LEN];
+        udp[0..2].copy_from_slice(&self.src_port.to_be_bytes());
+        udp[2..4].copy_from_slice(&self.dst_port.to_be_bytes());
+        udp[4..6].copy_from_slice(&udp_len16.to_be_bytes());
+        udp[6] = 0xff; // checksum
+        udp[7] = 0xff;
+        n += UdpHeader::LEN;
+        Ok(crc_after_header(&mut buf, n, transport))
     }
 
     /// Computes the ICRC and stores it in the last 4 bytes of `packet`.

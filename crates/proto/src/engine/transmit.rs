@@ -170,7 +170,8 @@ impl Engine {
     /// unused only until the ready line empties, which wakes for all of it.
     pub(super) fn wake_starved(&mut self, room: u32) {
         let limit = self.shared.budget.limit();
-        if self.inflight >= limit {
+        // Asked whenever the ready line runs empty: mostly with nobody waiting.
+        if self.starved.is_empty() || self.inflight >= limit {
             return;
         }
         let room = room.min(limit - self.inflight);
