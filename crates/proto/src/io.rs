@@ -30,6 +30,11 @@ pub struct DatagramMeta {
     pub tos: u8,
     /// TTL / hop limit on arrival.
     pub ttl: u8,
+    /// Where the datagram stood in the GRO batch it arrived in (0 for one that came alone).
+    /// Segment k of a UDP GSO send leaves with IPv4 identification k, which the ICRC covers
+    /// and `recvmsg` does not report: the receiver tries k first and solves for the
+    /// identification only when it was not (see `IcrcContext::verify_ipv4_near`).
+    pub segment: u16,
 }
 
 impl DatagramMeta {
@@ -40,6 +45,7 @@ impl DatagramMeta {
             dst,
             tos: 0,
             ttl: 64,
+            segment: 0,
         }
     }
 

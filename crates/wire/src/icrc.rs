@@ -224,20 +224,30 @@ impl IcrcContext {
     /// set don't-fragment (IPv6: identification 0, don't-fragment reported set). A receiver
     /// that must reproduce the sender's IP header (the GRH area of a UD receive) needs both.
     pub fn verify_unknown_ipv4(&self, packet: &[u8]) -> Result<RecoveredIpv4> {
+        self.verify_ipv4_near(packet, 0)
+    }
+
+    /// Like [`verify_unknown_ipv4`](Self::verify_unknown_ipv4), trying identification `guess`
+    /// first: segment k of a GRO batch was most likely segment k of its sender's GSO send,
+    /// which the kernel sent with identification k. A right guess spares solving for the
+    /// identification (a multiplication modulo the CRC polynomial); a wrong one costs
+    /// nothing more, since the CRC is linear: the difference between the stored ICRC and the
+    /// one computed with `guess` solves to `guess` XOR the identification the sender used.
+    pub fn verify_ipv4_near(&self, packet: &[u8], guess: u16) -> Result<RecoveredIpv4> {
         let stored = crate::packet::stored_icrc(packet).ok_or(ParseError::Truncated)?;
         let v4 = matches!((self.src, self.dst), (IpAddr::V4(_), IpAddr::V4(_)));
         let mut ctx = IcrcContext {
-            ipv4_id: 0,
+            ipv4_id: if v4 { guess } else { 0 },
             ipv4_dont_fragment: true,
             ..*self
         };
         let with_df = ctx.compute(packet)?;
-        let df = |id| RecoveredIpv4 {
-            id,
-            dont_fragment: true,
+        let found = |delta, dont_fragment| RecoveredIpv4 {
+            id: delta ^ ctx.ipv4_id,
+            dont_fragment,
         };
         if with_df == stored {
-            return Ok(df(0));
+            return Ok(found(0, true));
         }
         if !v4 {
             return Err(ParseError::BadIcrc);
@@ -245,16 +255,13 @@ impl IcrcContext {
         // Bytes of the pseudo-packet after the identification field: the rest of the IPv4
         // header (6 bytes after offset 6), UDP header, and the transport bytes before the ICRC.
         let after_id = (Ipv4Header::LEN - 6) + UdpHeader::LEN + packet.len() - ICRC_LEN;
-        if let Some(id) = solve_id(stored ^ with_df, after_id) {
-            return Ok(df(id));
+        if let Some(delta) = solve_id(stored ^ with_df, after_id) {
+            return Ok(found(delta, true));
         }
         ctx.ipv4_dont_fragment = false;
         let without_df = ctx.compute(packet)?;
         solve_id(stored ^ without_df, after_id)
-            .map(|id| RecoveredIpv4 {
-                id,
-                dont_fragment: false,
-            })
+            .map(|delta| found(delta, false))
             .ok_or(ParseError::BadIcrc)
     }
 }
@@ -507,6 +514,45 @@ mod tests {
                 base.verify_unknown_id(&packet),
                 Ok(id),
                 "id {id:#x} df {df}"
+            );
+        }
+    }
+
+    #[test]
+    fn a_guessed_identification_right_or_wrong_verifies_as_the_unknown_one() {
+        let mut packet = ACK_IP[20 + 8..].to_vec();
+        let base = IcrcContext::new(
+            "10.0.0.1".parse().unwrap(),
+            "10.0.0.2".parse().unwrap(),
+            0xc000,
+            4791,
+        );
+        for (id, df) in [(3u16, true), (0, true), (0x1f88, true), (7, false)] {
+            let sent = IcrcContext {
+                ipv4_id: id,
+                ipv4_dont_fragment: df,
+                ..base
+            };
+            sent.fill(&mut packet).unwrap();
+            let want = Ok(RecoveredIpv4 {
+                id,
+                dont_fragment: df,
+            });
+            for guess in [id, 0, 3, 0xffff] {
+                assert_eq!(
+                    base.verify_ipv4_near(&packet, guess),
+                    want,
+                    "id {id:#x} df {df} guess {guess:#x}"
+                );
+            }
+        }
+        // A corrupted packet fails whatever the guess.
+        let n = packet.len();
+        packet[n - 6] ^= 0x10;
+        for guess in [0, 7, 0x1234] {
+            assert_eq!(
+                base.verify_ipv4_near(&packet, guess),
+                Err(ParseError::BadIcrc)
             );
         }
     }

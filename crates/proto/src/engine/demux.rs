@@ -35,7 +35,7 @@ impl Engine {
                 meta.src.port(),
                 self.shared.config.local_udp_port,
             );
-            match ctx.verify_unknown_ipv4(data) {
+            match ctx.verify_ipv4_near(data, meta.segment) {
                 Ok(r) => ipv4 = r,
                 Err(_) => {
                     self.shared.stats.drop(DropReason::BadIcrc);

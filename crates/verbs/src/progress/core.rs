@@ -205,7 +205,7 @@ impl Core {
             } else {
                 meta.stride
             };
-            let dm = DatagramMeta {
+            let mut dm = DatagramMeta {
                 tos: meta.tos,
                 ttl: meta.ttl,
                 ..DatagramMeta::new(meta.src, meta.dst_ip)
@@ -215,6 +215,7 @@ impl Core {
             let mut at = self.rx_next.1;
             while at < data.len() {
                 let d = &data[at..(at + stride).min(data.len())];
+                dm.segment = u16::try_from(at / stride).unwrap_or(u16::MAX);
                 at += stride;
                 self.io.rx_datagrams += 1;
                 if let Some(tap) = self.tap.as_mut() {
