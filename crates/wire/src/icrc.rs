@@ -488,15 +488,20 @@ mod tests {
         assert_eq!(ctx.verify_unknown_id(&corrupted), Err(ParseError::BadIcrc));
     }
 
-    #[test]
-    fn test_recover_any_id_and_df() {
-        let mut packet = ACK_IP[20 + 8..].to_vec();
-        let base = IcrcContext::new(
+    /// A context between two IPv4 addresses, identification 0 and DF as softrdma sends.
+    fn v4_ctx() -> IcrcContext {
+        IcrcContext::new(
             "10.0.0.1".parse().unwrap(),
             "10.0.0.2".parse().unwrap(),
             0xc000,
             4791,
-        );
+        )
+    }
+
+    #[test]
+    fn test_recover_any_id_and_df() {
+        let mut packet = ACK_IP[20 + 8..].to_vec();
+        let base = v4_ctx();
         for (id, df) in [
             (0u16, true),
             (1, true),
@@ -521,12 +526,7 @@ mod tests {
     #[test]
     fn a_guessed_identification_right_or_wrong_verifies_as_the_unknown_one() {
         let mut packet = ACK_IP[20 + 8..].to_vec();
-        let base = IcrcContext::new(
-            "10.0.0.1".parse().unwrap(),
-            "10.0.0.2".parse().unwrap(),
-            0xc000,
-            4791,
-        );
+        let base = v4_ctx();
         for (id, df) in [(3u16, true), (0, true), (0x1f88, true), (7, false)] {
             let sent = IcrcContext {
                 ipv4_id: id,
