@@ -140,6 +140,55 @@ fn an_ack_wakes_as_many_budget_starved_qps_as_the_room_it_freed_lets_send() {
     );
 }
 
+#[test]
+fn a_qp_destroyed_after_an_ack_woke_it_leaves_the_room_to_the_next_one() {
+    // An 8-packet budget: A fills it, X and Y are refused. A's ACK frees the 8 packets, a
+    // turn's worth, and wakes X alone; the application destroys X before its turn. Y must
+    // get the room: nothing is in flight any more, so no other ACK would wake it.
+    let mut net = Net::with_config(2, |c| EngineConfig {
+        device_inflight_packets: 8,
+        ..c
+    });
+    let all = AccessFlags::all();
+    let [[a, _], [x, _], [y, y_peer]] =
+        [0; 3].map(|_| net.rc_connect([0, 1], [None, None], [4, 4], [4, 4], all));
+    let mut buf = Vec::new();
+    let mut drain = |net: &mut Net, i: usize| {
+        let mut out = Vec::new();
+        while let Some(t) = net.nodes[i].engine.poll_transmit(net.now, &mut buf) {
+            out.push((SocketAddr::new(ip(i), t.src_port), buf[..t.len].to_vec()));
+        }
+        out
+    };
+    let w = write(&net, 1, 1, 0, 8 * 1024);
+    let now = net.now;
+    net.nodes[0].engine.post_send(now, a, w).unwrap();
+    let a_pkts = drain(&mut net, 0);
+    assert_eq!(a_pkts.len(), 8);
+    for (qpn, wr_id) in [(x, 2), (y, 3)] {
+        let w = write(&net, wr_id, 1, 16 * 1024, 1024);
+        let now = net.now;
+        net.nodes[0].engine.post_send(now, qpn, w).unwrap();
+    }
+    assert!(drain(&mut net, 0).is_empty(), "the budget is full");
+    let now = net.now;
+    for (src, data) in &a_pkts {
+        let meta = DatagramMeta::new(*src, ip(1));
+        net.nodes[1].engine.handle_datagram(now, &meta, data);
+    }
+    let acks = drain(&mut net, 1);
+    let (src, last) = acks.last().unwrap();
+    net.nodes[0]
+        .engine
+        .handle_datagram(now, &DatagramMeta::new(*src, ip(0)), last);
+    assert_eq!(net.nodes[0].engine.packets_in_flight().0, 0);
+    net.nodes[0].engine.destroy_qp(x).unwrap();
+    let sent = drain(&mut net, 0);
+    assert_eq!(sent.len(), 1, "Y's WRITE goes in the same round");
+    let pkt = softrdma_wire::PacketRepr::parse(&sent[0].1).unwrap();
+    assert_eq!(pkt.bth.dest_qpn, y_peer);
+}
+
 /// What the wire loses while a WRITE runs: transmissions of its packets (packet number, and
 /// how many of its first transmissions) and node 1's NAKs (by their number in the phase).
 #[derive(Default)]

@@ -61,9 +61,12 @@ impl Engine {
         let mut rewoken = false;
         while let Some(&qpn) = self.ready.front() {
             let Some(qp) = self.qps.get_mut(&qpn) else {
+                // Destroyed while in line, perhaps woken for room an ACK freed: that room
+                // must go to another QP.
                 self.ready.pop_front();
                 self.turn_bytes = 0;
                 self.turn_packets = 0;
+                self.rewake_when_idle(&mut rewoken);
                 continue;
             };
             let mut ctx = self.shared.ctx(now, ipv4_id);
@@ -82,11 +85,12 @@ impl Engine {
             self.turn_packets += u32::from(sent.is_some());
             // The turn goes on while another packet of this size still fits (the requester
             // asks for an ACK on the packet that ends its turn: `turn_ends`).
+            let mut full_turn = None;
             if !(more && self.turn_bytes + len <= TRANSMIT_TURN) {
                 self.ready.pop_front();
                 if more {
                     self.ready.push_back(qpn);
-                    self.full_turn_packets = self.turn_packets.max(1);
+                    full_turn = Some(self.turn_packets.max(1));
                 }
                 self.turn_bytes = 0;
                 self.turn_packets = 0;
@@ -97,20 +101,30 @@ impl Engine {
             }
             // Sending arms the retransmit timer; a failed send may have stopped them all.
             let freed = sync_qp(&mut self.timers, &mut self.inflight, qpn, qp);
+            // Only a turn of requests tells what a QP woken for the budget sends: READ
+            // responses, UC and UD packets take no budget, and their turns can be far longer.
+            if let Some(packets) = full_turn.filter(|_| qp.counted_inflight > 0) {
+                self.full_turn_packets = packets;
+            }
             self.budget_freed(freed);
             self.settle_overflows();
             if sent.is_some() {
                 return sent;
             }
-            // The woken QPs had nothing to send after all (an error, a flush): wake the
-            // others while the budget has room, or they would wait for an ACK that may not
-            // come. Once per call: a QP the budget refuses again waits for the next ACK.
-            if self.ready.is_empty() && !rewoken {
-                rewoken = true;
-                self.wake_starved(u32::MAX);
-            }
+            // The woken QPs had nothing to send after all (an error, a flush).
+            self.rewake_when_idle(&mut rewoken);
         }
         None
+    }
+
+    /// When the ready line has run empty without a packet, wakes the QPs waiting for the
+    /// budget while it has room, or they would wait for an ACK that may not come. Once per
+    /// [`Engine::poll_transmit_at`]: a QP the budget refuses again waits for the next ACK.
+    fn rewake_when_idle(&mut self, rewoken: &mut bool) {
+        if self.ready.is_empty() && !*rewoken {
+            *rewoken = true;
+            self.wake_starved(u32::MAX);
+        }
     }
 
     /// The earliest instant at which [`Engine::handle_timeout`] has work.
