@@ -84,6 +84,25 @@ fn pair(mtu: Mtu, qps: usize, mem: usize) -> [Side; 2] {
     sides
 }
 
+/// A signaled WRITE of `len` bytes from `at` on one side to `at` on the other.
+fn write_wr(wr_id: u64, at: u64, len: u32, lkey: u32, rkey: u32) -> SendWr {
+    SendWr {
+        wr_id,
+        op: SendOp::RdmaWrite {
+            remote_addr: at,
+            rkey,
+        },
+        sg_list: vec![Sge {
+            addr: at,
+            length: len,
+            lkey,
+        }],
+        flags: SendFlags::SIGNALED,
+        inline_data: None,
+        ud: None,
+    }
+}
+
 /// Moves every pending packet between the two engines until both are quiet.
 fn pump(sides: &mut [Side; 2], buf: &mut Vec<u8>) {
     loop {
@@ -113,22 +132,7 @@ fn bench_write(c: &mut Criterion) {
         g.throughput(Throughput::Bytes(u64::from(len)));
         g.bench_function(format!("write_{len}_mtu{}", mtu.bytes()), |b| {
             b.iter(|| {
-                let rkey = sides[1].key;
-                let wr = SendWr {
-                    wr_id: 1,
-                    op: SendOp::RdmaWrite {
-                        remote_addr: BASE,
-                        rkey,
-                    },
-                    sg_list: vec![Sge {
-                        addr: BASE,
-                        length: len,
-                        lkey: sides[0].key,
-                    }],
-                    flags: SendFlags::SIGNALED,
-                    inline_data: None,
-                    ud: None,
-                };
+                let wr = write_wr(1, BASE, len, sides[0].key, sides[1].key);
                 let qpn = sides[0].qpn();
                 sides[0].engine.post_send(Instant::ZERO, qpn, wr).unwrap();
                 pump(&mut sides, &mut buf);
@@ -203,21 +207,7 @@ fn bench_many_qps(c: &mut Criterion) {
             let (rkey, lkey) = (sides[1].key, sides[0].key);
             for (i, qpn) in sides[0].qpns.clone().into_iter().enumerate() {
                 let at = BASE + i as u64 * u64::from(LEN);
-                let wr = SendWr {
-                    wr_id: i as u64,
-                    op: SendOp::RdmaWrite {
-                        remote_addr: at,
-                        rkey,
-                    },
-                    sg_list: vec![Sge {
-                        addr: at,
-                        length: LEN,
-                        lkey,
-                    }],
-                    flags: SendFlags::SIGNALED,
-                    inline_data: None,
-                    ud: None,
-                };
+                let wr = write_wr(i as u64, at, LEN, lkey, rkey);
                 sides[0].engine.post_send(Instant::ZERO, qpn, wr).unwrap();
             }
             pump(&mut sides, &mut buf);

@@ -76,26 +76,35 @@ fn a_qp_timing_out_towards_a_dead_peer_does_not_hold_the_budget_of_live_ones() {
 /// node 0 has to send reaches node 1, then everything node 1 answers reaches node 0 (a
 /// `recvmmsg` batch of ACKs), until both are quiet.
 fn pump_batches(net: &mut Net) {
-    let mut buf = Vec::new();
     loop {
         let mut moved = false;
         for i in 0..2 {
-            let mut batch = Vec::new();
-            while let Some(t) = net.nodes[i].engine.poll_transmit(net.now, &mut buf) {
-                batch.push((SocketAddr::new(ip(i), t.src_port), buf[..t.len].to_vec()));
-            }
+            let batch = drain(net, i);
             moved |= !batch.is_empty();
-            for (src, data) in batch {
-                let meta = DatagramMeta::new(src, ip(1 - i));
-                net.nodes[1 - i]
-                    .engine
-                    .handle_datagram(net.now, &meta, &data);
-            }
+            deliver(net, 1 - i, &batch);
             net.now = net.now + Duration::from_micros(5);
         }
         if !moved {
             return;
         }
+    }
+}
+
+/// Everything node `i` has to send now, with the address each datagram leaves from.
+fn drain(net: &mut Net, i: usize) -> Vec<(SocketAddr, Vec<u8>)> {
+    let mut buf = Vec::new();
+    let mut out = Vec::new();
+    while let Some(t) = net.nodes[i].engine.poll_transmit(net.now, &mut buf) {
+        out.push((SocketAddr::new(ip(i), t.src_port), buf[..t.len].to_vec()));
+    }
+    out
+}
+
+/// Hands `datagrams` to node `to`.
+fn deliver(net: &mut Net, to: usize, datagrams: &[(SocketAddr, Vec<u8>)]) {
+    for (src, data) in datagrams {
+        let meta = DatagramMeta::new(*src, ip(to));
+        net.nodes[to].engine.handle_datagram(net.now, &meta, data);
     }
 }
 
@@ -152,14 +161,6 @@ fn a_qp_destroyed_after_an_ack_woke_it_leaves_the_room_to_the_next_one() {
     let all = AccessFlags::all();
     let [[a, _], [x, _], [y, y_peer]] =
         [0; 3].map(|_| net.rc_connect([0, 1], [None, None], [4, 4], [4, 4], all));
-    let mut buf = Vec::new();
-    let mut drain = |net: &mut Net, i: usize| {
-        let mut out = Vec::new();
-        while let Some(t) = net.nodes[i].engine.poll_transmit(net.now, &mut buf) {
-            out.push((SocketAddr::new(ip(i), t.src_port), buf[..t.len].to_vec()));
-        }
-        out
-    };
     let w = write(&net, 1, 1, 0, 8 * 1024);
     let now = net.now;
     net.nodes[0].engine.post_send(now, a, w).unwrap();
@@ -171,16 +172,9 @@ fn a_qp_destroyed_after_an_ack_woke_it_leaves_the_room_to_the_next_one() {
         net.nodes[0].engine.post_send(now, qpn, w).unwrap();
     }
     assert!(drain(&mut net, 0).is_empty(), "the budget is full");
-    let now = net.now;
-    for (src, data) in &a_pkts {
-        let meta = DatagramMeta::new(*src, ip(1));
-        net.nodes[1].engine.handle_datagram(now, &meta, data);
-    }
+    deliver(&mut net, 1, &a_pkts);
     let acks = drain(&mut net, 1);
-    let (src, last) = acks.last().unwrap();
-    net.nodes[0]
-        .engine
-        .handle_datagram(now, &DatagramMeta::new(*src, ip(0)), last);
+    deliver(&mut net, 0, &acks[acks.len() - 1..]);
     assert_eq!(net.nodes[0].engine.packets_in_flight().0, 0);
     net.nodes[0].engine.destroy_qp(x).unwrap();
     let sent = drain(&mut net, 0);

@@ -53,30 +53,46 @@ pub fn compute_raw(ip_header: &[u8], udp_header: &[u8], transport: &[u8]) -> Res
         Some(4) if ip_header.len() >= Ipv4Header::LEN => {
             let ip = &mut buf[n..n + Ipv4Header::LEN];
             ip.copy_from_slice(&ip_header[..Ipv4Header::LEN]);
-            ip[1] = 0xff; // TOS
-            ip[8] = 0xff; // TTL
-            ip[10] = 0xff; // header checksum
-            ip[11] = 0xff;
+            mask_ipv4(ip);
             n += Ipv4Header::LEN;
         }
         Some(6) if ip_header.len() >= Ipv6Header::LEN => {
             let ip = &mut buf[n..n + Ipv6Header::LEN];
             ip.copy_from_slice(&ip_header[..Ipv6Header::LEN]);
-            ip[0] |= 0x0f; // traffic class (high nibble)
-            ip[1] = 0xff; // traffic class (low nibble) and flow label
-            ip[2] = 0xff;
-            ip[3] = 0xff;
-            ip[7] = 0xff; // hop limit
+            mask_ipv6(ip);
             n += Ipv6Header::LEN;
         }
         _ => return Err(ParseError::BadIpHeader),
     }
     let udp = &mut buf[n..n + UdpHeader::LEN];
     udp.copy_from_slice(&udp_header[..UdpHeader::LEN]);
-    udp[6] = 0xff; // checksum
-    udp[7] = 0xff;
+    mask_udp(udp);
     n += UdpHeader::LEN;
     Ok(crc_after_header(&mut buf, n, transport))
+}
+
+/// Sets the IPv4 header fields the ICRC does not cover to ones: TOS, TTL, header checksum.
+fn mask_ipv4(ip: &mut [u8]) {
+    ip[1] = 0xff;
+    ip[8] = 0xff;
+    ip[10] = 0xff;
+    ip[11] = 0xff;
+}
+
+/// Sets the IPv6 header fields the ICRC does not cover to ones: traffic class, flow label,
+/// hop limit.
+fn mask_ipv6(ip: &mut [u8]) {
+    ip[0] |= 0x0f;
+    ip[1] = 0xff;
+    ip[2] = 0xff;
+    ip[3] = 0xff;
+    ip[7] = 0xff;
+}
+
+/// Sets the UDP checksum, which the ICRC does not cover, to ones.
+fn mask_udp(udp: &mut [u8]) {
+    udp[6] = 0xff;
+    udp[7] = 0xff;
 }
 
 /// The ICRC of the pseudo-packet whose masked header (ones for the LRH, the IP and UDP
@@ -159,29 +175,23 @@ impl IcrcContext {
                     .map_err(|_| ParseError::BadIpHeader)?;
                 let ip = &mut buf[n..n + Ipv4Header::LEN];
                 ip[0] = 0x45;
-                ip[1] = 0xff; // TOS
                 ip[2..4].copy_from_slice(&total.to_be_bytes());
                 ip[4..6].copy_from_slice(&self.ipv4_id.to_be_bytes());
                 ip[6] = if self.ipv4_dont_fragment { 0x40 } else { 0 };
-                ip[8] = 0xff; // TTL
                 ip[9] = IPPROTO_UDP;
-                ip[10] = 0xff; // header checksum
-                ip[11] = 0xff;
                 ip[12..16].copy_from_slice(&src.octets());
                 ip[16..20].copy_from_slice(&dst.octets());
+                mask_ipv4(ip);
                 n += Ipv4Header::LEN;
             }
             (src, dst) => {
                 let ip = &mut buf[n..n + Ipv6Header::LEN];
-                ip[0] = 0x6f; // version, traffic class (high nibble)
-                ip[1] = 0xff; // traffic class (low nibble) and flow label
-                ip[2] = 0xff;
-                ip[3] = 0xff;
+                ip[0] = 0x60;
                 ip[4..6].copy_from_slice(&udp_len16.to_be_bytes());
                 ip[6] = IPPROTO_UDP;
-                ip[7] = 0xff; // hop limit
                 ip[8..24].copy_from_slice(&to_v6(src).octets());
                 ip[24..40].copy_from_slice(&to_v6(dst).octets());
+                mask_ipv6(ip);
                 n += Ipv6Header::LEN;
             }
         }
@@ -189,8 +199,7 @@ impl IcrcContext {
         udp[0..2].copy_from_slice(&self.src_port.to_be_bytes());
         udp[2..4].copy_from_slice(&self.dst_port.to_be_bytes());
         udp[4..6].copy_from_slice(&udp_len16.to_be_bytes());
-        udp[6] = 0xff; // checksum
-        udp[7] = 0xff;
+        mask_udp(udp);
         n += UdpHeader::LEN;
         Ok(crc_after_header(&mut buf, n, transport))
     }

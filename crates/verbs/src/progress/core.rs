@@ -213,9 +213,11 @@ impl Core {
             let allowed = self.allowed_peers.is_empty()
                 || self.allowed_peers.iter().any(|n| n.contains(meta.src.ip()));
             let mut at = self.rx_next.1;
+            let mut segment = at / stride;
             while at < data.len() {
                 let d = &data[at..(at + stride).min(data.len())];
-                dm.segment = u16::try_from(at / stride).unwrap_or(u16::MAX);
+                dm.segment = u16::try_from(segment).unwrap_or(u16::MAX);
+                segment += 1;
                 at += stride;
                 self.io.rx_datagrams += 1;
                 if let Some(tap) = self.tap.as_mut() {
