@@ -441,6 +441,52 @@ fn uc_message_longer_than_the_inflight_window_goes_out_whole() {
         .all(|p| PacketRepr::parse(p).unwrap().bth.dest_qpn == b));
 }
 
+/// The device budget grows only by acknowledged packets: they are its evidence that the path
+/// absorbs what was sent. A UC message is never acknowledged; its packets leave the budget
+/// when it completes on send, and used to grow it as if acknowledged (64 -> 256 after one
+/// 192-packet UC WRITE), so unreliable traffic alone opened the way for RC bursts no round
+/// trip had vouched for. The same WRITE over RC, acknowledged, grows it by its packets.
+#[test]
+fn only_acknowledged_packets_grow_the_device_budget() {
+    let mut net = Net::new(2);
+    let [uc, _] = net.uc_pair(Mtu::Mtu256);
+    let [rc, _] = net.rc_pair_on([None, None]);
+    let len = 192 * 256;
+    assert!(len <= MEM);
+    net.write_mem(0, 0, &pattern(7, len));
+    let rkey = net.nodes[1].key;
+    let write = |wr_id| {
+        wr(
+            wr_id,
+            SendOp::RdmaWrite {
+                remote_addr: BASE,
+                rkey,
+            },
+            net.sge(0, 0, len as u32),
+        )
+    };
+    let (uc_write, rc_write) = (write(1), write(2));
+    let initial = net.nodes[0].engine.packets_in_flight().1;
+
+    net.nodes[0]
+        .engine
+        .post_send(Instant::ZERO, uc, uc_write)
+        .unwrap();
+    net.run();
+    assert_eq!(net.log.len(), 192);
+    assert_eq!(net.completions(0)[0].status, WcStatus::Success);
+    assert_eq!(net.nodes[0].engine.packets_in_flight(), (0, initial));
+
+    // RC at MTU 1024: 48 packets, each acknowledged (slow start: +1 per packet).
+    net.nodes[0]
+        .engine
+        .post_send(net.now, rc, rc_write)
+        .unwrap();
+    net.run();
+    assert_eq!(net.completions(0)[0].status, WcStatus::Success);
+    assert_eq!(net.nodes[0].engine.packets_in_flight(), (0, initial + 48));
+}
+
 /// Sends three 3-packet SENDs over UC with `fate` on the wire; checks every delivered message
 /// is intact; returns the messages delivered, as (message, receive WQE) in order.
 fn uc_three_sends(

@@ -165,10 +165,10 @@ impl Engine {
         self.budget_freed(freed);
     }
 
-    /// `freed` packets of the device budget went: QPs waiting for room may go.
+    /// `freed` packets of the device budget went: QPs waiting for room may go. (The budget's
+    /// limit grew already if an ACK freed them: see the completer's `acknowledge_to`.)
     fn budget_freed(&mut self, freed: u32) {
         if freed > 0 {
-            self.shared.budget.on_acked(freed);
             self.wake_starved(freed);
         }
     }

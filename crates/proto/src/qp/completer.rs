@@ -359,9 +359,8 @@ impl QueuePair {
             return;
         }
         wqe.read_done = (offset as u32) + expect_len as u32;
-        self.req.unacked_psn = psn.next();
         self.req.gap_retry_at = None;
-        self.progress(ctx);
+        self.acknowledge_to(ctx, psn.next());
         if ends {
             self.req.sq[idx].status = Some(WcStatus::Success);
         } else if request_ends {
@@ -393,8 +392,7 @@ impl QueuePair {
             return;
         }
         self.req.sq[idx].status = Some(WcStatus::Success);
-        self.req.unacked_psn = psn.next();
-        self.progress(ctx);
+        self.acknowledge_to(ctx, psn.next());
     }
 
     fn handle_atomic_ack(&mut self, ctx: &mut Ctx<'_>, psn: Psn, orig: u64) {
@@ -424,8 +422,7 @@ impl QueuePair {
             return;
         }
         self.req.sq[idx].status = Some(WcStatus::Success);
-        self.req.unacked_psn = psn.next();
-        self.progress(ctx);
+        self.acknowledge_to(ctx, psn.next());
     }
 
     /// Acknowledges every PSN up to and including `psn`: SEND and WRITE WQEs entirely at or
@@ -471,9 +468,20 @@ impl QueuePair {
             new_unacked = last.next();
         }
         if new_unacked != self.req.unacked_psn && new_unacked.is_after(self.req.unacked_psn) {
-            self.req.unacked_psn = new_unacked;
-            self.progress(ctx);
+            self.acknowledge_to(ctx, new_unacked);
         }
+    }
+
+    /// The peer acknowledged everything before `next` (an ACK, or a response that implies
+    /// one). The device budget grows by the packets newly acknowledged: an acknowledgment is
+    /// the only evidence that the path absorbed them. (Packets that leave the budget any other
+    /// way — a UC message completed on send, a flush, a timeout giving up on a window — say
+    /// nothing about the path, and must not grow it.)
+    fn acknowledge_to(&mut self, ctx: &mut Ctx<'_>, next: Psn) {
+        let acked = next.distance(self.req.unacked_psn).max(0).unsigned_abs();
+        self.req.unacked_psn = next;
+        ctx.budget.on_acked(acked);
+        self.progress(ctx);
     }
 
     /// Forward progress: the retry counters start over and the cursor skips acknowledged
