@@ -67,7 +67,9 @@ TESTS=${PERF_TESTS:-"write-bw read-bw send-bw atomic-bw:FETCH_AND_ADD atomic-bw:
   write-bw,-R send-bw,-R read-lat,-R write-bw,-R,-q,4 read-bw,-R send-lat,-R write-lat,-R
   atomic-bw:FETCH_AND_ADD,-R
   write-bw,-b read-bw,-b send-bw,-b atomic-bw:FETCH_AND_ADD,-b send-bw,-b,-c,UD,-s,1024
-  write-bw,-b,-q,2 write-bw,--perform_warm_up,-s,16384 read-bw,-b,--perform_warm_up,-s,16384"}
+  write-bw,-b,-q,2 write-bw,--perform_warm_up,-s,16384 read-bw,-b,--perform_warm_up,-s,16384
+  write-bw,--output=bandwidth send-bw,--output=message_rate,-a,-n,5 send-lat,--output=latency
+  read-lat,--output=latency read-bw,-N,-i,1"}
 ITERS=${PERF_ITERS:-200}
 SIZE=${PERF_SIZE:-4096}
 OUT=${PERF_OUT:-$ROOT/target/lab/perf}
@@ -82,6 +84,11 @@ rows() {
 }
 
 # plausible ROW KIND -> 0 if the figures make sense
+# perftest's --output: one figure per size, printed with %lf.
+figures() {
+  sed -E 's/^.*\] ?//' "$1" | tr -d '\r' | grep -E '^[0-9]+\.[0-9]{6}$'
+}
+
 plausible() {
   local kind=$2
   [ -n "$1" ] || return 1
@@ -107,6 +114,10 @@ shows() {
   local r
   if [ "$2" = none ]; then [ -z "$1" ]; return; fi
   [ -n "$1" ] || return 1
+  if [ "$3" = 1 ]; then
+    while IFS= read -r r; do awk -v f="$r" 'BEGIN { exit !(f > 0) }' || return 1; done <<< "$1"
+    return
+  fi
   while IFS= read -r r; do plausible "$r" "$2" || return 1; done <<< "$1"
 }
 
@@ -121,11 +132,17 @@ brief() {
 #       BIDIR (1: a -b run)
 check() {
   local name=$1 skind=$2 gkind=$3 src=$4 grc=$5 slog=$6 glog=$7 wire=$8 tap=$9 bidir=${10}
+  local fig=${11}
   local detail wd td sr gr status=ok
   [ "$src" = 0 ] && [ "$grc" = 0 ] || status=FAIL
   sr=$(rows "$slog"); gr=$(rows "$glog")
-  shows "$sr" "$skind" || status=FAIL
-  shows "$gr" "$gkind" || status=FAIL
+  if [ "$fig" = 1 ]; then
+    # --output: figures only, no table on either side.
+    [ -z "$sr$gr" ] || status=FAIL
+    sr=$(figures "$slog"); gr=$(figures "$glog")
+  fi
+  shows "$sr" "$skind" "$fig" || status=FAIL
+  shows "$gr" "$gkind" "$fig" || status=FAIL
   if [ "$bidir" = 1 ]; then
     # Each side prints its own report plus the other's: the same figures on both.
     [ "$(tr -d '\r' <<< "$sr")" = "$(tr -d '\r' <<< "$gr")" ] || status=FAIL
@@ -159,6 +176,8 @@ for spec in $TESTS; do
   kind=bw; [ "${test#*-}" = lat ] && kind=lat
   bidir=0
   case " $extra " in *" -b "*|*" --bidirectional "*) bidir=1 ;; esac
+  fig=0
+  case " $extra " in *" --output="*) fig=1 ;; esac
   # A timed run (-D) counts no iterations; its latency table has other columns.
   flags="-n $ITERS"
   case " $extra " in *" -n "*) flags= ;; esac
@@ -191,7 +210,7 @@ for spec in $TESTS; do
   gpid=$!
   deadline=$(( $(date +%s) + 90 ))
   while :; do
-    nsx timeout -k 5 $(( GUEST_TIMEOUT + 30 )) "$BIN" perf "$test" --bind "$HOST_IP" $flags \
+    nsx timeout -k 5 $(( GUEST_TIMEOUT + 30 )) "$BIN" perf "$test" -d softrdma0 --bind "$HOST_IP" $flags \
       ${PERF_SOFTRDMA_FLAGS:-} --pcap "$OUT/$t.tap.pcap" "$GUEST_IP" > "$OUT/$t.softrdma.log" 2>&1
     src=$?
     if [ $src -ne 0 ] && [ "$(date +%s)" -lt "$deadline" ] && kill -0 $gpid 2>/dev/null && \
@@ -204,7 +223,7 @@ for spec in $TESTS; do
   stop_capture
   sed 's/^/   softrdma: /' "$OUT/$t.softrdma.log"; sed 's/^/   /' "$OUT/$t.guest.log"
   check "$name" $kind $server_kind $src $grc "$OUT/$t.softrdma.log" "$OUT/$t.guest.log" \
-    "$OUT/$t.wire.pcap" "$OUT/$t.tap.pcap" $bidir
+    "$OUT/$t.wire.pcap" "$OUT/$t.tap.pcap" $bidir $fig
 
   # 2. perftest client -> softrdma server.
   name="softrdma-server $tag"
@@ -212,7 +231,7 @@ for spec in $TESTS; do
   echo "== $name: softrdma perf $test --bind $HOST_IP $flags  <-  $prog $pflags $HOST_IP ($GUEST)"
   start_capture "$OUT/$t.wire.pcap"
   ip netns exec "$NS" timeout -k 5 $(( GUEST_TIMEOUT + 30 )) "$BIN" perf "$test" \
-    --bind "$HOST_IP" $flags ${PERF_SOFTRDMA_FLAGS:-} --pcap "$OUT/$t.tap.pcap" \
+    -d softrdma0 --bind "$HOST_IP" $flags ${PERF_SOFTRDMA_FLAGS:-} --pcap "$OUT/$t.tap.pcap" \
     > "$OUT/$t.softrdma.log" 2>&1 &
   spid=$!
   "$LAB/guest.sh" "$GUEST" "$GUEST_IP" "rxe-retry 60 $prog $pflags $HOST_IP" \
@@ -226,7 +245,7 @@ for spec in $TESTS; do
   stop_capture
   sed 's/^/   softrdma: /' "$OUT/$t.softrdma.log"; sed 's/^/   /' "$OUT/$t.guest.log"
   check "$name" $server_kind $kind $src $grc "$OUT/$t.softrdma.log" "$OUT/$t.guest.log" \
-    "$OUT/$t.wire.pcap" "$OUT/$t.tap.pcap" $bidir
+    "$OUT/$t.wire.pcap" "$OUT/$t.tap.pcap" $bidir $fig
 done
 
 echo

@@ -435,6 +435,83 @@ fn json_output() {
     assert_eq!(counter("per_qp_end_bytes"), rss / 2, "{line}");
 }
 
+/// perftest's `--output`: stdout holds one figure per size, printed as `%lf` (six decimals),
+/// and nothing else — no banner, table or check line — so scripts can read it directly.
+/// Warnings perftest prints whatever the level (the peak not measured) come before it.
+#[test]
+fn output_prints_one_figure_per_result() {
+    let figures = |out: &str| -> Vec<f64> {
+        out.lines()
+            .map(|l| {
+                let (_, decimals) = l.split_once('.').unwrap_or_else(|| panic!("{l}: {out}"));
+                assert_eq!(decimals.len(), 6, "{l}");
+                l.parse().unwrap_or_else(|_| panic!("{l}: {out}"))
+            })
+            .collect()
+    };
+    let (out, _) = loopback(&["write-bw", "-n", "200", "--output", "bandwidth"]);
+    let bw = figures(&out);
+    assert!(bw.len() == 1 && bw[0] > 0.0, "{out}");
+    let (out, _) = loopback(&[
+        "send-bw",
+        "-a",
+        "--max-size",
+        "64",
+        "-n",
+        "50",
+        "--output=message_rate",
+    ]);
+    let rates = figures(&out);
+    assert!(rates.len() == 6 && rates.iter().all(|&r| r > 0.0), "{out}");
+    let (out, _) = loopback(&["send-lat", "-n", "200", "--output", "latency"]);
+    let lat = figures(&out);
+    assert!(lat.len() == 1 && lat[0] > 0.0, "{out}");
+    let (out, _) = loopback(&["read-lat", "-D", "1", "--output", "latency"]);
+    assert!(figures(&out)[0] > 0.0, "{out}");
+    // A -b run prints the sum of both directions, as its table row does.
+    let (out, _) = loopback(&["write-bw", "-b", "-n", "200", "--output", "bandwidth"]);
+    assert!(figures(&out)[0] > 0.0, "{out}");
+    // More iterations than perftest times one by one: its warning, then the figure.
+    let (out, _) = loopback(&[
+        "write-bw",
+        "-s",
+        "64",
+        "-n",
+        "20001",
+        "--output",
+        "bandwidth",
+    ]);
+    let (warning, figure) = out.split_once('\n').unwrap();
+    assert_eq!(warning, " WARNING: BW peak won't be measured in this run.");
+    assert!(figures(figure)[0] > 0.0, "{out}");
+}
+
+/// `-N` (perftest's --noPeak): the peak column is 0.00 and, asked for, not warned about.
+#[test]
+fn no_peak_reports_a_zero_peak_without_a_warning() {
+    let (out, _) = loopback(&["write-bw", "-n", "200", "-N"]);
+    let r = rows(&out);
+    assert_eq!(r.len(), 1, "{out}");
+    assert_eq!(r[0][2], 0.0, "{out}");
+    assert!(r[0][3] > 0.0, "{out}");
+    assert!(!out.contains("WARNING"), "{out}");
+}
+
+/// perftest's `-d` and `-i` name the device and its port: softrdma perf's own, `softrdma0`
+/// port 1, is accepted (a script written for perftest through softrdma's libibverbs runs
+/// unchanged); any other is refused, as perftest refuses a device it cannot find.
+#[test]
+fn device_and_port_flags_name_softrdmas_own() {
+    let (out, _) = loopback(&["write-bw", "-n", "50", "-d", "softrdma0", "-i", "1"]);
+    assert!(out.contains("Device         : softrdma0"), "{out}");
+    assert_eq!(rows(&out).len(), 1, "{out}");
+    usage_error(
+        &["write-bw", "-d", "mlx5_0", "--loopback"],
+        "IB device mlx5_0 not found",
+    );
+    usage_error(&["write-bw", "-i", "2", "--loopback"], "one port, 1");
+}
+
 #[test]
 fn argument_errors_are_clean() {
     usage_error(&["atomic-bw", "-s", "16", "--loopback"], "-s must be 8");
@@ -476,6 +553,22 @@ fn argument_errors_are_clean() {
         "-m must be one of",
     );
     usage_error(&["write-bw", "-x", "3", "--loopback"], "-x must be 0");
+    usage_error(
+        &["write-bw", "--output", "latency", "--loopback"],
+        "bandwidth or message_rate",
+    );
+    usage_error(
+        &["read-lat", "--output", "bandwidth", "--loopback"],
+        "for latency tests is latency",
+    );
+    usage_error(
+        &["write-bw", "--output", "bandwidth", "--json", "--loopback"],
+        "exclude each other",
+    );
+    usage_error(
+        &["write-bw", "--output", "gbps", "--loopback"],
+        "invalid value",
+    );
     usage_error(
         &["write-bw", "-a", "--max-size", "1000", "--loopback"],
         "--max-size",

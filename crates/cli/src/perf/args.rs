@@ -200,6 +200,20 @@ pub(crate) struct Args {
     /// Report bandwidth in Gb/s instead of MB/s.
     #[arg(long = "report_gbits", alias = "report-gbits")]
     pub report_gbits: bool,
+    /// Print only each result's figure, one line per size, as perftest's --output does:
+    /// `bandwidth` or `message_rate` (bandwidth tests), `latency` (latency tests: the
+    /// average).
+    #[arg(long = "output", value_enum, value_name = "LEVEL")]
+    pub output: Option<OutputLevel>,
+    /// Do not measure the bandwidth peak (reported as 0.00): no timestamp per message.
+    #[arg(short = 'N', long = "noPeak", alias = "no-peak")]
+    pub no_peak: bool,
+    /// The RDMA device (perftest's -d): softrdma0, the software device this command runs.
+    #[arg(short = 'd', long = "ib-dev", value_name = "NAME")]
+    pub ib_dev: Option<String>,
+    /// The device's port (perftest's -i): 1, its only one.
+    #[arg(short = 'i', long = "ib-port", value_name = "PORT")]
+    pub ib_port: Option<u32>,
     /// Measure both directions at once (bandwidth tests; both sides must give it): each side
     /// sends to the other as a client does, and each prints the sum of both sides' figures.
     #[arg(short = 'b', long = "bidirectional")]
@@ -278,6 +292,24 @@ pub(crate) struct Args {
     pub cc_line_gbps: u64,
 }
 
+/// `--output`: the one figure perftest prints per result instead of its tables.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub(crate) enum OutputLevel {
+    /// The average bandwidth (MB/s, or Gb/s with --report_gbits).
+    #[value(name = "bandwidth")]
+    Bandwidth,
+    /// The average message rate (Mpps).
+    #[value(name = "message_rate")]
+    MessageRate,
+    /// The average latency (usec).
+    #[value(name = "latency")]
+    Latency,
+}
+
+/// The name of the device `softrdma perf` opens, which `-d` may give: what libibverbs calls
+/// the one softrdma device of a process (`softrdma exec -- ibv_devices`).
+pub(crate) const DEVICE_NAME: &str = "softrdma0";
+
 /// `--cc`: congestion control of a run.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
 pub(crate) enum CcChoice {
@@ -315,8 +347,12 @@ pub(crate) struct Config {
     pub busy_poll: bool,
     pub gso: bool,
     pub pcap: Option<PathBuf>,
-    /// Bandwidth peak not measured (perftest's `noPeak`): timed runs and long runs.
+    /// Bandwidth peak not measured (perftest's `noPeak`): `-N`, timed runs and long runs.
     pub no_peak: bool,
+    /// `-N` was given: the peak is not measured by request, so no warning says it is not.
+    pub no_peak_asked: bool,
+    /// `--output`: print one figure per result and nothing else.
+    pub output: Option<OutputLevel>,
     /// How long the peer may show no sign of life (`None`: as perftest).
     pub timeout: Option<Duration>,
     pub counters: bool,
@@ -572,6 +608,27 @@ impl Args {
         if self.port == Some(0) {
             return usage("-p must not be 0");
         }
+        if let Some(name) = self.ib_dev.as_deref().filter(|&n| n != DEVICE_NAME) {
+            return usage(format!(
+                "IB device {name} not found: softrdma perf runs its own device, {DEVICE_NAME} \
+                 (omit -d)"
+            ));
+        }
+        if self.ib_port.is_some_and(|p| p != 1) {
+            return usage("-i: the device has one port, 1");
+        }
+        match (self.output, bw) {
+            (Some(OutputLevel::Latency), true) => {
+                return usage("--output for bandwidth tests is bandwidth or message_rate")
+            }
+            (Some(OutputLevel::Bandwidth | OutputLevel::MessageRate), false) => {
+                return usage("--output for latency tests is latency")
+            }
+            _ => {}
+        }
+        if self.output.is_some() && self.json {
+            return usage("--output and --json exclude each other");
+        }
         Ok(Config {
             test: t,
             sizes,
@@ -600,7 +657,9 @@ impl Args {
             busy_poll: self.busy_poll,
             gso: !self.no_gso,
             pcap: self.pcap.clone(),
-            no_peak: bw && (duration.is_some() || iters > PEAK_MAX_ITERS),
+            no_peak: bw && (self.no_peak || duration.is_some() || iters > PEAK_MAX_ITERS),
+            no_peak_asked: bw && self.no_peak,
+            output: self.output,
             timeout: crate::limits::limit(self.timeout),
             counters: self.counters,
             transport: self.connection,

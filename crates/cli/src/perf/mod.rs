@@ -61,8 +61,8 @@ fn run_side(
     // perftest warns while parsing its arguments, before anything else.
     let server = conn.is_server();
     let send_server = server && cfg.test.verb() == Verb::Send && !cfg.duplex;
-    if cfg.test.is_bw() && (cfg.no_peak || send_server) {
-        p.line(args::NO_PEAK_WARNING);
+    if cfg.test.is_bw() && (cfg.no_peak || send_server) && !cfg.no_peak_asked {
+        p.always(args::NO_PEAK_WARNING);
     }
     let mut ctx = oob::setup(cfg, conn, p)?;
     let result = traffic(cfg, &mut ctx, p, progress);
@@ -145,7 +145,7 @@ fn traffic(
                 _ => lat::read_lat(ctx, size, progress)?,
             };
             if !schedule.size_report {
-                p.line(&row.render(cfg.gbits));
+                p.result(&row, &row.render(cfg.gbits));
                 out.rows.push(row);
             }
             for _ in 0..schedule.keys_after_size {
@@ -156,7 +156,8 @@ fn traffic(
                 // extra-precision format by this side's own average.
                 let (mine, theirs) = duplex::exchange(ctx, &row)?;
                 let sum = mine.plus(&theirs);
-                p.line(&sum.render_ext(cfg.gbits && mine.bw_avg < 0.1));
+                let text = sum.render_ext(cfg.gbits && mine.bw_avg < 0.1);
+                p.result(&Row::Bw(sum), &text);
                 out.rows.push(Row::Bw(sum));
                 out.directions.push((mine, theirs));
             }
@@ -195,7 +196,7 @@ fn traffic(
         if passive {
             // A passive server shows the client's figures, as perftest does.
             let row = Row::Bw(BwRow::from(theirs));
-            p.line(&row.render(cfg.gbits));
+            p.result(&row, &row.render(cfg.gbits));
             out.rows.push(row);
         }
     }
@@ -326,7 +327,7 @@ pub(crate) fn run(args: &Args) -> ExitCode {
             }
         }
     };
-    let mut p = Printer { on: !cfg.json };
+    let mut p = Printer::new(&cfg, true);
     let mut progress = Progress::new(progress_on);
     match run_side(&cfg, conn, &mut p, &mut progress) {
         Ok(out) => {
@@ -412,7 +413,7 @@ fn loopback(cfg: &Config, progress_on: bool) -> ExitCode {
     let server = std::thread::Builder::new()
         .name("perf-server".into())
         .spawn(move || {
-            let mut p = Printer { on: false };
+            let mut p = Printer::new(&server_cfg, false);
             let mut progress = Progress::new(false);
             run_side(&server_cfg, server_conn, &mut p, &mut progress)
         });
@@ -435,7 +436,7 @@ fn loopback(cfg: &Config, progress_on: bool) -> ExitCode {
         }
         None => Conn::Connect(server_ip.to_string(), port),
     };
-    let mut p = Printer { on: !cfg.json };
+    let mut p = Printer::new(cfg, true);
     let mut progress = Progress::new(progress_on);
     let client = run_side(&client_cfg, client_conn, &mut p, &mut progress);
     if client.is_err() {

@@ -1,10 +1,13 @@
 //! What a run shows: its failure ([`PerfError`]), perftest's text ([`Printer`]) and the
 //! progress line ([`Progress`]). Every other module of `perf` reports through these, so they
-//! depend on nothing of `perf`.
+//! depend only on what is printed: the flags (`args`) and the result rows (`report`).
 
 use std::fmt;
 use std::io::Write;
 use std::time::{Duration, Instant};
+
+use super::args::{Config, OutputLevel};
+use super::report::Row;
 
 /// A failed run, with the message to print.
 #[derive(Debug)]
@@ -56,14 +59,41 @@ impl<E: std::error::Error> From<E> for PerfError {
 /// Where perftest's text goes: stdout, or nowhere (the loopback server, `--json`).
 pub(crate) struct Printer {
     pub(crate) on: bool,
+    /// `--output`: only each result's figure (and the warnings perftest prints regardless).
+    pub(crate) figures: Option<OutputLevel>,
 }
 
 impl Printer {
+    /// A printer for `cfg`'s text (`on`: not the loopback server, not `--json`).
+    pub(crate) fn new(cfg: &Config, on: bool) -> Printer {
+        Printer {
+            on: on && !cfg.json,
+            figures: cfg.output,
+        }
+    }
+
+    /// A line of perftest's text: banners, tables, notes (none with `--output`).
     pub(crate) fn line(&mut self, s: &str) {
+        if self.figures.is_none() {
+            self.always(s);
+        }
+    }
+
+    /// A line perftest prints whatever `--output` says (its argument warnings).
+    pub(crate) fn always(&mut self, s: &str) {
         if self.on {
             let mut out = std::io::stdout().lock();
             let _ = writeln!(out, "{s}");
             let _ = out.flush();
+        }
+    }
+
+    /// A result: its table row `text`, or with `--output` its one figure as perftest prints
+    /// it (`%lf`).
+    pub(crate) fn result(&mut self, row: &Row, text: &str) {
+        match self.figures {
+            Some(level) => self.always(&format!("{:.6}", row.figure(level))),
+            None => self.line(text),
         }
     }
 }

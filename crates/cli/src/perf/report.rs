@@ -7,7 +7,7 @@ use std::time::{Duration, Instant};
 
 use softrdma_cm::perftest::{BwReport, PerftestDest, Role};
 
-use super::args::{Config, TestName, Verb};
+use super::args::{Config, OutputLevel, TestName, Verb};
 
 /// perftest's `RESULT_LINE`.
 pub(crate) const RESULT_LINE: &str =
@@ -478,6 +478,17 @@ pub(crate) enum Row {
 }
 
 impl Row {
+    /// The figure perftest's `--output` prints for the row: the average bandwidth or message
+    /// rate of a bandwidth row, the average of a latency row.
+    pub(crate) fn figure(&self, level: OutputLevel) -> f64 {
+        match (self, level) {
+            (Row::Bw(r), OutputLevel::MessageRate) => r.msg_rate,
+            (Row::Bw(r), _) => r.bw_avg,
+            (Row::Lat(r), _) => r.avg,
+            (Row::LatDur(r), _) => r.avg,
+        }
+    }
+
     pub(crate) fn render(&self, gbits: bool) -> String {
         match self {
             Row::Bw(r) => r.render(gbits),
