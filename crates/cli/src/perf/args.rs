@@ -208,6 +208,10 @@ pub(crate) struct Args {
     /// Do not measure the bandwidth peak (reported as 0.00): no timestamp per message.
     #[arg(short = 'N', long = "noPeak", alias = "no-peak")]
     pub no_peak: bool,
+    /// Sleep on the completion queue's events instead of polling it (perftest's -e; not with
+    /// WRITE tests, whose latency test polls memory, nor with -D).
+    #[arg(short = 'e', long = "events")]
+    pub events: bool,
     /// The RDMA device (perftest's -d): softrdma0, the software device this command runs.
     #[arg(short = 'd', long = "ib-dev", value_name = "NAME")]
     pub ib_dev: Option<String>,
@@ -353,6 +357,8 @@ pub(crate) struct Config {
     pub no_peak_asked: bool,
     /// `--output`: print one figure per result and nothing else.
     pub output: Option<OutputLevel>,
+    /// `-e`: wait for completions asleep on the CQ, never spinning.
+    pub events: bool,
     /// How long the peer may show no sign of life (`None`: as perftest).
     pub timeout: Option<Duration>,
     pub counters: bool,
@@ -626,6 +632,12 @@ impl Args {
             }
             _ => {}
         }
+        if self.events && verb == Verb::Write {
+            return usage("Events feature not available on WRITE verb");
+        }
+        if self.events && duration.is_some() {
+            return usage("Duration mode doesn't work with events");
+        }
         if self.output.is_some() && self.json {
             return usage("--output and --json exclude each other");
         }
@@ -660,6 +672,7 @@ impl Args {
             no_peak: bw && (self.no_peak || duration.is_some() || iters > PEAK_MAX_ITERS),
             no_peak_asked: bw && self.no_peak,
             output: self.output,
+            events: self.events,
             timeout: crate::limits::limit(self.timeout),
             counters: self.counters,
             transport: self.connection,

@@ -49,6 +49,22 @@ pub(crate) fn poll_wait(
     }
 }
 
+/// Polls up to `max` completions into `out` as the run waits for them: asleep on the CQ with
+/// `-e` ([`poll_wait`], perftest's `ibv_get_cq_event`), else spinning ([`poll_spin`]).
+pub(crate) fn poll_for(
+    ctx: &Ctx,
+    cq: &CompletionQueue,
+    max: usize,
+    out: &mut Vec<WorkCompletion>,
+    what: &str,
+) -> Result<usize, PerfError> {
+    if ctx.cfg.events {
+        poll_wait(ctx, cq, max, out, what)
+    } else {
+        poll_spin(ctx, cq, max, out, what)
+    }
+}
+
 /// Polls up to `max` completions into `out`, spinning until some arrive as perftest's
 /// `ibv_poll_cq` loop does — and, like a NIC that needs no CPU, the spinning thread itself
 /// moves the device's packets ([`CompletionQueue::poll_progress`]), so a reply is received,

@@ -18,7 +18,7 @@ use softrdma::{wr, SendFlags, WorkCompletion};
 use softrdma_cm::perftest::Role;
 
 use super::args::{AtomicKind, TestName, Verb};
-use super::bw::{check_wcs, poll_spin};
+use super::bw::{check_wcs, poll_for};
 use super::layout::{pattern, split_id, wr_id};
 use super::oob::Ctx;
 use super::output::{PerfError, Progress};
@@ -53,7 +53,7 @@ impl SendSide {
     /// Reaps the sends finished so far without waiting: an error completion fails the run
     /// at once (the QP is then in the error state and the peer's next message cannot come).
     /// When there are none, the calling thread moves the device's packets itself (see
-    /// [`poll_spin`]): the WRITE a memory poller waits for lands without waking anyone.
+    /// [`poll_spin`](super::bw::poll_spin)): the WRITE a memory poller waits for lands without waking anyone.
     fn reap_ready(&mut self, ctx: &Ctx) -> Result<(), PerfError> {
         self.wcs.clear();
         let n = ctx.send_cq.poll_progress(64, &mut self.wcs);
@@ -72,7 +72,7 @@ impl SendSide {
             self.wcs.clear();
             let must_wait = (drain && self.outstanding > 0) || self.outstanding >= self.cap;
             let n = if must_wait {
-                poll_spin(ctx, &ctx.send_cq, 64, &mut self.wcs, "send completions")?
+                poll_for(ctx, &ctx.send_cq, 64, &mut self.wcs, "send completions")?
             } else {
                 ctx.send_cq.poll(64, &mut self.wcs)
             };
@@ -187,10 +187,10 @@ pub(crate) fn send_lat(
     )))
 }
 
-/// Waits for one receive completion, spinning as perftest does; the spinning thread moves
-/// the packets itself (see [`poll_spin`]).
+/// Waits for one receive completion, spinning as perftest does (the spinning thread moves
+/// the packets itself, see [`poll_spin`](super::bw::poll_spin)), or asleep with `-e`.
 fn wait_one(ctx: &Ctx, out: &mut Vec<WorkCompletion>) -> Result<(), PerfError> {
-    poll_spin(ctx, &ctx.recv_cq, 1, out, "the peer's message")?;
+    poll_for(ctx, &ctx.recv_cq, 1, out, "the peer's message")?;
     Ok(())
 }
 
@@ -334,7 +334,7 @@ pub(crate) fn read_lat(
         }
         ctx.qps[0].post_send([w])?;
         wcs.clear();
-        poll_spin(ctx, &ctx.send_cq, 1, &mut wcs, "the reply")?;
+        poll_for(ctx, &ctx.send_cq, 1, &mut wcs, "the reply")?;
         let what = if cfg.test.verb() == Verb::Read {
             "RDMA READ"
         } else {

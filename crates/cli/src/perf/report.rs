@@ -62,6 +62,10 @@ pub(crate) fn banner(cfg: &Config, role: Role, device: &str, mtu: u32) -> String
     let w = &mut s;
     let _ = writeln!(w, "{RESULT_LINE}");
     let _ = writeln!(w, "                    {}", title(cfg));
+    if cfg.events {
+        // perftest names the completion vector it sleeps on: the device's first.
+        let _ = writeln!(w, " Test with events. Using {device}_comp0");
+    }
     let _ = writeln!(w, " Dual-port       : OFF\t\tDevice         : {device}");
     let _ = writeln!(w, " Number of qps   : {}\t\tTransport type : IB", cfg.qps);
     let _ = writeln!(
