@@ -343,6 +343,9 @@ macro_rules! region_memory_impl {
                     .atomic_word(offset)
                     .fetch_add(add, Ordering::AcqRel)
             }
+            fn is_atomic_word(&self, offset: usize) -> bool {
+                self.words.checked_word(offset).is_some()
+            }
         }
     };
 }

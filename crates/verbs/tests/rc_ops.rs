@@ -848,3 +848,50 @@ fn local_and_remote_atomics_share_a_word() {
     assert!(b.mr.atomic_u64(65).is_none() && b.mr.atomic_u64(4096).is_none());
     assert_eq!(b.mr.atomic_words(), 0..4096);
 }
+
+/// A region registered at an iova of its own (`ibv_reg_mr_iova2`, or zero-based) may map an
+/// 8-aligned virtual address onto a misaligned host word. An atomic or ATOMIC_WRITE there
+/// cannot be one word's update: rxe checks the host address and NAKs Invalid Request. Found
+/// by review: the engine checked only the virtual address, and the region's memory asserted
+/// on the host one — a remote peer could panic the progress thread.
+#[test]
+fn an_atomic_on_a_misaligned_host_word_is_an_invalid_request() {
+    let a = Side::new("127.0.5.66", 4096);
+    let b = Side::new("127.0.5.67", 4096);
+    let mut backing = vec![0u64; 8];
+    let before = backing.clone();
+    let iova = 0x1_0000;
+    // SAFETY: `backing` outlives the region (dropped at the end of the test, after `mr`) and
+    // is not otherwise touched while the region is registered.
+    let mr = unsafe {
+        b.pd.reg_mr_raw_iova(
+            backing.as_mut_ptr().cast::<u8>().add(4),
+            56,
+            iova,
+            AccessFlags::REMOTE_ATOMIC | AccessFlags::REMOTE_WRITE | AccessFlags::LOCAL_WRITE,
+        )
+    }
+    .unwrap();
+    let cases = [
+        wr::fetch_add(1, a.mr.sge(0, 8), iova, mr.rkey(), 1),
+        wr::compare_swap(2, a.mr.sge(0, 8), iova + 8, mr.rkey(), 0, 7),
+        wr::atomic_write(3, a.mr.sge(0, 8), iova + 16, mr.rkey()),
+    ];
+    for wr in cases {
+        let id = wr.wr_id;
+        connect(&a.qp, &b.qp);
+        a.qp.post_send([wr]).unwrap();
+        let wc = wait_one(&a.cq);
+        assert_eq!((wc.wr_id, wc.status), (id, WcStatus::RemInvReqErr));
+        while b.cq.poll_one().is_some() {}
+    }
+    // The device lives on: an atomic on its own region still works.
+    connect(&a.qp, &b.qp);
+    let r = b.mr.remote();
+    a.qp.post_send([wr::fetch_add(4, a.mr.sge(0, 8), r.addr, r.rkey, 5)])
+        .unwrap();
+    assert_eq!(wait_one(&a.cq).status, WcStatus::Success);
+    assert_eq!(b.mr.read_u64(0).unwrap(), 5);
+    drop(mr);
+    assert_eq!(backing, before);
+}

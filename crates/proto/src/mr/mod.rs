@@ -40,6 +40,16 @@ pub trait RegionMemory: Send + Sync {
     fn compare_swap(&self, offset: usize, compare: u64, swap: u64) -> u64;
     /// Atomically adds `add` to the 8-byte word at `offset`; returns the original value.
     fn fetch_add(&self, offset: usize, add: u64) -> u64;
+    /// Whether the 8 bytes at `offset` are one naturally aligned word of the memory behind
+    /// the region, the only target an atomic can update as one (the engine asks before
+    /// [`compare_swap`](Self::compare_swap), [`fetch_add`](Self::fetch_add) or an ATOMIC_WRITE).
+    /// A virtual address aligned to 8 need not be: a zero-based region or one registered at an
+    /// arbitrary iova maps it to any host address, and rxe checks the host address too
+    /// (misaligned: NAK Invalid Request). The default suits memory whose first byte is
+    /// aligned.
+    fn is_atomic_word(&self, offset: usize) -> bool {
+        offset % 8 == 0 && offset.checked_add(8).is_some_and(|end| end <= self.len())
+    }
 }
 
 /// The engine's record of one registered memory region.

@@ -32,10 +32,23 @@ impl QueuePair {
             });
             return;
         }
+        let nak_inside = pkt
+            .ext
+            .aeth
+            .is_some_and(|a| !matches!(a.syndrome, Syndrome::Ack { .. }));
         match info.kind {
             OpKind::Acknowledge => {
                 let Some(aeth) = pkt.ext.aeth else { return };
                 self.handle_ack(ctx, psn, aeth.syndrome);
+            }
+            OpKind::ReadResponse | OpKind::AtomicAcknowledge if nak_inside => {
+                // A READ response's or ATOMIC ACKNOWLEDGE's AETH acknowledges; a NAK there is
+                // a malformed response, which fails its WQE (rxe's `check_ack`: an error),
+                // rather than completing it with data the responder disowned.
+                match self.wqe_index(psn) {
+                    Some(idx) => self.fail_wqe(ctx, idx, WcStatus::BadRespErr),
+                    None => ctx.stats.drop(DropReason::UnexpectedResponse),
+                }
             }
             OpKind::ReadResponse => {
                 self.handle_read_response(ctx, pkt, info.position);

@@ -32,8 +32,15 @@ pub(crate) struct WriteInProgress {
 /// What a READ or atomic request left behind, to answer its duplicates (IBTA 9.7.5.1.6).
 #[derive(Debug, Clone, Copy)]
 pub(crate) enum Resource {
-    /// A READ covering `npkts` response PSNs from `psn`.
-    Read { psn: Psn, npkts: u32 },
+    /// A READ covering `npkts` response PSNs from `psn`, of `len` bytes at `va` under `rkey`:
+    /// a duplicate may ask for that again, or for the rest of it, and for nothing else.
+    Read {
+        psn: Psn,
+        npkts: u32,
+        rkey: u32,
+        va: u64,
+        len: u32,
+    },
     /// An executed atomic and the value it returned: never executed twice.
     Atomic { psn: Psn, orig: u64, msn: u32 },
     /// An executed ATOMIC_WRITE or FLUSH: its acknowledgement is replayed, never the action.
@@ -144,13 +151,21 @@ impl Responder {
             )
     }
 
-    /// Queues an ACK or NAK, replacing a queued ACK right before it (coalescing).
+    /// Queues an ACK or NAK, replacing a queued ACK right before it (coalescing) and the same
+    /// NAK right before that: a peer repeating a request the responder refuses (an RNR NAK's
+    /// SEND, resent with nothing polling the output in between) must not grow the queue by
+    /// one answer per packet.
     pub(crate) fn push_ack(&mut self, psn: Psn, syndrome: Syndrome) {
         let msn = self.msn;
         if let Some(Output::Ack {
             syndrome: Syndrome::Ack { .. },
             ..
         }) = self.output.back()
+        {
+            self.output.pop_back();
+        }
+        if matches!(self.output.back(), Some(&Output::Ack { psn: p, syndrome: s, .. })
+            if p == psn && s == syndrome)
         {
             self.output.pop_back();
         }
@@ -211,6 +226,9 @@ mod tests {
             r.resources.push_back(Resource::Read {
                 psn: Psn::new(i * 10),
                 npkts: 1,
+                rkey: 1,
+                va: 0x1000,
+                len: 8,
             });
         }
         r.output.push_back(Output::Read {

@@ -16,10 +16,6 @@ impl QueuePair {
         kind: OpKind,
     ) -> Result<(), RespError> {
         let eth = pkt.ext.atomic_eth.ok_or(RespError::InvalidRequest)?;
-        // A misaligned atomic target is an invalid request, not an access error.
-        if eth.va % 8 != 0 {
-            return Err(RespError::InvalidRequest);
-        }
         let (mr, off) = check_remote(
             self,
             ctx.mrs,
@@ -28,6 +24,13 @@ impl QueuePair {
             8,
             AccessFlags::REMOTE_ATOMIC,
         )?;
+        // A misaligned atomic target is an invalid request, not an access error; checked after
+        // the key, as rxe does. Both the virtual address (IBTA) and the host word behind it
+        // (rxe) must be aligned: a region registered zero-based or at an iova of its own may
+        // map an aligned address to a misaligned one.
+        if eth.va % 8 != 0 || !mr.memory.is_atomic_word(off) {
+            return Err(RespError::InvalidRequest);
+        }
         if !self.resp.reserve(self.cfg.max_dest_rd_atomic) {
             return Err(RespError::InvalidRequest);
         }

@@ -4,12 +4,16 @@
 //! - SEND / WRITE: already executed; re-ACK with the newest PSN so the requester moves on
 //!   (what rxe does for every duplicate packet).
 //! - READ: re-executed from the duplicate request's own RETH (a requester restarting a READ
-//!   mid-response asks only for the rest), if it falls within a remembered READ.
+//!   mid-response asks only for the rest), if it falls within a remembered READ: the same
+//!   R_Key, bytes inside the original ones, response PSNs inside the original's (rxe checks
+//!   the key and the bytes). Anything else is dropped: a peer must not get, by repeating a
+//!   request with an old PSN, more or other data than it was answered.
 //! - Atomic: never executed again; the remembered original value is sent again.
 //! - ATOMIC_WRITE, FLUSH: never executed again; the empty acknowledgement is sent again.
 
 use softrdma_wire::{OpKind, PacketRepr, Syndrome};
 
+use super::read::read_packets;
 use crate::qp::responder_state::{Output, Resource};
 use crate::qp::{Ctx, QueuePair};
 use crate::stats::DropReason;
@@ -22,11 +26,30 @@ impl QueuePair {
         let psn = pkt.bth.psn;
         match info.kind {
             OpKind::ReadRequest => {
+                let Some(reth) = pkt.ext.reth else { return };
+                let mtu = self.cfg.path_mtu.bytes();
                 let start = self.resp.resources.iter().find_map(|r| match *r {
-                    Resource::Read { psn: p, npkts } if psn.in_window(p, npkts) => Some(p),
+                    Resource::Read {
+                        psn: p,
+                        npkts,
+                        rkey,
+                        va,
+                        len,
+                    } if psn.in_window(p, npkts) => {
+                        let end = va.saturating_add(u64::from(len));
+                        let within = reth.dma_len == 0
+                            || reth.rkey == rkey
+                                && reth.va >= va
+                                && reth
+                                    .va
+                                    .checked_add(u64::from(reth.dma_len))
+                                    .is_some_and(|e| e <= end);
+                        let offset = psn.distance(p).unsigned_abs();
+                        let fits = offset + read_packets(reth.dma_len, mtu) <= npkts;
+                        (within && fits).then_some(p)
+                    }
                     _ => None,
                 });
-                let Some(reth) = pkt.ext.reth else { return };
                 let Some(start) = start.filter(|_| self.check_read(ctx, &reth).is_ok()) else {
                     ctx.stats.drop(DropReason::Duplicate);
                     return;

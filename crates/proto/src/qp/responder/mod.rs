@@ -34,6 +34,11 @@ use crate::io::Transmit;
 use crate::stats::{DropReason, NakKind};
 use crate::wr::WcStatus;
 
+/// The longest message IBTA allows (2^31 bytes): a READ or WRITE asking for more is
+/// an invalid request (rxe's `check_length`). A longer READ would also span more than half the
+/// PSN space, past what 24-bit sequence comparisons can order.
+pub(super) const MAX_DMA_LEN: u32 = 1 << 31;
+
 /// A request the responder refuses: which NAK to send (and, for a receive WQE in use, which
 /// completion status the receiver reports).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -80,8 +85,11 @@ impl RespError {
 /// The one check every incoming RDMA access passes (IBTA 9.7.4.1.4/C9-88ff, 10.6.3): the QP
 /// grants the right (`qp_access_flags`), the R_Key names a region of the QP's protection
 /// domain that grants it, or a bound window of that domain serving this QP (see
-/// [`crate::mw`]), and `[va, va + len)` lies inside the region or window. Any failure is a
-/// remote access error, whatever the detail — the requester learns nothing more, as on rxe.
+/// [`crate::mw`]), and `[va, va + len)` lies inside the region or window. A QP that does not
+/// take READs, WRITEs or atomics at all answers them Invalid Request, as rxe's
+/// `check_op_valid` does (the requester sees a remote invalid request error); any other
+/// failure — the QP's FLUSH rights, the key, the region, the bounds — is a remote access
+/// error, whatever the detail: the requester learns nothing more, as on rxe.
 pub(super) fn check_remote<'m>(
     qp: &QueuePair,
     mrs: &'m crate::mr::MrTable,
@@ -91,7 +99,13 @@ pub(super) fn check_remote<'m>(
     right: crate::access::AccessFlags,
 ) -> Result<(&'m crate::mr::MemoryRegion, usize), RespError> {
     if !qp.cfg.access.contains(right) {
-        return Err(RespError::RemoteAccess);
+        use crate::access::AccessFlags;
+        let op = AccessFlags::REMOTE_READ | AccessFlags::REMOTE_WRITE | AccessFlags::REMOTE_ATOMIC;
+        return Err(if right.bits() & op.bits() != 0 {
+            RespError::InvalidRequest
+        } else {
+            RespError::RemoteAccess
+        });
     }
     mrs.check_remote(qp.pd, qp.qpn, rkey, va, len, right)
         .map_err(|_| RespError::RemoteAccess)

@@ -35,6 +35,10 @@ impl QueuePair {
             8,
             AccessFlags::REMOTE_WRITE,
         )?;
+        // The host word must be aligned too, to be stored as one (see `execute_atomic`).
+        if !mr.memory.is_atomic_word(off) {
+            return Err(RespError::InvalidRequest);
+        }
         if !self.resp.reserve(self.cfg.max_dest_rd_atomic) {
             return Err(RespError::InvalidRequest);
         }

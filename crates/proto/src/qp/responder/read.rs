@@ -22,7 +22,13 @@ impl QueuePair {
         }
         let npkts = read_packets(reth.dma_len, self.cfg.path_mtu.bytes());
         let psn = pkt.bth.psn;
-        self.resp.resources.push_back(Resource::Read { psn, npkts });
+        self.resp.resources.push_back(Resource::Read {
+            psn,
+            npkts,
+            rkey: reth.rkey,
+            va: reth.va,
+            len: reth.dma_len,
+        });
         // The READ is a completed message for MSN purposes; its responses carry the new MSN.
         self.resp.expected_psn = psn.add(npkts);
         self.resp.msn = (self.resp.msn + 1) & 0x00ff_ffff;
@@ -34,6 +40,9 @@ impl QueuePair {
     /// of zero bytes names no memory: its R_Key and address are not checked (IBTA C9-88; rxe:
     /// "a zero-byte op is not required to set an addr or rkey").
     pub(super) fn check_read(&self, ctx: &Ctx<'_>, reth: &Reth) -> Result<(), RespError> {
+        if reth.dma_len > super::MAX_DMA_LEN {
+            return Err(RespError::InvalidRequest);
+        }
         if reth.dma_len == 0 {
             return Ok(());
         }

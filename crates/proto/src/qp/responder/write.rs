@@ -28,6 +28,9 @@ impl QueuePair {
             let Some(reth) = pkt.ext.reth else {
                 return Err(RespError::InvalidRequest);
             };
+            if reth.dma_len > super::MAX_DMA_LEN {
+                return Err(RespError::InvalidRequest);
+            }
             let total = u64::from(reth.dma_len);
             // The whole message is checked up front, so no packet of it lands out of bounds.
             // A WRITE of zero bytes names no memory: its R_Key and address are not checked
