@@ -68,7 +68,7 @@ TESTS=${PERF_TESTS:-"write-bw read-bw send-bw atomic-bw:FETCH_AND_ADD atomic-bw:
   atomic-bw:FETCH_AND_ADD,-R
   write-bw,-b read-bw,-b send-bw,-b atomic-bw:FETCH_AND_ADD,-b send-bw,-b,-c,UD,-s,1024
   write-bw,-b,-q,2 write-bw,--perform_warm_up,-s,16384 read-bw,-b,--perform_warm_up,-s,16384
-  write-bw,--output=bandwidth send-bw,--output=message_rate,-a,-n,5 send-lat,--output=latency
+  write-bw,--output=bandwidth,-a,-n,5 send-bw,--output=message_rate send-lat,--output=latency
   read-lat,--output=latency read-bw,-N,-i,1 send-lat,-e read-lat,-e send-bw,-e read-bw,-e
   atomic-lat:FETCH_AND_ADD,-e"}
 ITERS=${PERF_ITERS:-200}
