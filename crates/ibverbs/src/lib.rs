@@ -48,6 +48,7 @@ mod cq;
 mod device;
 mod exports;
 mod layout;
+mod mapping;
 mod misc;
 mod mw;
 mod pd;

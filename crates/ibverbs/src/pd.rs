@@ -119,9 +119,10 @@ unsafe fn register_memory(
     access: u32,
 ) -> Result<MemoryRegion, c_int> {
     let flags = access_flags(access)?;
-    if addr.is_null() && length != 0 {
+    if addr.is_null() {
         return Err(libc::EINVAL);
     }
+    crate::mapping::check_buffer(addr as usize, length, access)?;
     let iova = if access & IBV_ACCESS_ZERO_BASED != 0 {
         0
     } else {
