@@ -120,7 +120,8 @@ unsafe extern "C" fn wr_complete(qp: *mut ibv_qp_ex) -> c_int {
     if let Some(e) = error {
         return e;
     }
-    match q.qp.post_send(wrs) {
+    // All or nothing (ibv_wr_post(3): on failure "the entire posting will be aborted").
+    match q.qp.post_send_all(wrs) {
         Ok(()) => 0,
         Err(e) => post_errno(&e.kind),
     }

@@ -530,6 +530,43 @@ impl QueuePair {
         })
     }
 
+    /// Posts send work requests all together or none of them (`ibv_wr_complete`): each is
+    /// checked, behind the ones before it, before any is queued. On error nothing was posted,
+    /// and [`PostSendError::bad_wr`] names the WR that would have failed.
+    pub fn post_send_all(&self, wrs: Vec<SendWr>) -> Result<(), PostSendError> {
+        let qpn = self.inner.qpn;
+        let sig_all = self.inner.sq_sig_all;
+        self.inner.pd.device().inner().with_core(|core, now| {
+            for (i, wr) in wrs.iter().enumerate() {
+                let len = wr.length();
+                if len > u64::from(MAX_MSG_SZ) {
+                    return Err(PostSendError {
+                        bad_wr: i,
+                        kind: PostErrorKind::MessageTooLong(len),
+                    });
+                }
+                core.engine
+                    .check_send(qpn, wr, i)
+                    .map_err(|e| PostSendError {
+                        bad_wr: i,
+                        kind: PostErrorKind::from_engine(e),
+                    })?;
+            }
+            for (i, mut wr) in wrs.into_iter().enumerate() {
+                if sig_all {
+                    wr.flags = wr.flags | SendFlags::SIGNALED;
+                }
+                core.engine
+                    .post_send(now, qpn, wr)
+                    .map_err(|e| PostSendError {
+                        bad_wr: i,
+                        kind: PostErrorKind::from_engine(e),
+                    })?;
+            }
+            Ok(())
+        })
+    }
+
     /// Posts receive work requests in order (`ibv_post_recv`). On error, the WRs before
     /// [`PostRecvError::bad_wr`] were posted and the rest were not.
     pub fn post_recv(&self, wrs: impl IntoIterator<Item = RecvWr>) -> Result<(), PostRecvError> {

@@ -463,6 +463,35 @@ int main(void)
 	ibv_wr_rdma_write(qpx, mr_a->rkey, (uintptr_t)buf_a);
 	ibv_wr_abort(qpx);
 	CHECK(ibv_start_poll(cq_x, &pa) == ENOENT, "an aborted batch posts nothing");
+	/* A batch with one bad WR is refused whole (ibv_wr_post(3)): the good WRs before it are
+	   not executed either. (They once were, with a failure returned for the batch.) */
+	struct ibv_sge three[3] = {
+		{ (uintptr_t)buf_b, 8, mr_b->lkey },
+		{ (uintptr_t)buf_b + 8, 8, mr_b->lkey },
+		{ (uintptr_t)buf_b + 16, 8, mr_b->lkey },
+	};
+	ibv_wr_start(qpx);
+	for (int i = 0; i < 3; i++) {
+		qpx->wr_id = 24 + i;
+		qpx->wr_flags = IBV_SEND_SIGNALED;
+		ibv_wr_rdma_write(qpx, mr_a->rkey, (uintptr_t)buf_a + 24600);
+		if (i < 2)
+			ibv_wr_set_sge(qpx, mr_b->lkey, (uintptr_t)buf_b, 8);
+		else
+			ibv_wr_set_sge_list(qpx, 3, three); /* max_send_sge is 2 */
+	}
+	CHECK(ibv_wr_complete(qpx) == EINVAL, "a batch with a bad WR");
+	ibv_wr_start(qpx);
+	for (int i = 0; i < 65; i++) {
+		qpx->wr_id = 30 + i;
+		qpx->wr_flags = IBV_SEND_SIGNALED;
+		ibv_wr_rdma_write(qpx, mr_a->rkey, (uintptr_t)buf_a + 24600);
+		ibv_wr_set_sge(qpx, mr_b->lkey, (uintptr_t)buf_b, 8);
+	}
+	CHECK(ibv_wr_complete(qpx) == ENOMEM, "a batch larger than the send queue");
+	struct timespec settle = { 0, 50 * 1000 * 1000 };
+	nanosleep(&settle, NULL);
+	CHECK(ibv_start_poll(cq_x, &pa) == ENOENT, "a refused batch posts nothing");
 
 	/* A completion channel woken through poll(). */
 	struct pollfd pfd = { .fd = ch->fd, .events = POLLIN };

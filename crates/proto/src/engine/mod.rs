@@ -536,14 +536,7 @@ impl Engine {
     /// status, as on hardware.
     pub fn post_send(&mut self, now: Instant, qpn: u32, wr: SendWr) -> Result<(), EngineError> {
         let qp = self.qps.get_mut(&qpn).ok_or(EngineError::NoSuchQp)?;
-        match qp.state {
-            QpState::Rts | QpState::Sqd | QpState::Err => {}
-            s => return Err(EngineError::InvalidState(s)),
-        }
-        if qp.req.sq.len() >= qp.caps.max_send_wr as usize {
-            return Err(EngineError::QueueFull);
-        }
-        qp.validate_send(&self.shared.config, &wr)?;
+        send_check(&self.shared.config, qp, &wr, 0)?;
         let mut ctx = self.shared.ctx(now, 0);
         if qp.state == QpState::Err {
             // IBTA: WRs posted to a QP in the error state complete with flush errors.
@@ -560,6 +553,14 @@ impl Engine {
         qp.req.push(wr, mtu);
         self.ready.push_back(qpn);
         Ok(())
+    }
+
+    /// Whether [`post_send`](Self::post_send) would take `wr` on `qpn` behind `ahead` more WRs
+    /// of the same batch, posting nothing: a batch that must be posted whole or not at all
+    /// (`ibv_wr_complete`) is checked first.
+    pub fn check_send(&self, qpn: u32, wr: &SendWr, ahead: usize) -> Result<(), EngineError> {
+        let qp = self.qps.get(&qpn).ok_or(EngineError::NoSuchQp)?;
+        send_check(&self.shared.config, qp, wr, ahead)
     }
 
     /// Posts a receive WR (ibverbs `ibv_post_recv` for one WR).
@@ -591,4 +592,22 @@ impl Engine {
         // A waiting RNR'd sender will retry on its own; nothing to transmit here.
         Ok(())
     }
+}
+
+/// The checks a send WR passes before it is queued on `qp` behind `ahead` others: the QP's
+/// state, room in its send queue, and the WR itself.
+fn send_check(
+    config: &EngineConfig,
+    qp: &QueuePair,
+    wr: &SendWr,
+    ahead: usize,
+) -> Result<(), EngineError> {
+    match qp.state {
+        QpState::Rts | QpState::Sqd | QpState::Err => {}
+        s => return Err(EngineError::InvalidState(s)),
+    }
+    if qp.req.sq.len() + ahead >= qp.caps.max_send_wr as usize {
+        return Err(EngineError::QueueFull);
+    }
+    qp.validate_send(config, wr)
 }
