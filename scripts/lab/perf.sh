@@ -198,7 +198,7 @@ for spec in $TESTS; do
   esac
   if [ -n "$extra" ]; then
     flags="$flags $extra"
-    tag="$tag$(echo "$extra" | tr -d ' ')"
+    tag="$tag$(printf '%s' "$extra" | tr -d ' ')"
   fi
   pflags="-d rxe0 -x 1 -F $flags"
 
