@@ -66,6 +66,16 @@ fn create(args: &CreateArgs) -> Result<*mut Qp, c_int> {
     } else {
         Some(crate::srq::Srq::from_handle(args.srq)?)
     };
+    // A CQ or SRQ of another context is not this context's to use (the kernel finds no such
+    // handle in the caller's file): accepted, closing that other context would leave the QP
+    // with a CQ whose `context` points at freed memory.
+    let context = pd.ibv.context;
+    if send_cq.ibv.cq.context != context
+        || recv_cq.ibv.cq.context != context
+        || srq.is_some_and(|s| s.ibv.context != context)
+    {
+        return Err(libc::EINVAL);
+    }
     let qp_type = match args.qp_type {
         IBV_QPT_RC => QpType::Rc,
         IBV_QPT_UC => QpType::Uc,

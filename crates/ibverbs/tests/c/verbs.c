@@ -299,6 +299,17 @@ int main(void)
 	ia.send_cq = cq_a;
 	struct ibv_mw *mw_x = ibv_alloc_mw(pd, IBV_MW_TYPE_1);
 	CHECK(mw_x && mw_x->context == ctx && ibv_dealloc_mw(mw_x) == 0, "alloc_mw, dealloc_mw");
+	/* Objects of another context of the device are not this one's to use. */
+	struct ibv_device **list2 = ibv_get_device_list(NULL);
+	struct ibv_context *ctx2 = list2 ? ibv_open_device(list2[0]) : NULL;
+	CHECK(ctx2, "a second context");
+	ibv_free_device_list(list2);
+	struct ibv_cq *cq2 = ibv_create_cq(ctx2, 4, NULL, NULL, 0);
+	CHECK(cq2, "a CQ of the second context");
+	ia.send_cq = cq2;
+	CHECK(!ibv_create_qp(pd, &ia) && errno == EINVAL, "a QP with another context's CQ");
+	ia.send_cq = cq_a;
+	CHECK(ibv_destroy_cq(cq2) == 0 && ibv_close_device(ctx2) == 0, "close the second context");
 	CHECK(ibv_destroy_cq(cq_a) == EBUSY, "a CQ in use");
 	CHECK(ibv_dealloc_pd(pd) == EBUSY, "a PD in use");
 	CHECK(ibv_destroy_comp_channel(ch) == EBUSY, "a channel in use");
