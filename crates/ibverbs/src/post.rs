@@ -166,6 +166,11 @@ unsafe fn send_wr(qp: &Qp, wr: &ibv_send_wr) -> Result<SendWr, c_int> {
     let flags = send_flags(wr.send_flags)?;
     let inline = flags.contains(SendFlags::INLINE) && !op.writes_locally();
     let (sg_list, inline_data) = if inline {
+        // Inline or not, a request names at most max_send_sge SGEs (rxe checks the count
+        // before it looks at the flags); the engine, given the bytes, would not see them.
+        if sgl.len() > qp.qp.cap().max_send_sge as usize {
+            return Err(libc::EINVAL);
+        }
         // SAFETY: IBV_SEND_INLINE's contract: the SGEs name readable memory.
         (
             Vec::new(),

@@ -413,6 +413,13 @@ int main(void)
 	CHECK(wc.status == IBV_WC_SUCCESS && wc.byte_len == sizeof msg &&
 		      !memcmp(buf_b + 32768, msg, sizeof msg), "inline SEND");
 	poll_one(cq_a);
+	/* Inline data is still named by at most max_send_sge SGEs (2 here), as rxe checks. */
+	struct ibv_sge isges[3] = { { (uintptr_t)msg, 4, 0 }, { (uintptr_t)msg + 4, 4, 0 },
+				    { (uintptr_t)msg + 8, 4, 0 } };
+	iw.sg_list = isges;
+	iw.num_sge = 3;
+	bad = NULL;
+	CHECK(ibv_post_send(qp_a, &iw, &bad) == EINVAL && bad == &iw, "inline with 3 SGEs");
 
 	/* bad_wr points at the first request not posted. */
 	struct ibv_send_wr second = swr, first = w;
