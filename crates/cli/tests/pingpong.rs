@@ -739,10 +739,11 @@ fn client_waiting_for_a_silent_server_sleeps_and_times_out() {
 }
 
 /// Issue 15, item 13: when a packet the client's QP receives ends the connection (here the
-/// server WRITEs with an rkey the client never gave out: the client's responder NAKs it and
-/// its QP enters the error state), every outstanding request is merely flushed. The client
-/// says so instead of only naming the flush, and --counters prints the counters on the failure
-/// too, which show the cause (one remote access NAK sent).
+/// server WRITEs into the client, whose QP takes no WRITEs — ibv_rc_pingpong grants no remote
+/// access — so its responder NAKs it Invalid Request, as rxe's `check_op_valid` does, and its
+/// QP enters the error state), every outstanding request is merely flushed. The client says
+/// so instead of only naming the flush, and --counters prints the counters on the failure
+/// too, which show the cause (one invalid request NAK sent).
 #[test]
 fn a_connection_broken_by_a_received_packet_reports_its_cause() {
     let mut srv = LibServer::start(
@@ -771,7 +772,7 @@ fn a_connection_broken_by_a_received_packet_reports_its_cause() {
     assert!(err.contains("without a failed request of its own"), "{err}");
     let naks = out
         .lines()
-        .find(|l| l.trim_start().starts_with("naks_sent.remote_access "))
+        .find(|l| l.trim_start().starts_with("naks_sent.invalid_request "))
         .unwrap_or_else(|| panic!("no counters on failure:\n{out}"));
     assert!(naks.trim_end().ends_with(" 1"), "{naks}");
 }
