@@ -32,17 +32,26 @@ pub(crate) fn check_buffer(addr: usize, len: usize, access: u32) -> Result<(), c
     if len == 0 || pages > MAX_PAGES {
         return Err(libc::EINVAL);
     }
-    let Ok(maps) = std::fs::read_to_string("/proc/self/maps") else {
+    let Ok(maps) = std::fs::File::open("/proc/self/maps") else {
         return Ok(());
     };
-    covered(&maps, addr, end, access & WRITABLE != 0)
+    // Read only as far as the range: the kernel renders the file as it is read, and a large
+    // program has thousands of mappings.
+    let lines = std::io::BufRead::lines(std::io::BufReader::new(maps)).map_while(Result::ok);
+    covered(lines, addr, end, access & WRITABLE != 0)
 }
 
-/// Whether the mappings listed in `maps` (the format of `/proc/PID/maps`, in address order)
-/// cover `[start, end)` without a gap, readable and, with `write`, writable.
-fn covered(maps: &str, start: usize, end: usize, write: bool) -> Result<(), c_int> {
+/// Whether the mappings listed in `maps` (lines of `/proc/PID/maps`, in address order) cover
+/// `[start, end)` without a gap, readable and, with `write`, writable.
+fn covered(
+    maps: impl IntoIterator<Item = impl AsRef<str>>,
+    start: usize,
+    end: usize,
+    write: bool,
+) -> Result<(), c_int> {
     let mut at = start;
-    for line in maps.lines() {
+    for line in maps {
+        let line = line.as_ref();
         let mut fields = line.split_whitespace();
         let (Some(range), Some(perms)) = (fields.next(), fields.next()) else {
             continue;
@@ -86,23 +95,29 @@ mod tests {
     #[test]
     fn ranges_are_checked_against_the_mappings() {
         // Inside one writable mapping, and across two adjacent ones.
-        assert_eq!(covered(MAPS, 0x600010, 0x600100, true), Ok(()));
-        assert_eq!(covered(MAPS, 0x601000, 0x602800, false), Ok(()));
+        assert_eq!(covered(MAPS.lines(), 0x600010, 0x600100, true), Ok(()));
+        assert_eq!(covered(MAPS.lines(), 0x601000, 0x602800, false), Ok(()));
         // Read-only: fine to read, not to write.
-        assert_eq!(covered(MAPS, 0x602000, 0x602100, false), Ok(()));
-        assert_eq!(covered(MAPS, 0x601f00, 0x602100, true), Err(libc::EFAULT));
+        assert_eq!(covered(MAPS.lines(), 0x602000, 0x602100, false), Ok(()));
+        assert_eq!(
+            covered(MAPS.lines(), 0x601f00, 0x602100, true),
+            Err(libc::EFAULT)
+        );
         // A gap, a range past the last mapping, one starting in no mapping.
         assert_eq!(
-            covered(MAPS, 0x603f00, 0x7ffd00000100, false),
+            covered(MAPS.lines(), 0x603f00, 0x7ffd00000100, false),
             Err(libc::EFAULT)
         );
         assert_eq!(
-            covered(MAPS, 0x7ffd00000f00, 0x7ffd00001100, false),
+            covered(MAPS.lines(), 0x7ffd00000f00, 0x7ffd00001100, false),
             Err(libc::EFAULT)
         );
-        assert_eq!(covered(MAPS, 0x500000, 0x500100, false), Err(libc::EFAULT));
+        assert_eq!(
+            covered(MAPS.lines(), 0x500000, 0x500100, false),
+            Err(libc::EFAULT)
+        );
         // Executable but readable code may be read.
-        assert_eq!(covered(MAPS, 0x400000, 0x401000, false), Ok(()));
+        assert_eq!(covered(MAPS.lines(), 0x400000, 0x401000, false), Ok(()));
     }
 
     #[test]
