@@ -181,23 +181,61 @@ fn requests_longer_than_two_gib_are_invalid() {
     }
 }
 
-/// A QP that does not take RDMA WRITEs answers one Invalid Request, as rxe's
-/// `check_op_valid` does (the requester sees `REM_INV_REQ_ERR`), even when the region grants
-/// the write: the QP's rights come first.
+/// A QP that does not take an operation answers it Invalid Request, as rxe's
+/// `check_op_valid` does (the requester sees `REM_INV_REQ_ERR`), before anything else about
+/// the packet: even when the region grants the access, when it names no bytes, or when a
+/// WRITE with immediate finds no receive (an RNR NAK would have the requester retry a WRITE
+/// that can never be taken). Before, zero-byte WRITEs and READs passed — a WRITE with
+/// immediate took a receive WQE and delivered its immediate into a QP granting no writes.
 #[test]
-fn a_qp_without_the_right_answers_invalid_request() {
+fn a_qp_without_the_right_refuses_the_operation_first() {
+    let imm = |payload: &[u8]| ExtHeaders {
+        imm_dt: Some(softrdma_wire::ImmDt { imm: 0x1234 }),
+        ..reth(BASE, 0, payload.len() as u32)
+    };
+    let cases: [(Opcode, ExtHeaders, Vec<u8>); 5] = [
+        (Opcode::RC_RDMA_WRITE_ONLY, reth(BASE, 0, 8), vec![9; 8]),
+        (Opcode::RC_RDMA_WRITE_ONLY, reth(BASE, 0, 0), vec![]),
+        (Opcode::RC_RDMA_WRITE_ONLY_WITH_IMMEDIATE, imm(&[]), vec![]),
+        (
+            Opcode::RC_RDMA_WRITE_ONLY_WITH_IMMEDIATE,
+            imm(&[7; 8]),
+            vec![7; 8],
+        ),
+        (Opcode::RC_RDMA_READ_REQUEST, reth(BASE, 0, 0), vec![]),
+    ];
+    for (op, mut ext, payload) in cases {
+        let mut net = Net::new(2);
+        let access = AccessFlags::LOCAL_WRITE;
+        let [a, _] = net.rc_pair_with([None, None], [4, 4], [4, 4], access);
+        if let Some(r) = ext.reth.as_mut() {
+            r.rkey = net.nodes[0].key;
+        }
+        inject(&mut net, &forge(req(op, a, PEER_PSN), &ext, &payload));
+        assert_eq!(
+            sent(&mut net),
+            vec![(Opcode::RC_ACKNOWLEDGE, PEER_PSN, INVALID_REQUEST)]
+        );
+        assert_eq!(net.read_mem(0, 0, 8), vec![0; 8]);
+        let took_a_receive = net
+            .completions(0)
+            .iter()
+            .any(|w| w.status == WcStatus::Success);
+        assert!(!took_a_receive, "{op:?}");
+    }
+    // Over UC, such a WRITE is dropped with its message (rxe: drop_msg), the QP lives on.
     let mut net = Net::new(2);
-    let access = AccessFlags::LOCAL_WRITE | AccessFlags::REMOTE_READ;
-    let [a, _] = net.rc_pair_with([None, None], [4, 4], [4, 4], access);
+    let [u, _] = net.uc_pair_with(Mtu::Mtu1024, AccessFlags::LOCAL_WRITE);
     let key = net.nodes[0].key;
-    let write = forge(
-        req(Opcode::RC_RDMA_WRITE_ONLY, a, PEER_PSN),
+    let uc_write = forge(
+        Bth::new(Opcode::UC_RDMA_WRITE_ONLY, u, Psn::new(0xa00)),
         &reth(BASE, key, 8),
         &[9; 8],
     );
-    inject(&mut net, &write);
-    assert_eq!(sent(&mut net)[0].2, INVALID_REQUEST);
+    inject(&mut net, &uc_write);
+    assert_eq!(sent(&mut net), vec![]);
     assert_eq!(net.read_mem(0, 0, 8), vec![0; 8]);
+    assert_eq!(net.nodes[0].engine.qp(u).unwrap().state(), QpState::Rts);
 }
 
 /// The same refused request, repeated with nothing polling the engine's output in between,

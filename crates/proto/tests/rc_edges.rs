@@ -446,7 +446,8 @@ fn flush_checks_its_placement_rights_range_and_region() {
     net.nodes[0].engine.post_send(net.now, a, w).unwrap();
     net.run_for(Duration::from_millis(10));
     assert_eq!(net.completions(0)[0].status, WcStatus::RemAccessErr);
-    // A QP that does not grant FLUSH refuses it too.
+    // A QP that does not grant FLUSH does not take it at all: an invalid request, as rxe's
+    // check_qp_attr_access decides before it looks at the key.
     let mut net = Net::new(2);
     let no_flush = AccessFlags::LOCAL_WRITE | AccessFlags::REMOTE_WRITE | AccessFlags::REMOTE_READ;
     let [a, _] = net.rc_pair_with([None, None], [4, 4], [4, 4], no_flush);
@@ -454,7 +455,7 @@ fn flush_checks_its_placement_rights_range_and_region() {
     let w = flush(6, key1, BASE, 8, FLUSH_GLOBAL, FlushLevel::Range);
     net.nodes[0].engine.post_send(net.now, a, w).unwrap();
     net.run_for(Duration::from_millis(10));
-    assert_eq!(net.completions(0)[0].status, WcStatus::RemAccessErr);
+    assert_eq!(net.completions(0)[0].status, WcStatus::RemInvReqErr);
     // Refused at post: no placement type, a scatter list.
     let bad = flush(7, key1, BASE, 8, 0, FlushLevel::Range);
     assert!(net.nodes[0].engine.post_send(net.now, a, bad).is_err());

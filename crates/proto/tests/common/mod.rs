@@ -117,6 +117,11 @@ impl Net {
 
     /// A UC QP on node 0 and one on node 1, connected.
     pub fn uc_pair(&mut self, mtu: Mtu) -> [u32; 2] {
+        self.uc_pair_with(mtu, AccessFlags::all())
+    }
+
+    /// [`Net::uc_pair`] with the rights both QPs grant.
+    pub fn uc_pair_with(&mut self, mtu: Mtu, access: AccessFlags) -> [u32; 2] {
         let qpns = [0, 1].map(|i| {
             let n = &mut self.nodes[i];
             n.engine
@@ -125,8 +130,7 @@ impl Net {
         });
         for i in 0..2 {
             let e = &mut self.nodes[i].engine;
-            e.modify_qp(qpns[i], &QpAttr::rc_init(AccessFlags::all()))
-                .unwrap();
+            e.modify_qp(qpns[i], &QpAttr::rc_init(access)).unwrap();
             let av = AddressVector {
                 dest_ip: ip(1 - i),
                 traffic_class: 0,

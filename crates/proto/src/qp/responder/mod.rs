@@ -29,10 +29,11 @@ use softrdma_wire::{
 use super::attr::QpType;
 use super::responder_state::Output;
 use super::{Ctx, QueuePair};
+use crate::access::AccessFlags;
 use crate::event::AsyncEvent;
 use crate::io::Transmit;
 use crate::stats::{DropReason, NakKind};
-use crate::wr::WcStatus;
+use crate::wr::{WcStatus, FLUSH_GLOBAL, FLUSH_PERSISTENT};
 
 /// The longest message IBTA allows (2^31 bytes): a READ or WRITE asking for more is
 /// an invalid request (rxe's `check_length`). A longer READ would also span more than half the
@@ -85,11 +86,11 @@ impl RespError {
 /// The one check every incoming RDMA access passes (IBTA 9.7.4.1.4/C9-88ff, 10.6.3): the QP
 /// grants the right (`qp_access_flags`), the R_Key names a region of the QP's protection
 /// domain that grants it, or a bound window of that domain serving this QP (see
-/// [`crate::mw`]), and `[va, va + len)` lies inside the region or window. A QP that does not
-/// take READs, WRITEs or atomics at all answers them Invalid Request, as rxe's
-/// `check_op_valid` does (the requester sees a remote invalid request error); any other
-/// failure — the QP's FLUSH rights, the key, the region, the bounds — is a remote access
-/// error, whatever the detail: the requester learns nothing more, as on rxe.
+/// [`crate::mw`]), and `[va, va + len)` lies inside the region or window. Any failure is a
+/// remote access error, whatever the detail: the requester learns nothing more, as on rxe.
+/// (An operation the QP does not take at all was refused before, Invalid Request: see
+/// [`QueuePair::takes_op`]; the QP's rights are checked here again because some callers
+/// need more than the opcode says.)
 pub(super) fn check_remote<'m>(
     qp: &QueuePair,
     mrs: &'m crate::mr::MrTable,
@@ -99,13 +100,7 @@ pub(super) fn check_remote<'m>(
     right: crate::access::AccessFlags,
 ) -> Result<(&'m crate::mr::MemoryRegion, usize), RespError> {
     if !qp.cfg.access.contains(right) {
-        use crate::access::AccessFlags;
-        let op = AccessFlags::REMOTE_READ | AccessFlags::REMOTE_WRITE | AccessFlags::REMOTE_ATOMIC;
-        return Err(if right.bits() & op.bits() != 0 {
-            RespError::InvalidRequest
-        } else {
-            RespError::RemoteAccess
-        });
+        return Err(RespError::RemoteAccess);
     }
     mrs.check_remote(qp.pd, qp.qpn, rkey, va, len, right)
         .map_err(|_| RespError::RemoteAccess)
@@ -213,6 +208,12 @@ impl QueuePair {
             self.respond_error(ctx, psn, e);
             return;
         }
+        if !self.takes_op(pkt, info.kind) {
+            // rxe's `check_op_valid`: refused before anything else about the packet is
+            // looked at — a receive WQE, a zero length, the R_Key.
+            self.respond_error(ctx, psn, RespError::InvalidRequest);
+            return;
+        }
         let result = match info.kind {
             OpKind::Send => self.execute_send(ctx, pkt, info.position),
             OpKind::Write => self.execute_write(ctx, pkt, info.position),
@@ -230,6 +231,31 @@ impl QueuePair {
             }
             self.respond_error(ctx, psn, e);
         }
+    }
+
+    /// Whether the QP takes the operation at all (`qp_access_flags`, as rxe's
+    /// `check_qp_attr_access`): READs need remote read, WRITEs and ATOMIC_WRITEs remote write,
+    /// atomics remote atomic, a FLUSH the rights of its placement types. A WRITE of no bytes,
+    /// which names no memory, still needs the QP's right to be written.
+    pub(super) fn takes_op(&self, pkt: &PacketRepr<'_>, kind: OpKind) -> bool {
+        let need = match kind {
+            OpKind::ReadRequest => AccessFlags::REMOTE_READ,
+            OpKind::Write | OpKind::AtomicWrite => AccessFlags::REMOTE_WRITE,
+            OpKind::CompareSwap | OpKind::FetchAdd => AccessFlags::REMOTE_ATOMIC,
+            OpKind::Flush => {
+                let placement = pkt.ext.feth.map_or(0, |f| f.placement);
+                let mut need = AccessFlags::empty();
+                if placement & FLUSH_GLOBAL != 0 {
+                    need = need | AccessFlags::FLUSH_GLOBAL;
+                }
+                if placement & FLUSH_PERSISTENT != 0 {
+                    need = need | AccessFlags::FLUSH_PERSISTENT;
+                }
+                need
+            }
+            _ => return true,
+        };
+        self.cfg.access.contains(need)
     }
 
     /// IBTA 9.7.4.1.3: a message's packets come FIRST, MIDDLE*, LAST (or ONLY); nothing else

@@ -61,6 +61,12 @@ impl QueuePair {
                 return;
             }
         }
+        if !self.takes_op(pkt, info.kind) {
+            // A WRITE into a QP that takes none: the message is dropped (rxe: drop_msg).
+            self.abandon_uc_message(ctx);
+            ctx.stats.drop(DropReason::RemoteAccess);
+            return;
+        }
         let result = match info.kind {
             OpKind::Send => self.execute_send(ctx, pkt, info.position),
             OpKind::Write => self.execute_write(ctx, pkt, info.position),
