@@ -1,15 +1,19 @@
 //! Whether a program's buffer is really there before it is registered.
 //!
 //! rxe registers a region by pinning its pages (the kernel's `ib_umem_get`): a range that is
-//! not mapped, or read-only while the access flags let something write it, fails there with
-//! `EFAULT`, and an empty one with `EINVAL`. softrdma pins nothing, and its progress thread
-//! later reads and writes the buffer with plain memory accesses: a registration the kernel
-//! would have refused would turn the first RDMA WRITE or SEND into it into a segfault of the
-//! whole program. So registration reads the process's own mappings (`/proc/self/maps`) and
-//! refuses what rxe refuses. What it cannot catch is what pinning prevents: a buffer unmapped
+//! not mapped, that cannot be read (or written, when the access flags let something write it)
+//! without a SIGSEGV or SIGBUS — a file mapping past its file's end, a device mapping — fails
+//! there with `EFAULT`, and an empty one with `EINVAL`. softrdma pins nothing, and its progress
+//! thread later reads and writes the buffer with plain memory accesses: a registration the
+//! kernel would have refused would turn the first RDMA WRITE or SEND into it into a crash of
+//! the whole program. So registration faults the pages in the way pinning does
+//! (`madvise(MADV_POPULATE_READ/WRITE)`, Linux 5.14; cost per page, like pinning), and on older
+//! kernels reads the process's mappings (`/proc/self/maps`) instead, which catches unmapped and
+//! read-only ranges only. What neither can catch is what pinning prevents: a buffer unmapped
 //! *after* registration (ibverbs' contract forbids it; on rxe it happens to stay harmless).
 
 use std::ffi::c_int;
+use std::sync::OnceLock;
 
 use crate::abi::IBV_ACCESS_MW_BIND;
 
@@ -32,13 +36,62 @@ pub(crate) fn check_buffer(addr: usize, len: usize, access: u32) -> Result<(), c
     if len == 0 || pages > MAX_PAGES {
         return Err(libc::EINVAL);
     }
+    let write = access & WRITABLE != 0;
+    if let Some(result) = populate(addr, end, write) {
+        return result;
+    }
     let Ok(maps) = std::fs::File::open("/proc/self/maps") else {
         return Ok(());
     };
     // Read only as far as the range: the kernel renders the file as it is read, and a large
     // program has thousands of mappings.
     let lines = std::io::BufRead::lines(std::io::BufReader::new(maps)).map_while(Result::ok);
-    covered(lines, addr, end, access & WRITABLE != 0)
+    covered(lines, addr, end, write)
+}
+
+/// Faults in the pages of `[addr, end)` for reading, or for writing with `write`, as the
+/// kernel's pinning would: `Ok` if every page can be accessed so, `EFAULT` if one cannot
+/// (unmapped, protected, past a file's end, a device mapping), `None` if the kernel has no
+/// `MADV_POPULATE_*`.
+fn populate(addr: usize, end: usize, write: bool) -> Option<Result<(), c_int>> {
+    static SUPPORTED: OnceLock<bool> = OnceLock::new();
+    // SAFETY: sysconf has no preconditions.
+    let page = usize::try_from(unsafe { libc::sysconf(libc::_SC_PAGESIZE) }).unwrap_or(4096);
+    let advise = |start: usize, len: usize, advice: c_int| {
+        // SAFETY: MADV_POPULATE_* only faults pages in, as touching them would: it changes no
+        // byte, maps and frees nothing; an address range that is not mapped is an error
+        // (ENOMEM), not undefined behaviour.
+        let rc = unsafe { libc::madvise(start as *mut libc::c_void, len, advice) };
+        if rc == 0 {
+            Ok(())
+        } else {
+            Err(std::io::Error::last_os_error().raw_os_error().unwrap_or(0))
+        }
+    };
+    // EINVAL means an unknown advice on kernels before 5.14, but also a device mapping: ask
+    // once, about a page that is surely mapped (this function's own stack).
+    let supported = *SUPPORTED.get_or_init(|| {
+        let here = std::ptr::addr_of!(page) as usize & !(page - 1);
+        advise(here, page, libc::MADV_POPULATE_READ) != Err(libc::EINVAL)
+    });
+    if !supported {
+        return None;
+    }
+    let start = addr & !(page - 1);
+    let advice = if write {
+        libc::MADV_POPULATE_WRITE
+    } else {
+        libc::MADV_POPULATE_READ
+    };
+    let mut result = advise(start, end - start, advice);
+    // Interrupted by a signal, or out of memory for a moment: try again, a few times.
+    for _ in 0..3 {
+        match result {
+            Err(libc::EINTR | libc::EAGAIN) => result = advise(start, end - start, advice),
+            _ => break,
+        }
+    }
+    Some(result.map_err(|_| libc::EFAULT))
 }
 
 /// Whether the mappings listed in `maps` (lines of `/proc/PID/maps`, in address order) cover

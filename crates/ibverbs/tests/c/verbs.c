@@ -18,6 +18,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/mman.h>
+#include <unistd.h>
 #include <time.h>
 
 #include <infiniband/verbs.h>
@@ -288,6 +289,17 @@ int main(void)
 	struct ibv_mr *ro_mr = ibv_reg_mr(pd, ro, 4096, IBV_ACCESS_REMOTE_READ);
 	CHECK(ro_mr && ibv_dereg_mr(ro_mr) == 0, "read-only memory, read access");
 	munmap(ro, 4096);
+	/* A file mapping past the file's end would SIGBUS: pinning refuses it, so do we. */
+	FILE *f = tmpfile();
+	CHECK(f && ftruncate(fileno(f), 4096) == 0, "a 4 KiB file");
+	void *past = mmap(NULL, 8192, PROT_READ | PROT_WRITE, MAP_SHARED, fileno(f), 0);
+	CHECK(past != MAP_FAILED, "8 KiB of it mapped");
+	CHECK(!ibv_reg_mr(pd, past, 8192, IBV_ACCESS_LOCAL_WRITE) && errno == EFAULT,
+	      "a mapping past its file's end");
+	struct ibv_mr *in_file = ibv_reg_mr(pd, past, 4096, IBV_ACCESS_LOCAL_WRITE);
+	CHECK(in_file && ibv_dereg_mr(in_file) == 0, "the part inside the file");
+	munmap(past, 8192);
+	fclose(f);
 	CHECK(ibv_dereg_mr(NULL) == EINVAL, "dereg_mr(NULL)");
 	CHECK(!ibv_create_cq(NULL, 4, NULL, NULL, 0) && errno == EINVAL, "create_cq(NULL)");
 	CHECK(!ibv_create_cq(ctx, 1 << 30, NULL, NULL, 0) && errno == EINVAL, "cqe > max_cqe");
