@@ -604,6 +604,10 @@ fn argument_errors_are_clean() {
         "invalid value",
     );
     usage_error(
+        &["send-lat", "-N", "--loopback"],
+        "only valid for bandwidth tests",
+    );
+    usage_error(
         &["write-bw", "-a", "--max-size", "1000", "--loopback"],
         "--max-size",
     );

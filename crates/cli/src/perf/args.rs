@@ -620,6 +620,9 @@ impl Args {
                  (omit -d)"
             ));
         }
+        if self.no_peak && !bw {
+            return usage("-N (NoPeak) is only valid for bandwidth tests");
+        }
         if self.ib_port.is_some_and(|p| p != 1) {
             return usage("-i: the device has one port, 1");
         }
