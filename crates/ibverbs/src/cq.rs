@@ -8,7 +8,7 @@
 use std::cell::RefCell;
 use std::ffi::{c_int, c_void};
 use std::os::fd::AsRawFd;
-use std::sync::atomic::{AtomicU32, AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU32, AtomicUsize, Ordering};
 use std::sync::{Condvar, Mutex};
 use std::time::{Duration, Instant};
 
@@ -35,6 +35,9 @@ pub(crate) struct Cq {
     pub cq: CompletionQueue,
     /// QPs using this CQ: it cannot be destroyed before them.
     pub users: AtomicUsize,
+    /// `ibv_destroy_cq` has begun: the CQ takes no new user, hands out no new event, and a
+    /// second destroy is refused, while the first waits for acknowledgements.
+    closing: AtomicBool,
     /// Completion events handed out by `ibv_get_cq_event` and acknowledged, and the
     /// condition `ibv_destroy_cq` waits on until they match.
     events: Mutex<(u32, u32)>,
@@ -54,6 +57,16 @@ impl Cq {
         // SAFETY: live CQ handles are boxed `Cq`s (the ibv_cq_ex, then the ibv_cq, first)
         // until ibv_destroy_cq.
         Ok(unsafe { &*cq.cast::<Cq>() })
+    }
+
+    /// The CQ behind a live handle that is not being destroyed: one a new QP may use, or
+    /// `EINVAL`.
+    pub(crate) fn usable<'a>(cq: *mut ibv_cq) -> Result<&'a Cq, c_int> {
+        let c = Self::from_handle(cq)?;
+        if c.closing.load(Ordering::Acquire) {
+            return Err(libc::EINVAL);
+        }
+        Ok(c)
     }
 }
 
@@ -152,6 +165,7 @@ fn create(
         },
         cq,
         users: AtomicUsize::new(0),
+        closing: AtomicBool::new(false),
         events: Mutex::new((0, 0)),
         acked: Condvar::new(),
         async_reported: AtomicU32::new(0),
@@ -246,7 +260,18 @@ pub(crate) fn destroy(cq: *mut ibv_cq, wait_acks: bool) -> c_int {
         Ok(c) => c,
         Err(e) => return fail_errno(e),
     };
-    if c.users.load(Ordering::Acquire) != 0 {
+    if c.closing.swap(true, Ordering::AcqRel) {
+        // Another thread is destroying it.
+        return fail_errno(libc::EINVAL);
+    }
+    let busy = || {
+        let busy = c.users.load(Ordering::Acquire) != 0;
+        if busy {
+            c.closing.store(false, Ordering::Release);
+        }
+        busy
+    };
+    if busy() {
         return fail_errno(libc::EBUSY);
     }
     if wait_acks {
@@ -258,6 +283,10 @@ pub(crate) fn destroy(cq: *mut ibv_cq, wait_acks: bool) -> c_int {
         while ev.0 != ev.1 {
             ev = c.acked.wait(ev).unwrap_or_else(|e| e.into_inner());
         }
+    }
+    // A QP that took the CQ just before `closing` was set (it checked first, then counted).
+    if busy() {
+        return fail_errno(libc::EBUSY);
     }
     if !unregister(cq, Kind::Cq) {
         return fail_errno(libc::EINVAL);
@@ -450,8 +479,9 @@ pub(crate) unsafe extern "C" fn ibv_get_cq_event(
             Err(e) => return fail_minus_one(e.raw_os_error().unwrap_or(libc::EIO)),
         };
         let p = token as usize as *mut ibv_cq;
-        let Ok(c) = Cq::from_handle(p) else {
-            // The CQ was destroyed after the event was queued: drop the stale event.
+        let Ok(c) = Cq::usable(p) else {
+            // The CQ was destroyed, or is being destroyed, after the event was queued: drop
+            // the stale event (the kernel drops a destroyed CQ's queued events too).
             continue;
         };
         c.events.lock().unwrap_or_else(|e| e.into_inner()).0 += 1;

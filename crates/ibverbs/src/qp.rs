@@ -59,8 +59,8 @@ struct CreateArgs {
 
 fn create(args: &CreateArgs) -> Result<*mut Qp, c_int> {
     let pd = Pd::from_handle(args.pd)?;
-    let send_cq = Cq::from_handle(args.send_cq)?;
-    let recv_cq = Cq::from_handle(args.recv_cq)?;
+    let send_cq = Cq::usable(args.send_cq)?;
+    let recv_cq = Cq::usable(args.recv_cq)?;
     let srq = if args.srq.is_null() {
         None
     } else {

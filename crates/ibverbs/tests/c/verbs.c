@@ -157,12 +157,20 @@ static void *post_writes(void *arg)
 	return NULL;
 }
 
-/* Acknowledges one event of the CQ `arg` a moment later, from another thread. */
+/* Acknowledges one event of the CQ `arg` a moment later, from another thread; meanwhile a
+   second destroy and a new QP on the CQ being destroyed are refused. */
+static struct ibv_pd *late_pd;
+static struct ibv_qp_init_attr late_ia;
+
 static void *ack_later(void *arg)
 {
 	struct timespec pause = { 0, 100 * 1000 * 1000 };
 
 	nanosleep(&pause, NULL);
+	CHECK(ibv_destroy_cq(arg) == EINVAL, "a second destroy of a CQ being destroyed");
+	late_ia.send_cq = late_ia.recv_cq = arg;
+	CHECK(!ibv_create_qp(late_pd, &late_ia) && errno == EINVAL,
+	      "a new QP on a CQ being destroyed");
 	ibv_ack_cq_events(arg, 1);
 	return NULL;
 }
@@ -852,6 +860,8 @@ int main(void)
 	poll_one(ia.send_cq);
 	CHECK(ibv_destroy_qp(qe_a) == 0 && ibv_destroy_qp(qe_b) == 0, "destroy the last pair");
 	pthread_t acker;
+	late_pd = pd;
+	late_ia = ia;
 	CHECK(pthread_create(&acker, NULL, ack_later, ecq) == 0, "acknowledging thread");
 	CHECK(ibv_destroy_cq(ecq) == 0, "destroy waits for another thread's acknowledgement");
 	pthread_join(acker, NULL);
