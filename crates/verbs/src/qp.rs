@@ -4,8 +4,8 @@ use std::hash::{BuildHasher, Hasher};
 use std::sync::Arc;
 
 use softrdma_proto::{
-    AccessFlags, AddressVector, EngineError, Mtu, QpAttr, QpCaps, QpConfig, QpState, QpType,
-    RecvWr, SendFlags, SendWr,
+    AccessFlags, AddressVector, EngineError, Instant, Mtu, QpAttr, QpCaps, QpConfig, QpState,
+    QpType, RecvWr, SendFlags, SendWr,
 };
 use softrdma_wire::Psn;
 
@@ -13,6 +13,7 @@ use crate::error::{
     CreateQpError, McastError, ModifyQpError, PostErrorKind, PostRecvError, PostSendError,
 };
 use crate::limits::{MAX_INLINE_DATA, MAX_MSG_SZ, MAX_QP_WR, MAX_SGE};
+use crate::progress::Core;
 use crate::{CompletionQueue, Gid, ProtectionDomain};
 
 /// How to create a queue pair (`ibv_qp_init_attr`).
@@ -507,27 +508,11 @@ impl QueuePair {
     pub fn post_send(&self, wrs: impl IntoIterator<Item = SendWr>) -> Result<(), PostSendError> {
         let qpn = self.inner.qpn;
         let sig_all = self.inner.sq_sig_all;
-        self.inner.pd.device().inner().with_core(|core, now| {
-            for (i, mut wr) in wrs.into_iter().enumerate() {
-                let len = wr.length();
-                if len > u64::from(MAX_MSG_SZ) {
-                    return Err(PostSendError {
-                        bad_wr: i,
-                        kind: PostErrorKind::MessageTooLong(len),
-                    });
-                }
-                if sig_all {
-                    wr.flags = wr.flags | SendFlags::SIGNALED;
-                }
-                core.engine
-                    .post_send(now, qpn, wr)
-                    .map_err(|e| PostSendError {
-                        bad_wr: i,
-                        kind: PostErrorKind::from_engine(e),
-                    })?;
-            }
-            Ok(())
-        })
+        self.inner
+            .pd
+            .device()
+            .inner()
+            .with_core(|core, now| post_each(core, now, qpn, sig_all, wrs))
     }
 
     /// Posts send work requests all together or none of them (`ibv_wr_complete`): each is
@@ -538,32 +523,12 @@ impl QueuePair {
         let sig_all = self.inner.sq_sig_all;
         self.inner.pd.device().inner().with_core(|core, now| {
             for (i, wr) in wrs.iter().enumerate() {
-                let len = wr.length();
-                if len > u64::from(MAX_MSG_SZ) {
-                    return Err(PostSendError {
-                        bad_wr: i,
-                        kind: PostErrorKind::MessageTooLong(len),
-                    });
-                }
+                check_length(i, wr)?;
                 core.engine
                     .check_send(qpn, wr, i)
-                    .map_err(|e| PostSendError {
-                        bad_wr: i,
-                        kind: PostErrorKind::from_engine(e),
-                    })?;
+                    .map_err(|e| post_error(i, e))?;
             }
-            for (i, mut wr) in wrs.into_iter().enumerate() {
-                if sig_all {
-                    wr.flags = wr.flags | SendFlags::SIGNALED;
-                }
-                core.engine
-                    .post_send(now, qpn, wr)
-                    .map_err(|e| PostSendError {
-                        bad_wr: i,
-                        kind: PostErrorKind::from_engine(e),
-                    })?;
-            }
-            Ok(())
+            post_each(core, now, qpn, sig_all, wrs)
         })
     }
 
@@ -580,5 +545,45 @@ impl QueuePair {
             }
             Ok(())
         })
+    }
+}
+
+/// Posts `wrs` in order until one is refused (`ibv_post_send`'s rule).
+fn post_each(
+    core: &mut Core,
+    now: Instant,
+    qpn: u32,
+    sig_all: bool,
+    wrs: impl IntoIterator<Item = SendWr>,
+) -> Result<(), PostSendError> {
+    for (i, mut wr) in wrs.into_iter().enumerate() {
+        check_length(i, &wr)?;
+        if sig_all {
+            wr.flags = wr.flags | SendFlags::SIGNALED;
+        }
+        core.engine
+            .post_send(now, qpn, wr)
+            .map_err(|e| post_error(i, e))?;
+    }
+    Ok(())
+}
+
+/// WR `i` is longer than any message may be.
+fn check_length(i: usize, wr: &SendWr) -> Result<(), PostSendError> {
+    let len = wr.length();
+    if len > u64::from(MAX_MSG_SZ) {
+        return Err(PostSendError {
+            bad_wr: i,
+            kind: PostErrorKind::MessageTooLong(len),
+        });
+    }
+    Ok(())
+}
+
+/// The engine refused WR `i`.
+fn post_error(i: usize, e: EngineError) -> PostSendError {
+    PostSendError {
+        bad_wr: i,
+        kind: PostErrorKind::from_engine(e),
     }
 }
