@@ -223,6 +223,21 @@ fn a_qp_without_the_right_refuses_the_operation_first() {
             .any(|w| w.status == WcStatus::Success);
         assert!(!took_a_receive, "{op:?}");
     }
+    // A READ where the QP keeps no responder resources is refused as such, whatever its key
+    // (rxe's check_resource comes before check_rkey).
+    let mut net = Net::new(2);
+    let [a, _] = net.rc_pair_with([None, None], [4, 4], [0, 0], AccessFlags::all());
+    let bad_key = net.nodes[0].key ^ 0x100;
+    let read = forge(
+        req(Opcode::RC_RDMA_READ_REQUEST, a, PEER_PSN),
+        &reth(BASE, bad_key, 8),
+        &[],
+    );
+    inject(&mut net, &read);
+    assert_eq!(
+        sent(&mut net),
+        vec![(Opcode::RC_ACKNOWLEDGE, PEER_PSN, INVALID_REQUEST)]
+    );
     // Over UC, such a WRITE is dropped with its message (rxe: drop_msg), the QP lives on.
     let mut net = Net::new(2);
     let [u, _] = net.uc_pair_with(Mtu::Mtu1024, AccessFlags::LOCAL_WRITE);

@@ -208,9 +208,14 @@ impl QueuePair {
             self.respond_error(ctx, psn, e);
             return;
         }
-        if !self.takes_op(pkt, info.kind) {
-            // rxe's `check_op_valid`: refused before anything else about the packet is
-            // looked at — a receive WQE, a zero length, the R_Key.
+        // rxe's `check_op_valid`, then `check_resource`: an operation the QP does not take,
+        // or a READ or atomic where it keeps no responder resources at all, is refused before
+        // anything else about the packet is looked at — a receive WQE, a zero length, the key.
+        let needs_resource = matches!(
+            info.kind,
+            OpKind::ReadRequest | OpKind::CompareSwap | OpKind::FetchAdd | OpKind::AtomicWrite
+        );
+        if !self.takes_op(pkt, info.kind) || needs_resource && self.cfg.max_dest_rd_atomic == 0 {
             self.respond_error(ctx, psn, RespError::InvalidRequest);
             return;
         }
