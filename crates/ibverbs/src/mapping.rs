@@ -29,11 +29,10 @@ const MAX_PAGES: u64 = u32::MAX as u64;
 /// while `access` lets something write it. Where `/proc` is unavailable nothing can be
 /// checked, and the range is taken on trust as before.
 pub(crate) fn check_buffer(addr: usize, len: usize, access: u32) -> Result<(), c_int> {
-    let page = 4096u64;
+    let page = page_size();
     let end = addr.checked_add(len).ok_or(libc::EINVAL)?;
-    let first = addr as u64 / page;
-    let pages = (end as u64).div_ceil(page) - first;
-    if len == 0 || pages > MAX_PAGES {
+    let pages = end.div_ceil(page) - addr / page;
+    if len == 0 || pages as u64 > MAX_PAGES {
         return Err(libc::EINVAL);
     }
     let write = access & WRITABLE != 0;
@@ -55,8 +54,7 @@ pub(crate) fn check_buffer(addr: usize, len: usize, access: u32) -> Result<(), c
 /// `MADV_POPULATE_*`.
 fn populate(addr: usize, end: usize, write: bool) -> Option<Result<(), c_int>> {
     static SUPPORTED: OnceLock<bool> = OnceLock::new();
-    // SAFETY: sysconf has no preconditions.
-    let page = usize::try_from(unsafe { libc::sysconf(libc::_SC_PAGESIZE) }).unwrap_or(4096);
+    let page = page_size();
     let advise = |start: usize, len: usize, advice: c_int| {
         // SAFETY: MADV_POPULATE_* only faults pages in, as touching them would: it changes no
         // byte, maps and frees nothing; an address range that is not mapped is an error
@@ -92,6 +90,12 @@ fn populate(addr: usize, end: usize, write: bool) -> Option<Result<(), c_int>> {
         }
     }
     Some(result.map_err(|_| libc::EFAULT))
+}
+
+/// The system's page size.
+fn page_size() -> usize {
+    // SAFETY: sysconf has no preconditions.
+    usize::try_from(unsafe { libc::sysconf(libc::_SC_PAGESIZE) }).unwrap_or(4096)
 }
 
 /// Whether the mappings listed in `maps` (lines of `/proc/PID/maps`, in address order) cover

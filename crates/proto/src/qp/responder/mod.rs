@@ -33,7 +33,7 @@ use crate::access::AccessFlags;
 use crate::event::AsyncEvent;
 use crate::io::Transmit;
 use crate::stats::{DropReason, NakKind};
-use crate::wr::{WcStatus, FLUSH_GLOBAL, FLUSH_PERSISTENT};
+use crate::wr::WcStatus;
 
 /// The longest message IBTA allows (2^31 bytes): a READ or WRITE asking for more is
 /// an invalid request (rxe's `check_length`). A longer READ would also span more than half the
@@ -247,17 +247,7 @@ impl QueuePair {
             OpKind::ReadRequest => AccessFlags::REMOTE_READ,
             OpKind::Write | OpKind::AtomicWrite => AccessFlags::REMOTE_WRITE,
             OpKind::CompareSwap | OpKind::FetchAdd => AccessFlags::REMOTE_ATOMIC,
-            OpKind::Flush => {
-                let placement = pkt.ext.feth.map_or(0, |f| f.placement);
-                let mut need = AccessFlags::empty();
-                if placement & FLUSH_GLOBAL != 0 {
-                    need = need | AccessFlags::FLUSH_GLOBAL;
-                }
-                if placement & FLUSH_PERSISTENT != 0 {
-                    need = need | AccessFlags::FLUSH_PERSISTENT;
-                }
-                need
-            }
+            OpKind::Flush => placement::flush_rights(pkt.ext.feth.map_or(0, |f| f.placement)),
             _ => return true,
         };
         self.cfg.access.contains(need)

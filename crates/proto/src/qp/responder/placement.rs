@@ -60,13 +60,7 @@ impl QueuePair {
         if placement == 0 || placement & !(FLUSH_GLOBAL | FLUSH_PERSISTENT) != 0 {
             return Err(RespError::InvalidRequest);
         }
-        let mut need = AccessFlags::empty();
-        if placement & FLUSH_GLOBAL != 0 {
-            need = need | AccessFlags::FLUSH_GLOBAL;
-        }
-        if placement & FLUSH_PERSISTENT != 0 {
-            need = need | AccessFlags::FLUSH_PERSISTENT;
-        }
+        let need = flush_rights(placement);
         match feth.selectivity {
             // The range in the RETH.
             0 => {
@@ -110,4 +104,16 @@ impl QueuePair {
             .output
             .push_back(Output::PlacementAck { psn, msn });
     }
+}
+
+/// The rights a FLUSH of `placement` types needs, of the QP and of the region.
+pub(super) fn flush_rights(placement: u8) -> AccessFlags {
+    let mut need = AccessFlags::empty();
+    if placement & FLUSH_GLOBAL != 0 {
+        need = need | AccessFlags::FLUSH_GLOBAL;
+    }
+    if placement & FLUSH_PERSISTENT != 0 {
+        need = need | AccessFlags::FLUSH_PERSISTENT;
+    }
+    need
 }
