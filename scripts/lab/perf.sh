@@ -37,6 +37,11 @@
 #                   no extra out-of-band bytes)
 #   PERF_OUT        where captures and logs go (default target/lab/perf)
 #   GUEST_TIMEOUT   hard limit per guest (default 120 s: a broken peer makes rxe retry forever)
+#   PERF_WATCH      seconds: the guest prints a line every so often while its perftest runs
+#                   ("watch: " eth0's packet counters, its qdisc backlog, rxe0's counters), to
+#                   tell a stalled rxe from a stalled NIC or a frozen guest; GUEST_KCMDLINE
+#                   (e.g. "loglevel=5") shows more of the guest kernel's messages. Each run's
+#                   guest console goes to OUT as *.console.log either way.
 #   LAB_NS          lab namespace (default rxe-perf); LAB_TAPS (default "p1 p2")
 #   CARGO_TARGET_DIR, CARGO_BUILD_JOBS  as for cargo
 # Exit status: 0 if every run passed, 1 otherwise, 2 if the setup failed.
@@ -77,6 +82,16 @@ OUT=${PERF_OUT:-$ROOT/target/lab/perf}
 HOST_IP=10.88.0.1
 GUEST_IP=10.88.0.11
 mkdir -p "$OUT"
+CONSOLE=${RXE_LAB_BUILD:-/var/tmp/rxe-lab}/logs/$GUEST.log
+
+# guest_cmd CMD -> CMD, behind the PERF_WATCH loop when one is asked for
+guest_cmd() {
+  if [ -z "${PERF_WATCH:-}" ]; then echo "$1"; return; fi
+  local c=/sys/class/infiniband/rxe0/ports/1/hw_counters s=/sys/class/net/eth0/statistics
+  echo "(while sleep $PERF_WATCH; do echo \"watch: \$(date +%T) eth0 tx \$(cat $s/tx_packets) rx \$(cat $s/rx_packets)" \
+    "drop \$(cat $s/tx_dropped)/\$(cat $s/rx_dropped) qdisc \$(tc -s qdisc show dev eth0 | grep -o 'backlog.*' | head -1)" \
+    "rxe sent \$(cat $c/sent_pkts) rcvd \$(cat $c/rcvd_pkts) retry \$(cat $c/completer_retry_err) seq \$(cat $c/rcvd_seq_err)\" >&2; done) & $1"
+}
 
 # rows LOG -> the result rows of a perftest-style table, one a line (the guest's lines may
 # carry a prefix), or nothing.
@@ -210,7 +225,7 @@ for spec in $TESTS; do
   t="client-$tag"
   echo "== $name: $prog $pflags ($GUEST)  <-  softrdma perf $test --bind $HOST_IP $flags $GUEST_IP"
   start_capture "$OUT/$t.wire.pcap"
-  "$LAB/guest.sh" "$GUEST" "$GUEST_IP" "$prog $pflags" > "$OUT/$t.guest.log" 2>&1 &
+  "$LAB/guest.sh" "$GUEST" "$GUEST_IP" "$(guest_cmd "$prog $pflags")" > "$OUT/$t.guest.log" 2>&1 &
   gpid=$!
   deadline=$(( $(date +%s) + 90 ))
   while :; do
@@ -224,6 +239,7 @@ for spec in $TESTS; do
     break
   done
   wait $gpid; grc=$?
+  cp "$CONSOLE" "$OUT/$t.console.log" 2>/dev/null
   stop_capture
   sed 's/^/   softrdma: /' "$OUT/$t.softrdma.log"; sed 's/^/   /' "$OUT/$t.guest.log"
   check "$name" $kind $server_kind $src $grc "$OUT/$t.softrdma.log" "$OUT/$t.guest.log" \
@@ -238,7 +254,7 @@ for spec in $TESTS; do
     -d softrdma0 --bind "$HOST_IP" $flags ${PERF_SOFTRDMA_FLAGS:-} --pcap "$OUT/$t.tap.pcap" \
     > "$OUT/$t.softrdma.log" 2>&1 &
   spid=$!
-  "$LAB/guest.sh" "$GUEST" "$GUEST_IP" "rxe-retry 60 $prog $pflags $HOST_IP" \
+  "$LAB/guest.sh" "$GUEST" "$GUEST_IP" "$(guest_cmd "rxe-retry 60 $prog $pflags $HOST_IP")" \
     > "$OUT/$t.guest.log" 2>&1
   grc=$?
   if [ $grc -ne 0 ]; then
@@ -246,6 +262,7 @@ for spec in $TESTS; do
     sleep 2; kill "$spid" 2>/dev/null
   fi
   wait $spid; src=$?
+  cp "$CONSOLE" "$OUT/$t.console.log" 2>/dev/null
   stop_capture
   sed 's/^/   softrdma: /' "$OUT/$t.softrdma.log"; sed 's/^/   /' "$OUT/$t.guest.log"
   check "$name" $server_kind $kind $src $grc "$OUT/$t.softrdma.log" "$OUT/$t.guest.log" \
