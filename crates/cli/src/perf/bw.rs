@@ -218,7 +218,8 @@ impl Sender {
     pub(crate) fn new(ctx: &Ctx, size: u64) -> Result<Sender, PerfError> {
         let cfg = &ctx.cfg;
         let q = ctx.qps.len();
-        // READs land in the data check's ring, one slot per outstanding READ.
+        // Sampled READs land in the data check's ring, in slot `seq % ring`: with no more
+        // than `ring` READs outstanding, no two outstanding ones share a slot.
         let depth = ctx
             .check_mem
             .landing_ring()
