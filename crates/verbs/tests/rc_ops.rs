@@ -895,3 +895,61 @@ fn an_atomic_on_a_misaligned_host_word_is_an_invalid_request() {
     drop(mr);
     assert_eq!(backing, before);
 }
+
+/// A QP with neither send nor receive queue entries is a passive target, as rxe and
+/// hardware accept one: it serves WRITEs, READs and atomics (which need no WQE of its own),
+/// and only refuses what it would need a queue entry for.
+#[test]
+fn a_qp_without_queue_entries_serves_one_sided_operations() {
+    let a = Side::new("127.0.5.68", 4096);
+    let dev = open("127.0.5.69");
+    let pd = dev.alloc_pd();
+    let cq = dev.create_cq(16).unwrap();
+    let mut init = QpInitAttr::rc(&cq);
+    init.cap.max_send_wr = 0;
+    init.cap.max_recv_wr = 0;
+    let target = pd.create_qp(&init).unwrap();
+    assert_eq!((target.cap().max_send_wr, target.cap().max_recv_wr), (0, 0));
+    let mr = pd.reg_mr(4096, all_access()).unwrap();
+    connect(&a.qp, &target);
+    let r = mr.remote();
+
+    let data = pattern(300, 9);
+    a.mr.write(0, &data).unwrap();
+    a.qp.post_send([wr::write(1, vec![a.mr.sge(0, 300)], r.addr + 100, r.rkey)])
+        .unwrap();
+    assert_eq!(wait_one(&a.cq).status, WcStatus::Success);
+    assert_eq!(mr.read_vec(100, 300).unwrap(), data);
+
+    mr.write(1000, &pattern(64, 3)).unwrap();
+    a.qp.post_send([wr::read(2, vec![a.mr.sge(2000, 64)], r.addr + 1000, r.rkey)])
+        .unwrap();
+    assert_eq!(wait_one(&a.cq).status, WcStatus::Success);
+    assert_eq!(a.mr.read_vec(2000, 64).unwrap(), pattern(64, 3));
+
+    a.qp.post_send([wr::fetch_add(3, a.mr.sge(0, 8), r.addr + 8, r.rkey, 5)])
+        .unwrap();
+    assert_eq!(wait_one(&a.cq).status, WcStatus::Success);
+    assert_eq!(mr.read_u64(8).unwrap(), 5);
+
+    let e = target
+        .post_send([wr::write(4, vec![mr.sge(0, 8)], 0, 0)])
+        .unwrap_err();
+    assert_eq!(e.kind, PostErrorKind::QueueFull);
+    let e = target
+        .post_recv([wr::recv(5, vec![mr.sge(0, 8)])])
+        .unwrap_err();
+    assert_eq!(e.kind, PostErrorKind::QueueFull);
+    // A SEND finds no receive WQE: receiver not ready, as on any QP with none posted.
+    let opts = ConnectOptions {
+        rnr_retry: 0,
+        ..ConnectOptions::default()
+    };
+    a.qp.connect(&target.endpoint(), &opts).unwrap();
+    target
+        .connect(&a.qp.endpoint(), &ConnectOptions::default())
+        .unwrap();
+    a.qp.post_send([wr::send(6, vec![a.mr.sge(0, 8)])]).unwrap();
+    assert_eq!(wait_one(&a.cq).status, WcStatus::RnrRetryExcErr);
+    assert!(cq.poll_one().is_none());
+}

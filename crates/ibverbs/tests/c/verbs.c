@@ -317,6 +317,13 @@ int main(void)
 	ia.send_cq = NULL;
 	CHECK(!ibv_create_qp(pd, &ia) && errno == EINVAL, "create_qp without a CQ");
 	ia.send_cq = cq_a;
+	/* A passive target (one-sided operations only) needs no queue entries: rxe takes it. */
+	struct ibv_qp_init_attr bare = ia;
+	bare.cap.max_send_wr = bare.cap.max_recv_wr = 0;
+	struct ibv_qp *qp_bare = ibv_create_qp(pd, &bare);
+	CHECK(qp_bare && bare.cap.max_send_wr == 0 && bare.cap.max_recv_wr == 0 &&
+		      ibv_destroy_qp(qp_bare) == 0,
+	      "a QP with no send and no receive queue entries");
 	struct ibv_mw *mw_x = ibv_alloc_mw(pd, IBV_MW_TYPE_1);
 	CHECK(mw_x && mw_x->context == ctx && ibv_dealloc_mw(mw_x) == 0, "alloc_mw, dealloc_mw");
 	/* Objects of another context of the device are not this one's to use. */

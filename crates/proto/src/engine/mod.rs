@@ -273,11 +273,6 @@ impl Engine {
         if !self.shared.cqs.contains_key(&send_cq) || !self.shared.cqs.contains_key(&recv_cq) {
             return Err(EngineError::NoSuchCq);
         }
-        if caps.max_send_wr == 0 && caps.max_recv_wr == 0 && srq.is_none() {
-            return Err(EngineError::InvalidArgument(
-                "a QP needs a send or a receive queue",
-            ));
-        }
         let mut qpn = self.next_qpn;
         while self.qps.contains_key(&qpn) || qpn < 2 {
             qpn = (qpn + 1) & softrdma_wire::QPN_MASK;
