@@ -6,8 +6,8 @@
 # In a network namespace of its own, `softrdma perf write-bw --loopback -s 65536` runs loss-free
 # and then with LOSS_PERCENT % of the RoCEv2 datagrams dropped at random on their way *in*
 # (`nft ... hook input ... udp dport 4791 numgen random mod 100 < P drop`): a drop the
-# sender's system call cannot see, as on a wire. (On the output hook the sender's `sendmmsg`
-# gets EPERM for a dropped datagram and sends it again at once: not a loss.) Both runs are made
+# sender's system call cannot see, as on a wire. (On the output hook a dropped datagram fails
+# the sender's `sendmmsg` with EPERM instead: not what a wire does.) Both runs are made
 # with GSO (the default, where one dropped datagram can carry a whole GSO batch, since loopback
 # keeps it whole) and with --no-gso (one packet a datagram). Printed: bandwidth, its share of
 # the loss-free figure, packets lost (sent minus received, summed over both devices: `perf
