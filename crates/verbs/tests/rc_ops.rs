@@ -902,15 +902,14 @@ fn an_atomic_on_a_misaligned_host_word_is_an_invalid_request() {
 #[test]
 fn a_qp_without_queue_entries_serves_one_sided_operations() {
     let a = Side::new("127.0.5.68", 4096);
-    let dev = open("127.0.5.69");
-    let pd = dev.alloc_pd();
-    let cq = dev.create_cq(16).unwrap();
-    let mut init = QpInitAttr::rc(&cq);
+    // The target side's own QP stays unused: `target` is the QP under test.
+    let b = Side::new("127.0.5.69", 4096);
+    let mut init = QpInitAttr::rc(&b.cq);
     init.cap.max_send_wr = 0;
     init.cap.max_recv_wr = 0;
-    let target = pd.create_qp(&init).unwrap();
+    let target = b.pd.create_qp(&init).unwrap();
     assert_eq!((target.cap().max_send_wr, target.cap().max_recv_wr), (0, 0));
-    let mr = pd.reg_mr(4096, all_access()).unwrap();
+    let mr = &b.mr;
     connect(&a.qp, &target);
     let r = mr.remote();
 
@@ -951,5 +950,5 @@ fn a_qp_without_queue_entries_serves_one_sided_operations() {
         .unwrap();
     a.qp.post_send([wr::send(6, vec![a.mr.sge(0, 8)])]).unwrap();
     assert_eq!(wait_one(&a.cq).status, WcStatus::RnrRetryExcErr);
-    assert!(cq.poll_one().is_none());
+    assert!(b.cq.poll_one().is_none());
 }
