@@ -408,7 +408,12 @@ pub(crate) fn client(ctx: &mut Ctx, size: u64, progress: &mut Progress) -> Resul
             break;
         }
         wcs.clear();
-        poll_wait(ctx, &ctx.send_cq, 256, &mut wcs, "send completions")?;
+        // Spinning, as perftest's `ibv_poll_cq` loop does (asleep with `-e`): this thread
+        // receives the ACKs and sends what they let out itself, and the device's progress
+        // thread sleeps. Asleep on the CQ, it left that to the progress thread, a third busy
+        // thread that took the device mutex from it and, on two cores, a core from one of
+        // the two threads that move the data (loopback `write-bw` and `read-bw`: 10-20 %).
+        poll_for(ctx, &ctx.send_cq, 256, &mut wcs, "send completions")?;
         let now = Instant::now();
         check_wcs(&ctx.send_cq, &wcs, op_name(ctx))?;
         tx.complete(ctx, &wcs, now)?;
