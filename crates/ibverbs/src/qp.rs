@@ -190,6 +190,26 @@ pub(crate) unsafe extern "C" fn ibv_create_qp(
     }
 }
 
+/// The `ibv_wr_*` operations a QP of type `qp_type` may be created with (`send_ops_flags`),
+/// as rxe's provider allows them: UC has no READ and no atomics, and no local invalidate
+/// either; UD only SENDs; any other type none (rxe refuses `send_ops_flags` with it, even
+/// empty).
+fn send_ops_of(qp_type: c_int) -> u64 {
+    match qp_type {
+        IBV_QPT_RC => DEFAULT_SEND_OPS,
+        IBV_QPT_UC => {
+            IBV_QP_EX_WITH_RDMA_WRITE
+                | IBV_QP_EX_WITH_RDMA_WRITE_WITH_IMM
+                | IBV_QP_EX_WITH_SEND
+                | IBV_QP_EX_WITH_SEND_WITH_IMM
+                | IBV_QP_EX_WITH_BIND_MW
+                | IBV_QP_EX_WITH_SEND_WITH_INV
+        }
+        IBV_QPT_UD => IBV_QP_EX_WITH_SEND | IBV_QP_EX_WITH_SEND_WITH_IMM,
+        _ => 0,
+    }
+}
+
 /// `verbs_context.create_qp_ex` (behind the inline `ibv_create_qp_ex` when more than the PD
 /// is in `comp_mask`).
 pub(crate) unsafe extern "C" fn create_qp_ex(
@@ -215,7 +235,8 @@ pub(crate) unsafe extern "C" fn create_qp_ex(
         return fail_null(libc::EOPNOTSUPP);
     }
     let send_ops = if a.comp_mask & IBV_QP_INIT_ATTR_SEND_OPS_FLAGS != 0 {
-        if a.send_ops_flags & !DEFAULT_SEND_OPS != 0 {
+        let allowed = send_ops_of(a.qp_type);
+        if allowed == 0 || a.send_ops_flags & !allowed != 0 {
             return fail_null(libc::EOPNOTSUPP);
         }
         a.send_ops_flags

@@ -260,6 +260,19 @@ int main(void)
 		.send_ops_flags = IBV_QP_EX_WITH_RDMA_WRITE | IBV_QP_EX_WITH_SEND_WITH_IMM |
 				  IBV_QP_EX_WITH_RDMA_READ,
 	};
+	/* send_ops_flags a QP type cannot use are refused at creation, as rxe refuses them. */
+	struct ibv_qp_init_attr_ex other = iax;
+	other.qp_type = IBV_QPT_UD;
+	CHECK(!ibv_create_qp_ex(ctx, &other) && errno == EOPNOTSUPP, "RDMA WRITE on a UD QP");
+	other.send_ops_flags = IBV_QP_EX_WITH_SEND | IBV_QP_EX_WITH_SEND_WITH_IMM;
+	struct ibv_qp *qp_ud = ibv_create_qp_ex(ctx, &other);
+	CHECK(qp_ud && ibv_destroy_qp(qp_ud) == 0, "SENDs on a UD QP");
+	other.qp_type = IBV_QPT_UC;
+	other.send_ops_flags = IBV_QP_EX_WITH_RDMA_WRITE | IBV_QP_EX_WITH_RDMA_READ;
+	CHECK(!ibv_create_qp_ex(ctx, &other) && errno == EOPNOTSUPP, "RDMA READ on a UC QP");
+	other.send_ops_flags = IBV_QP_EX_WITH_RDMA_WRITE_WITH_IMM | IBV_QP_EX_WITH_BIND_MW;
+	struct ibv_qp *qp_uc = ibv_create_qp_ex(ctx, &other);
+	CHECK(qp_uc && ibv_destroy_qp(qp_uc) == 0, "WRITE with immediate and MW binds on a UC QP");
 	struct ibv_qp *qp_b = ibv_create_qp_ex(ctx, &iax);
 	CHECK(qp_b, "create_qp_ex");
 	struct ibv_qp_ex *qpx = ibv_qp_to_qp_ex(qp_b);
