@@ -245,6 +245,13 @@ impl Core {
 
     /// Sends everything the engine has to send.
     pub(crate) fn flush(&mut self, now: Instant) {
+        self.flush_while(now, || true);
+    }
+
+    /// Sends what the engine has to send, one `sendmmsg` batch after another while
+    /// `go_on()`; returns whether it stopped for that with a full batch sent (so that more
+    /// may wait).
+    pub(crate) fn flush_while(&mut self, now: Instant, go_on: impl Fn() -> bool) -> bool {
         loop {
             self.tx_meta.clear();
             // Poll only while a packet that does not join the open group still has a slot.
@@ -333,12 +340,15 @@ impl Core {
                 });
             }
             if self.tx_meta.is_empty() {
-                return;
+                return false;
             }
             let full = self.tx_meta.len() == BATCH_MAX;
             self.send_batch();
             if !full {
-                return;
+                return false;
+            }
+            if !go_on() {
+                return true;
             }
         }
     }
