@@ -20,6 +20,11 @@
 //! poller exists the progress thread sleeps on timers and its eventfd only (one wake-up per
 //! datagram, for the thread that wants it); the last poller to leave hands the socket back.
 //!
+//! The mutex is not fair, and a round of the progress thread can send a window's worth: when an
+//! application thread waits for the mutex, the progress thread stops sending after the
+//! `sendmmsg` batch under way and yields until the waiter has had it, so a post or a poll on
+//! a busy device waits for one batch, not for the stream.
+//!
 //! Time: `std::time::Instant` since the device opened, read *under the mutex* and clamped to
 //! never go backwards, so the engine sees one monotonic clock whichever thread calls it.
 
