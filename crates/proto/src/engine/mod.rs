@@ -72,6 +72,7 @@ impl Shared {
             others_inflight: 0,
             budget: &mut self.budget,
             turn_left: None,
+            message_tail: 0,
             out_at: 0,
         }
     }

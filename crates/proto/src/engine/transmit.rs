@@ -5,12 +5,8 @@ use std::collections::BTreeSet;
 
 use super::Engine;
 use crate::io::Transmit;
-use crate::qp::{QpState, QueuePair};
+use crate::qp::{turn_goes_on, QpState, QueuePair, TRANSMIT_TURN};
 use crate::time::Instant;
-
-/// Datagram bytes one QP may send in a turn before the next ready QP's turn: what one UDP
-/// GSO datagram holds (the largest UDP payload over IPv4), so a turn fills one.
-const TRANSMIT_TURN: usize = 65_507;
 
 /// Packets a budget-starved QP woken is taken to send, until a turn has run to its end and
 /// shown how many a turn holds (15 at MTU 4096, 60 at MTU 1024).
@@ -72,7 +68,8 @@ impl Engine {
             let mut ctx = self.shared.ctx(now, ipv4_id);
             ctx.out_at = at;
             ctx.others_inflight = self.inflight - qp.counted_inflight;
-            ctx.turn_left = (self.ready.len() > 1).then(|| TRANSMIT_TURN - self.turn_bytes);
+            ctx.turn_left =
+                (self.ready.len() > 1).then(|| TRANSMIT_TURN.saturating_sub(self.turn_bytes));
             let sent = qp.poll_transmit(&mut ctx, out);
             // Round robin by turns of up to `TRANSMIT_TURN` bytes: a QP with more to send keeps
             // the front of the line until its turn is used, then goes to the back. Turns, not
@@ -83,13 +80,18 @@ impl Engine {
             let len = sent.as_ref().map_or(0, |t| t.len);
             self.turn_bytes += len;
             self.turn_packets += u32::from(sent.is_some());
-            // The turn goes on while another packet of this size still fits (the requester
-            // asks for an ACK on the packet that ends its turn: `turn_ends`).
+            // The turn goes on while another packet of this size still fits, or to finish a
+            // message whose tail is short (the requester asks for an ACK on the packet that
+            // ends its turn: `turn_ends`).
             let mut full_turn = None;
-            if !(more && self.turn_bytes + len <= TRANSMIT_TURN) {
+            if !(more && turn_goes_on(self.turn_bytes, len, ctx.message_tail)) {
                 self.ready.pop_front();
                 if more {
                     self.ready.push_back(qpn);
+                }
+                // A turn that ran to its end, and one drawn out to finish a WRITE, tells how
+                // many packets a turn holds; one cut short by an empty queue does not.
+                if more || self.turn_bytes + len > TRANSMIT_TURN {
                     full_turn = Some(self.turn_packets.max(1));
                 }
                 self.turn_bytes = 0;

@@ -45,6 +45,27 @@ use send_queue::Requester;
 pub use source_port::{rxe_source_port, ud_source_port};
 use timers::TimerTable;
 
+/// Datagram bytes one QP may send in a turn before the next ready QP's turn: what one UDP
+/// GSO datagram holds (the largest UDP payload over IPv4), so a turn fills one.
+pub(crate) const TRANSMIT_TURN: usize = 65_507;
+
+/// A message's tail short enough for a turn to run on past [`TRANSMIT_TURN`] and finish it.
+const TURN_TAIL: usize = TRANSMIT_TURN / 8;
+
+/// Whether a QP's transmit turn goes on after a packet of `len` bytes that brought it to
+/// `used` bytes, with `tail` payload bytes of the packet's message still to send: while
+/// another packet of this size fits, or past that to finish a message whose tail is short.
+///
+/// Cut at the turn, a 64 KiB WRITE at MTU 4096 (16 packets; 15 fit a turn) left its last
+/// packet for the QP's next turn, where it could not join the next WRITE's first packet
+/// (longer: it carries the RETH) in a GSO send: with a thousand QPs taking turns, three GSO
+/// sends per message instead of two. (Only WRITEs report a tail: see the requester.) The
+/// engine and the requester (which asks for an ACK on the packet that ends a turn) decide by
+/// this one rule.
+pub(crate) fn turn_goes_on(used: usize, len: usize, tail: usize) -> bool {
+    used + len <= TRANSMIT_TURN || (tail > 0 && tail <= TURN_TAIL)
+}
+
 /// Everything outside the QP that its stages use: time, memory, CQs, SRQs, events, counters.
 pub(crate) struct Ctx<'a> {
     pub now: Instant,
@@ -69,6 +90,9 @@ pub(crate) struct Ctx<'a> {
     /// Datagram bytes left in this QP's transmit turn while other QPs wait their turn
     /// (`None`: nobody waits, the turn does not end).
     pub turn_left: Option<usize>,
+    /// Set by the requester: payload bytes of the WRITE under way still to send after the
+    /// packet it just built (0 at its end, and for other packets), for [`turn_goes_on`].
+    pub message_tail: usize,
     /// Where in the caller's buffer a packet built now goes (see `Engine::poll_transmit_at`).
     pub out_at: usize,
 }

@@ -9,7 +9,7 @@ use softrdma_wire::{packet_len, AtomicEth, Bth, ExtHeaders, Feth, Ieth, ImmDt, O
 use super::attr::{QpState, QpType};
 use super::send_queue::SendWqe;
 use super::timers::Timer;
-use super::{Ctx, QueuePair};
+use super::{turn_goes_on, Ctx, QueuePair, TRANSMIT_TURN};
 use crate::config::EngineConfig;
 use crate::io::Transmit;
 use crate::mr::MrTable;
@@ -325,6 +325,23 @@ impl QueuePair {
         }
         let request_end = request_pkts.map(|n| k + n);
         let ends_message = last || request_end == Some(wqe.npkts);
+        // What a WRITE still has to send after this packet, for the engine's turns (see
+        // `turn_goes_on`). Only a WRITE's: a stream of them breaks its GSO sends at every
+        // message's start anyway (the RETH makes the first packet longer), so finishing a
+        // message in the turn saves a send, where a stream of SENDs, whose packets are all
+        // alike, joins one message's end to the next's start in the QP's next turn. And only
+        // if the window and the device budget let all of it out now: a turn drawn out into a
+        // refusal would only cost the QP a wait for the budget.
+        let tail_pkts = wqe.npkts - k - 1;
+        let room = self.req.outstanding() + 1 + tail_pkts <= ctx.config.max_inflight_packets
+            && ctx.others_inflight + self.req.budget_share() + 1 + tail_pkts <= ctx.budget.limit();
+        let tail = match wqe.wr.op {
+            SendOp::RdmaWrite { .. } | SendOp::RdmaWriteWithImm { .. } if !ends_message && room => {
+                (wqe.len as usize).saturating_sub(k as usize * mtu as usize + payload)
+            }
+            _ => 0,
+        };
+        ctx.message_tail = tail;
         let reliable = self.qp_type == QpType::Rc;
         if !reliable {
             // UC: the same opcodes in the UC range (IBTA 9.2: the three high bits name the
@@ -344,7 +361,7 @@ impl QueuePair {
             && (ends_message
                 || wqe.wr.op.is_read_or_atomic()
                 || fills
-                || (fresh && turn_ends(ctx, packet_len(bth.opcode, payload)))
+                || (fresh && turn_ends(ctx, packet_len(bth.opcode, payload), tail))
                 || forced
                 || self.req.pkts_since_ackreq >= ack_req_interval(ctx.config));
         if bth.ack_req {
@@ -459,14 +476,15 @@ enum RequestBuild {
     Failed,
 }
 
-/// Whether a packet of `len` bytes ends the QP's transmit turn while other QPs wait (the
-/// engine's rule: the turn goes on while another packet of this size fits). Its packets then
+/// Whether a packet of `len` bytes, with `tail` payload bytes of its message after it, ends
+/// the QP's transmit turn while other QPs wait (the engine's rule: [`turn_goes_on`]). Its packets then
 /// sit in flight while the others take their turns and the device budget, so the last of
 /// them asks for the ACK: without it they would be acknowledged only when the QP's next
 /// turn comes, which with a thousand QPs sharing the budget can be later than its retransmit
 /// timer.
-fn turn_ends(ctx: &Ctx<'_>, len: usize) -> bool {
-    ctx.turn_left.is_some_and(|left| left < 2 * len)
+fn turn_ends(ctx: &Ctx<'_>, len: usize, tail: usize) -> bool {
+    ctx.turn_left
+        .is_some_and(|left| !turn_goes_on(TRANSMIT_TURN - left + len, len, tail))
 }
 
 /// Packets between AckReqs in a long message: `ack_req_every`, but at least two per
