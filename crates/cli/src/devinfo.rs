@@ -392,6 +392,7 @@ pub(crate) fn counter_list(s: &DeviceStats) -> Vec<(String, u64)> {
         ("io.rx_denied", io.rx_denied),
         ("io.tx_datagrams", io.tx_datagrams),
         ("io.tx_calls", io.tx_calls),
+        ("io.tx_sends", io.tx_sends),
         ("io.tx_errors", io.tx_errors),
         ("io.tx_port_fallbacks", io.tx_port_fallbacks),
         ("io.wakeups", io.wakeups),

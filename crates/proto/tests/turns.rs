@@ -6,35 +6,10 @@ mod common;
 
 use common::*;
 use softrdma_proto::*;
-use softrdma_wire::{Opcode, PacketRepr, Psn};
+use softrdma_wire::{Opcode, PacketRepr};
 
 /// 16 packets at MTU 4096, one more than a turn holds (65507 bytes).
 const LEN: u32 = 64 * 1024;
-
-/// An RC QP of node 0 connected to one of node 1 at path MTU 4096; returns both QPNs.
-fn rc_pair_4096(net: &mut Net) -> [u32; 2] {
-    let qpns = [0, 1].map(|i| {
-        let n = &mut net.nodes[i];
-        n.engine
-            .create_qp(n.pd, n.cq, n.cq, QpType::Rc, QpCaps::default())
-            .unwrap()
-    });
-    for i in 0..2 {
-        let e = &mut net.nodes[i].engine;
-        e.modify_qp(qpns[i], &QpAttr::rc_init(AccessFlags::all()))
-            .unwrap();
-        let av = AddressVector {
-            dest_ip: ip(1 - i),
-            traffic_class: 0,
-            hop_limit: 64,
-        };
-        let rtr = QpAttr::rc_rtr(Mtu::Mtu4096, av, qpns[1 - i], Psn::new(0x100), 4, 1);
-        e.modify_qp(qpns[i], &rtr).unwrap();
-        e.modify_qp(qpns[i], &QpAttr::rc_rts(Psn::new(0x100), 8, 3, 7, 4))
-            .unwrap();
-    }
-    qpns
-}
 
 /// Two RC QPs of node 0, A and B, each with one `op` of [`LEN`] bytes posted; returns what
 /// node 0 sends as (A or B, opcode, AckReq).
@@ -43,8 +18,10 @@ fn two_qps_send(op: impl Fn(&Net) -> SendOp) -> Vec<(char, Opcode, bool)> {
         port_mtu: Mtu::Mtu4096,
         ..c
     });
-    let [a, a_peer] = rc_pair_4096(&mut net);
-    let [b, _] = rc_pair_4096(&mut net);
+    let [[a, a_peer], [b, _]] = [0; 2].map(|_| {
+        let all = AccessFlags::all();
+        net.rc_connect_mtu(Mtu::Mtu4096, [0, 1], [None, None], [4, 4], [4, 4], all)
+    });
     let mut buf = Vec::new();
     // Setting the QPs up put them in the ready line: they find nothing to send and leave it.
     assert!(net.nodes[0]

@@ -87,6 +87,12 @@ fn tap_run(ip_a: &str, ip_b: &str, gso: bool, len: u32) -> u16 {
     let io = a.dev.stats().io;
     let (sent, received) = (io.tx_datagrams, io.rx_datagrams);
     assert!(sent >= 3 && received >= 3, "{io:?}");
+    // Each plain datagram is a send of its own; GSO joins packets into fewer sends.
+    if gso {
+        assert!(io.tx_sends < sent, "{io:?}");
+    } else {
+        assert_eq!(io.tx_sends, sent, "{io:?}");
+    }
     assert_eq!(io.pcap_records, sent + received);
     assert_eq!(io.pcap_errors, 0);
     drop(a);

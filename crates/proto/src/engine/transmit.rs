@@ -90,7 +90,8 @@ impl Engine {
                     self.ready.push_back(qpn);
                 }
                 // A turn that ran to its end, and one drawn out to finish a WRITE, tells how
-                // many packets a turn holds; one cut short by an empty queue does not.
+                // many packets a turn holds; one cut short by an empty queue (before it was
+                // full) does not.
                 if more || self.turn_bytes + len > TRANSMIT_TURN {
                     full_turn = Some(self.turn_packets.max(1));
                 }

@@ -50,7 +50,7 @@ use timers::TimerTable;
 pub(crate) const TRANSMIT_TURN: usize = 65_507;
 
 /// A message's tail short enough for a turn to run on past [`TRANSMIT_TURN`] and finish it.
-const TURN_TAIL: usize = TRANSMIT_TURN / 8;
+const TURN_TAIL: usize = 8 * 1024;
 
 /// Whether a QP's transmit turn goes on after a packet of `len` bytes that brought it to
 /// `used` bytes, with `tail` payload bytes of the packet's message still to send: while

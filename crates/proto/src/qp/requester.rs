@@ -329,14 +329,19 @@ impl QueuePair {
         // `turn_goes_on`). Only a WRITE's: a stream of them breaks its GSO sends at every
         // message's start anyway (the RETH makes the first packet longer), so finishing a
         // message in the turn saves a send, where a stream of SENDs, whose packets are all
-        // alike, joins one message's end to the next's start in the QP's next turn. And only
-        // if the window and the device budget let all of it out now: a turn drawn out into a
-        // refusal would only cost the QP a wait for the budget.
+        // alike, joins one message's end to the next's start in the QP's next turn. Only a
+        // new packet's (a resent one is followed by whatever the QP sends next, not by the
+        // rest of its message), and only if the window and the device budget let all of it
+        // out now: a turn drawn out into a refusal would only cost the QP a wait for the
+        // budget.
+        let fresh = !psn.is_before(self.req.sent_high);
         let tail_pkts = wqe.npkts - k - 1;
         let room = self.req.outstanding() + 1 + tail_pkts <= ctx.config.max_inflight_packets
             && ctx.others_inflight + self.req.budget_share() + 1 + tail_pkts <= ctx.budget.limit();
         let tail = match wqe.wr.op {
-            SendOp::RdmaWrite { .. } | SendOp::RdmaWriteWithImm { .. } if !ends_message && room => {
+            SendOp::RdmaWrite { .. } | SendOp::RdmaWriteWithImm { .. }
+                if fresh && !ends_message && room =>
+            {
                 (wqe.len as usize).saturating_sub(k as usize * mtu as usize + payload)
             }
             _ => 0,
@@ -349,7 +354,6 @@ impl QueuePair {
             bth.opcode = Opcode(bth.opcode.0 | UC_OPCODE_BASE);
         }
         self.req.pkts_since_ackreq += 1;
-        let fresh = !psn.is_before(self.req.sent_high);
         let forced = std::mem::take(&mut self.req.force_ack_req);
         // Ask for an ACK at a message's end, every `ack_req_every` packets, and on the last
         // packet the window or the device budget lets out: the ACK that reopens them must not
@@ -477,9 +481,9 @@ enum RequestBuild {
 }
 
 /// Whether a packet of `len` bytes, with `tail` payload bytes of its message after it, ends
-/// the QP's transmit turn while other QPs wait (the engine's rule: [`turn_goes_on`]). Its packets then
-/// sit in flight while the others take their turns and the device budget, so the last of
-/// them asks for the ACK: without it they would be acknowledged only when the QP's next
+/// the QP's transmit turn while other QPs wait (the engine's rule: [`turn_goes_on`]). Its
+/// packets then sit in flight while the others take their turns and the device budget, so
+/// the last of them asks for the ACK: without it they would be acknowledged only when the QP's next
 /// turn comes, which with a thousand QPs sharing the budget can be later than its retransmit
 /// timer.
 fn turn_ends(ctx: &Ctx<'_>, len: usize, tail: usize) -> bool {

@@ -173,6 +173,20 @@ impl Net {
         max_dest_rd_atomic: [u8; 2],
         access: AccessFlags,
     ) -> [u32; 2] {
+        let (rd, dest) = (max_rd_atomic, max_dest_rd_atomic);
+        self.rc_connect_mtu(Mtu::Mtu1024, nodes, srqs, rd, dest, access)
+    }
+
+    /// [`Net::rc_connect`] at path MTU `mtu` (the nodes' port MTU must allow it).
+    pub fn rc_connect_mtu(
+        &mut self,
+        mtu: Mtu,
+        nodes: [usize; 2],
+        srqs: [Option<SrqHandle>; 2],
+        max_rd_atomic: [u8; 2],
+        max_dest_rd_atomic: [u8; 2],
+        access: AccessFlags,
+    ) -> [u32; 2] {
         let qpns = [0, 1].map(|i| {
             let n = &mut self.nodes[nodes[i]];
             n.engine
@@ -188,14 +202,7 @@ impl Net {
                 hop_limit: 64,
             };
             let peer_psn = Psn::new(0x700 * (2 - i as u32));
-            let rtr = QpAttr::rc_rtr(
-                Mtu::Mtu1024,
-                av,
-                qpns[1 - i],
-                peer_psn,
-                max_dest_rd_atomic[i],
-                1,
-            );
+            let rtr = QpAttr::rc_rtr(mtu, av, qpns[1 - i], peer_psn, max_dest_rd_atomic[i], 1);
             e.modify_qp(qpns[i], &rtr).unwrap();
             let own_psn = Psn::new(0x700 * (1 + i as u32));
             e.modify_qp(qpns[i], &QpAttr::rc_rts(own_psn, 8, 3, 7, max_rd_atomic[i]))

@@ -32,6 +32,10 @@ pub struct IoCounters {
     /// Batches handed to the socket: one `sendmmsg` each (one per UDP source port in the
     /// batch), however many datagrams they carry.
     pub tx_calls: u64,
+    /// UDP sends the kernel took: a GSO send of many datagrams counts once, as it costs the
+    /// kernel one buffer and one pass down its stack. `tx_datagrams / tx_sends` is how many
+    /// packets a send carried.
+    pub tx_sends: u64,
     /// Datagrams dropped because sending failed (the RC transport retransmits them).
     pub tx_errors: u64,
     /// Datagrams whose ICRC was recomputed because their UDP source port was unavailable.
@@ -432,6 +436,7 @@ impl Core {
             match self.socket.send(std::slice::from_ref(&t)) {
                 Ok(1) => {
                     self.io.tx_datagrams += 1;
+                    self.io.tx_sends += 1;
                     if let Some(tap) = self.tap.as_mut() {
                         tap.sent(g.src_port, g.dst, g.ecn, 0, seg);
                     }
@@ -445,6 +450,7 @@ impl Core {
     fn record_sent(&mut self, i: usize) {
         let g = self.tx_meta[i];
         self.io.tx_datagrams += g.count as u64;
+        self.io.tx_sends += 1;
         if let Some(tap) = self.tap.as_mut() {
             for (k, seg) in self.tx_bufs[i][..g.len].chunks(g.segment).enumerate() {
                 tap.sent(g.src_port, g.dst, g.ecn, k as u16, seg);

@@ -22,8 +22,9 @@
 //!
 //! The mutex is not fair, and a round of the progress thread can send a window's worth: when an
 //! application thread waits for the mutex, the progress thread stops sending after the
-//! `sendmmsg` batch under way and yields until the waiter has had it, so a post or a poll on
-//! a busy device waits for one batch, not for the stream.
+//! `sendmmsg` batch under way and, after its round, yields until a waiter has had the mutex
+//! (for at most [`YIELD_MAX`]), so a post or a poll on a busy device gets the mutex after one
+//! batch, not after the stream.
 //!
 //! Time: `std::time::Instant` since the device opened, read *under the mutex* and clamped to
 //! never go backwards, so the engine sees one monotonic clock whichever thread calls it.
@@ -80,6 +81,8 @@ pub(crate) struct Inner {
     pub(crate) wakeups: AtomicU64,
     /// Threads waiting for `core` ([`Inner::lock`]).
     lock_waiters: AtomicUsize,
+    /// Times a thread that had waited for `core` got it.
+    lock_handoffs: AtomicU64,
     /// Tests: the progress thread pauses this long right after it decided to skip a round,
     /// as a preemption at that point would.
     #[cfg(test)]
@@ -113,6 +116,7 @@ impl Inner {
             progress_looks_ns: AtomicU64::new(0),
             wakeups: AtomicU64::new(0),
             lock_waiters: AtomicUsize::new(0),
+            lock_handoffs: AtomicU64::new(0),
             #[cfg(test)]
             pause_after_skip_ns: AtomicU64::new(0),
             #[cfg(test)]
@@ -133,6 +137,7 @@ impl Inner {
             Err(TryLockError::WouldBlock) => {
                 self.lock_waiters.fetch_add(1, Ordering::SeqCst);
                 let core = self.core.lock().unwrap_or_else(|e| e.into_inner());
+                self.lock_handoffs.fetch_add(1, Ordering::SeqCst);
                 self.lock_waiters.fetch_sub(1, Ordering::SeqCst);
                 core
             }
@@ -144,15 +149,18 @@ impl Inner {
         self.lock_waiters.load(Ordering::SeqCst) > 0
     }
 
-    /// Lets the threads waiting for the device mutex have it before the caller takes it
-    /// again: yields the core until they have it, for at most [`YIELD_MAX`] (a waiter that
-    /// gets no core within that is left to the mutex).
+    /// Lets a thread waiting for the device mutex have it before the caller takes it again:
+    /// yields the core until one waiter has had it (not all: threads that keep posting keep
+    /// the count of waiters up), for at most [`YIELD_MAX`] (a waiter that gets no core within
+    /// that is left to the mutex).
     fn yield_to_waiters(&self) {
         if !self.lock_wanted() {
             return;
         }
+        let handoffs = self.lock_handoffs.load(Ordering::SeqCst);
         let start = self.now_ns();
         while self.lock_wanted()
+            && self.lock_handoffs.load(Ordering::SeqCst) == handoffs
             && self.now_ns().saturating_sub(start) < YIELD_MAX.as_nanos() as u64
         {
             std::thread::yield_now();
@@ -312,15 +320,14 @@ impl Inner {
     /// completed work: the spinner is about to hand those completions to an application that
     /// typically answers at once, and its post then sends the ACK and the answer in one
     /// `sendmmsg`. Sent first and on their own, the ACKs would put a system call (and, on
-    /// loopback, the peer's whole receive path) between every message and its answer. The next round of progress on any thread
-    /// — the spinner's next poll, its post, or the progress thread when the spinner's lease
-    /// ends — sends them.
+    /// loopback, the peer's whole receive path) between every message and its answer. The
+    /// next round of progress on any thread — the spinner's next poll, its post, or the
+    /// progress thread when the spinner's lease ends — sends them.
     ///
     /// The progress thread ([`Round::Progress`]) stops transmitting between `sendmmsg` batches
-    /// when an application thread waits for the device mutex (a window opened by a batch of
-    /// ACKs can be megabytes, milliseconds of sending): the application's post or poll gets
-    /// the mutex after one batch instead of after the whole window, and what is left goes
-    /// out with its post or in the thread's next round.
+    /// when an application thread waits for the device mutex: the application's post or poll
+    /// gets the mutex after the batch under way, and what is left goes out with its post (which
+    /// sends all that is queued, as every post does) or in the thread's next round.
     ///
     /// `then` runs on the core at the end of the round, before the lock is released: a
     /// spinner polls its CQ there rather than taking the lock once more.
@@ -728,11 +735,12 @@ mod tests {
         }
         assert_eq!(wcs[0].status, crate::WcStatus::Success);
         // The round under way when the thread came, and one more each time the thread got no
-        // core within the progress thread's yield. (Before, 20 to 165 rounds in the worst
-        // wait of three runs; 3 or 4 after.)
+        // core within the progress thread's yield (200 µs). Before, 20 to 165 rounds in the
+        // worst wait of three runs; 3 or 4 after. (One QP's window fills no `sendmmsg` batch:
+        // the stop between batches is not what this measures.)
         let worst = waited.iter().max().copied().unwrap_or(0);
         assert!(
-            worst <= 8,
+            worst <= 12,
             "the progress thread ran {worst} rounds while a thread waited for the mutex"
         );
     }
