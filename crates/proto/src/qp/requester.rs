@@ -335,12 +335,14 @@ impl QueuePair {
         // out now: a turn drawn out into a refusal would only cost the QP a wait for the
         // budget.
         let fresh = !psn.is_before(self.req.sent_high);
-        let tail_pkts = wqe.npkts - k - 1;
-        let room = self.req.outstanding() + 1 + tail_pkts <= ctx.config.max_inflight_packets
-            && ctx.others_inflight + self.req.budget_share() + 1 + tail_pkts <= ctx.budget.limit();
+        let room = |tail_pkts: u32| {
+            self.req.outstanding() + 1 + tail_pkts <= ctx.config.max_inflight_packets
+                && ctx.others_inflight + self.req.budget_share() + 1 + tail_pkts
+                    <= ctx.budget.limit()
+        };
         let tail = match wqe.wr.op {
             SendOp::RdmaWrite { .. } | SendOp::RdmaWriteWithImm { .. }
-                if fresh && !ends_message && room =>
+                if fresh && !ends_message && room(wqe.npkts - k - 1) =>
             {
                 (wqe.len as usize).saturating_sub(k as usize * mtu as usize + payload)
             }

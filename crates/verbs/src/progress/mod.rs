@@ -351,13 +351,8 @@ impl Inner {
             core.engine.handle_timeout(now);
         }
         let hold = hold_replies && got > 0 && core.has_fresh_completions();
-        let mut unsent = false;
-        if !hold {
-            unsent = match round {
-                Round::Progress => core.flush_while(now, || !self.lock_wanted()),
-                Round::Spinner | Round::Waiter => core.flush_while(now, || true),
-            };
-        }
+        let unsent =
+            !hold && core.flush_while(now, || round != Round::Progress || !self.lock_wanted());
         // What a spinner leaves behind (held replies, datagrams after its completion) waits
         // for its next poll or post; if it stops, for the progress thread at the lease's end.
         let left_behind = hold || until_completion && core.has_pending_datagrams();
