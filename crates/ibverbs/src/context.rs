@@ -18,6 +18,10 @@ pub(crate) struct Context {
     pub vctx: verbs_context,
     pub device: Device,
     pub async_events: AsyncEvents,
+    /// What `ibv_context.cmd_fd` names. rdma-core's is the kernel's uverbs descriptor; here
+    /// nothing goes through it, but programs dup, poll or fcntl it (rdma-core's tests dup it
+    /// to try `ibv_import_device`), so it is a real descriptor: `/dev/null`.
+    pub cmd_fd: Option<std::fs::File>,
     /// CQ id → `ibv_cq` address, to name the CQ of an asynchronous event.
     pub cqs: Mutex<std::collections::HashMap<u32, usize>>,
     /// QP number → `ibv_qp` address, likewise.

@@ -263,10 +263,17 @@ pub(crate) unsafe extern "C" fn ibv_open_device(device: *mut ibv_device) -> *mut
         }
     };
     let async_fd = std::os::fd::AsRawFd::as_raw_fd(&async_events);
+    let cmd_fd = std::fs::OpenOptions::new()
+        .read(true)
+        .write(true)
+        .open("/dev/null")
+        .ok();
+    let cmd_raw = cmd_fd.as_ref().map_or(-1, std::os::fd::AsRawFd::as_raw_fd);
     let ctx = Box::new(Context {
-        vctx: crate::tables::verbs_context_for(device, async_fd),
+        vctx: crate::tables::verbs_context_for(device, cmd_raw, async_fd),
         device: dev,
         async_events,
+        cmd_fd,
         cqs: Mutex::new(Default::default()),
         qps: Mutex::new(Default::default()),
         srqs: Mutex::new(Default::default()),

@@ -192,9 +192,9 @@ pub(crate) unsafe extern "C" fn ibv_reg_mr_iova(
     unsafe { ibv_reg_mr_iova2(pd, addr, length, iova, access as u32) }
 }
 
-/// `ibv_rereg_mr`: a new registration replaces the old one (new keys, which the `ibv_mr`
-/// then carries). On failure the old region stays valid and `IBV_REREG_MR_ERR_INPUT` is
-/// returned with `errno` set.
+/// `ibv_rereg_mr`: the region takes the new protection domain, rights or memory under the
+/// keys it has (as on rxe and mlx5: peers go on using the rkey they were given). On failure
+/// the region stays as it was and `IBV_REREG_MR_ERR_INPUT` is returned with `errno` set.
 pub(crate) unsafe extern "C" fn ibv_rereg_mr(
     mr: *mut ibv_mr,
     flags: c_int,
@@ -248,7 +248,17 @@ pub(crate) unsafe extern "C" fn ibv_rereg_mr(
     let pd_ref = unsafe { &*new_pd };
     // SAFETY: ibv_rereg_mr's contract: the (new) memory is the program's and outlives the
     // registration.
-    let region = match unsafe { register_memory(pd_ref, new_addr, new_len, iova, new_access) } {
+    let region = match unsafe {
+        reregister_memory(
+            &old,
+            pd_ref,
+            new_addr,
+            new_len,
+            iova,
+            new_access,
+            translation,
+        )
+    } {
         Ok(r) => r,
         Err(e) => return fail(e),
     };
@@ -261,13 +271,47 @@ pub(crate) unsafe extern "C" fn ibv_rereg_mr(
     }
     m.ibv.addr = new_addr;
     m.ibv.length = new_len;
+    // The keys stay (as on rxe and mlx5); written again all the same, as rdma-core does with
+    // the kernel's answer.
     m.ibv.lkey = region.lkey();
     m.ibv.rkey = region.rkey();
     m.ibv.handle = region.lkey();
-    // Dropping the old handle deregisters the old keys.
     *m.mr.lock().unwrap_or_else(|e| e.into_inner()) = region;
     drop(old);
     0
+}
+
+/// Re-registers `old` in `pd` with `access`, over `[addr, addr + length)` at `iova` when
+/// `translation` is set (checked as a new registration's memory is), else over its memory.
+///
+/// # Safety
+/// With `translation`, the program promises the new memory stays allocated until the region is
+/// deregistered.
+unsafe fn reregister_memory(
+    old: &MemoryRegion,
+    pd: &Pd,
+    addr: *mut c_void,
+    length: usize,
+    iova: u64,
+    access: u32,
+    translation: bool,
+) -> Result<MemoryRegion, c_int> {
+    let flags = access_flags(access)?;
+    // New rights over the same memory are checked too: write access to read-only pages is
+    // EFAULT, as for a new registration.
+    crate::mapping::check_buffer(addr as usize, length, access)?;
+    let result = if translation {
+        let iova = if access & IBV_ACCESS_ZERO_BASED != 0 {
+            0
+        } else {
+            iova
+        };
+        // SAFETY: forwarded from this function's contract.
+        unsafe { old.rereg_raw_iova(&pd.pd, addr.cast(), length, iova, flags) }
+    } else {
+        old.rereg(&pd.pd, flags)
+    };
+    result.map_err(|e| reg_errno(&e))
 }
 
 /// `ibv_dereg_mr`: after it returns, softrdma never touches the memory again. `EINVAL`

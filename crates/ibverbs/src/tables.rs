@@ -11,8 +11,13 @@ use std::mem::size_of;
 
 use crate::abi::*;
 
-/// The tables of a new context on `device`, with `async_fd` as its event descriptor.
-pub(crate) fn verbs_context_for(device: *mut ibv_device, async_fd: i32) -> verbs_context {
+/// The tables of a new context on `device`, with `async_fd` as its event descriptor and
+/// `cmd_fd` as its command descriptor.
+pub(crate) fn verbs_context_for(
+    device: *mut ibv_device,
+    cmd_fd: i32,
+    async_fd: i32,
+) -> verbs_context {
     verbs_context {
         query_port: Some(crate::query::query_port_ex),
         advise_mr: None,
@@ -91,7 +96,7 @@ pub(crate) fn verbs_context_for(device: *mut ibv_device, async_fd: i32) -> verbs
                 _compat_detach_mcast: None,
                 _compat_async_event: None,
             },
-            cmd_fd: -1,
+            cmd_fd,
             async_fd,
             num_comp_vectors: 1,
             mutex: libc::PTHREAD_MUTEX_INITIALIZER,

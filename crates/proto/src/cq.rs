@@ -49,6 +49,14 @@ impl CompletionQueue {
         n
     }
 
+    /// Removes the completions of QP `qpn` still waiting (a QP moved to the reset state takes
+    /// them along, as mlx5's and mlx4's providers clean their CQs); returns how many.
+    pub fn discard_qp(&mut self, qpn: u32) -> usize {
+        let before = self.entries.len();
+        self.entries.retain(|wc| wc.qp_num != qpn);
+        before - self.entries.len()
+    }
+
     /// Completions waiting.
     pub fn len(&self) -> usize {
         self.entries.len()

@@ -94,7 +94,7 @@ pub enum MwError {
     /// A writable or atomic window over a region without local write (IBTA C10-74).
     #[error("writable window over a region without local write access")]
     NeedsLocalWrite,
-    /// Rights other than remote read, write and atomic.
+    /// Rights other than remote read, write and atomic (and local write, accepted as rxe does).
     #[error("unsupported window access flags {0:#x}")]
     BadAccess(u32),
     /// The window's range is not inside the region (IBTA C10-75).

@@ -8,6 +8,10 @@ use softrdma_proto::*;
 use softrdma_wire::Psn;
 
 fn engine() -> (Engine, PdHandle, CqHandle, u32, u32) {
+    engine_with_inline(8)
+}
+
+fn engine_with_inline(max_inline_data: u32) -> (Engine, PdHandle, CqHandle, u32, u32) {
     let mut e = Engine::new(EngineConfig::new(IpAddr::V4(Ipv4Addr::new(10, 0, 0, 1))));
     let pd = e.alloc_pd();
     let cq = e.create_cq(16);
@@ -31,7 +35,7 @@ fn engine() -> (Engine, PdHandle, CqHandle, u32, u32) {
                 max_recv_wr: 1,
                 max_send_sge: 1,
                 max_recv_sge: 1,
-                max_inline_data: 8,
+                max_inline_data,
             },
         )
         .unwrap();
@@ -172,6 +176,35 @@ fn structural_send_errors() {
         e.qp(qpn).unwrap().send_queue_len(),
         2,
         "refused WRs were not queued"
+    );
+}
+
+/// `ibv_wr_atomic_write` hands its 8 bytes over by pointer and the C library carries them as
+/// inline data: a QP created without inline room (rdma-core's tests create theirs so) must
+/// still take it, while a SEND of as many inline bytes is refused.
+#[test]
+fn atomic_write_value_is_not_inline_data_of_the_qp() {
+    let (mut e, _, _, _, qpn) = engine_with_inline(0);
+    to_rts(&mut e, qpn);
+    let inline = |wr_id, op| SendWr {
+        wr_id,
+        op,
+        sg_list: vec![],
+        flags: SendFlags::SIGNALED | SendFlags::INLINE,
+        inline_data: Some(vec![7; 8].into()),
+        ud: None,
+    };
+    assert!(matches!(
+        e.post_send(Instant::ZERO, qpn, inline(1, SendOp::Send)),
+        Err(EngineError::InvalidArgument(_))
+    ));
+    let atomic_write = SendOp::AtomicWrite {
+        remote_addr: 0x2000,
+        rkey: 5,
+    };
+    assert_eq!(
+        e.post_send(Instant::ZERO, qpn, inline(2, atomic_write)),
+        Ok(())
     );
 }
 
@@ -324,4 +357,61 @@ fn hostile_datagrams_are_counted_not_fatal() {
     assert_eq!(e.stats().rx_packets, 300);
     assert_eq!(e.stats().total_drops(), 300);
     assert!(e.stats().drops_for(DropReason::BadIcrc) > 0);
+}
+
+/// A QP moved to the reset state takes its completions out of the CQ it shares with
+/// another QP (as mlx5's provider does), so that a program resetting it after an error to use
+/// it again polls no flush of its former life; the other QP's completions stay, in order.
+#[test]
+fn reset_removes_the_qps_completions_from_a_shared_cq() {
+    let (mut e, pd, cq, key, a) = engine();
+    let b = e
+        .create_qp(
+            pd,
+            cq,
+            cq,
+            QpType::Rc,
+            QpCaps {
+                max_send_wr: 2,
+                max_recv_wr: 2,
+                max_send_sge: 1,
+                max_recv_sge: 1,
+                max_inline_data: 0,
+            },
+        )
+        .unwrap();
+    let recv = |wr_id| RecvWr {
+        wr_id,
+        sg_list: vec![Sge {
+            addr: 0x1000,
+            length: 8,
+            lkey: key,
+        }],
+    };
+    let to_err = QpAttr {
+        qp_state: Some(QpState::Err),
+        ..QpAttr::default()
+    };
+    for (qpn, wr_id) in [(b, 10), (a, 20)] {
+        to_rts(&mut e, qpn);
+        e.post_recv(qpn, recv(wr_id)).unwrap();
+        e.modify_qp(qpn, &to_err).unwrap();
+    }
+    e.post_recv(b, recv(11)).unwrap();
+    assert_eq!(e.cq(cq).unwrap().len(), 3, "three flushed receives");
+    let reset = QpAttr {
+        qp_state: Some(QpState::Reset),
+        ..QpAttr::default()
+    };
+    e.modify_qp(a, &reset).unwrap();
+    let mut out = Vec::new();
+    e.poll_cq(cq, 8, &mut out).unwrap();
+    let left: Vec<_> = out
+        .iter()
+        .map(|wc| (wc.qp_num, wc.wr_id, wc.status))
+        .collect();
+    assert_eq!(
+        left,
+        [(b, 10, WcStatus::WrFlushErr), (b, 11, WcStatus::WrFlushErr)]
+    );
 }

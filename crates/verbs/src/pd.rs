@@ -134,12 +134,9 @@ impl ProtectionDomain {
         iova: u64,
         access: AccessFlags,
     ) -> Result<MemoryRegion, RegMrError> {
-        if (ptr as usize).checked_add(len).is_none() || iova.checked_add(len as u64).is_none() {
-            return Err(RegMrError::InvalidRange("region wraps the address space"));
-        }
         // SAFETY: forwarded from this function's contract.
-        let memory = unsafe { RawMemory::new(ptr, len) };
-        self.register(Arc::new(memory), iova, ptr, len, access)
+        let memory = unsafe { raw_memory(ptr, len, iova) }?;
+        self.register(memory, iova, ptr, len, access)
     }
 
     fn register(
@@ -150,11 +147,7 @@ impl ProtectionDomain {
         len: usize,
         access: AccessFlags,
     ) -> Result<MemoryRegion, RegMrError> {
-        let needs_local_write = access.contains(AccessFlags::REMOTE_WRITE)
-            || access.contains(AccessFlags::REMOTE_ATOMIC);
-        if needs_local_write && !access.contains(AccessFlags::LOCAL_WRITE) {
-            return Err(RegMrError::AccessNeedsLocalWrite);
-        }
+        check_access(access)?;
         let key = self
             .device()
             .inner()
@@ -167,15 +160,14 @@ impl ProtectionDomain {
                 access,
                 memory.clone() as Arc<dyn RegionMemory>,
             )
-            .map_err(|e| match e {
-                softrdma_proto::EngineError::InvalidArgument(s) => RegMrError::InvalidRange(s),
-                softrdma_proto::EngineError::Exhausted(_) => RegMrError::TooMany,
-                _ => RegMrError::InvalidRange("refused by the engine"),
-            })?;
+            .map_err(reg_error)?;
         Ok(MemoryRegion {
             inner: Arc::new(MrInner {
+                registration: Arc::new(Registration {
+                    device: self.device().clone(),
+                    key,
+                }),
                 pd: self.clone(),
-                key,
                 addr,
                 ptr,
                 len,
@@ -213,9 +205,30 @@ impl ProtectionDomain {
     }
 }
 
-struct MrInner {
-    pd: ProtectionDomain,
+/// A key of the engine's table naming a region: shared by the handles of the region before
+/// and after a re-registration, so that the last of them deregisters it.
+struct Registration {
+    device: Device,
     key: u32,
+}
+
+impl Drop for Registration {
+    fn drop(&mut self) {
+        // After this, the engine never touches the memory again (it accesses regions only
+        // through its table, under the same lock).
+        // Windows bound to the region are revoked with it (see `MemoryWindow`).
+        let _ = self
+            .device
+            .inner()
+            .lock()
+            .engine
+            .dereg_mr_revoking_windows(self.key);
+    }
+}
+
+struct MrInner {
+    registration: Arc<Registration>,
+    pd: ProtectionDomain,
     addr: u64,
     ptr: *mut u8,
     len: usize,
@@ -229,18 +242,37 @@ unsafe impl Send for MrInner {}
 // SAFETY: as above.
 unsafe impl Sync for MrInner {}
 
-impl Drop for MrInner {
-    fn drop(&mut self) {
-        // After this, the engine never touches the memory again (it accesses regions only
-        // through its table, under the same lock).
-        // Windows bound to the region are revoked with it (see `MemoryWindow`).
-        let _ = self
-            .pd
-            .device()
-            .inner()
-            .lock()
-            .engine
-            .dereg_mr_revoking_windows(self.key);
+/// The program's memory `[ptr, ptr + len)`, to be registered at `iova`.
+///
+/// # Safety
+/// As for [`ProtectionDomain::reg_mr_raw`].
+unsafe fn raw_memory(
+    ptr: *mut u8,
+    len: usize,
+    iova: u64,
+) -> Result<Arc<dyn WordMemory>, RegMrError> {
+    if (ptr as usize).checked_add(len).is_none() || iova.checked_add(len as u64).is_none() {
+        return Err(RegMrError::InvalidRange("region wraps the address space"));
+    }
+    // SAFETY: forwarded from this function's contract.
+    Ok(Arc::new(unsafe { RawMemory::new(ptr, len) }))
+}
+
+/// The access rules of ibverbs that a region's rights must follow.
+fn check_access(access: AccessFlags) -> Result<(), RegMrError> {
+    let needs_local_write =
+        access.contains(AccessFlags::REMOTE_WRITE) || access.contains(AccessFlags::REMOTE_ATOMIC);
+    if needs_local_write && !access.contains(AccessFlags::LOCAL_WRITE) {
+        return Err(RegMrError::AccessNeedsLocalWrite);
+    }
+    Ok(())
+}
+
+fn reg_error(e: softrdma_proto::EngineError) -> RegMrError {
+    match e {
+        softrdma_proto::EngineError::InvalidArgument(s) => RegMrError::InvalidRange(s),
+        softrdma_proto::EngineError::Exhausted(_) => RegMrError::TooMany,
+        _ => RegMrError::InvalidRange("refused by the engine"),
     }
 }
 
@@ -292,7 +324,7 @@ impl std::fmt::Debug for MemoryRegion {
         f.debug_struct("MemoryRegion")
             .field("addr", &format_args!("{:#x}", self.inner.addr))
             .field("len", &self.inner.len)
-            .field("lkey", &format_args!("{:#x}", self.inner.key))
+            .field("lkey", &format_args!("{:#x}", self.inner.registration.key))
             .field("access", &self.inner.access)
             .finish()
     }
@@ -317,12 +349,91 @@ impl MemoryRegion {
 
     /// Local key (for SGEs).
     pub fn lkey(&self) -> u32 {
-        self.inner.key
+        self.inner.registration.key
     }
 
     /// Remote key (for peers' RDMA and atomic operations).
     pub fn rkey(&self) -> u32 {
-        self.inner.key
+        self.inner.registration.key
+    }
+
+    /// Re-registers the region (`ibv_rereg_mr` without a new translation): it now belongs
+    /// to `pd` and grants `access`, over the same memory and under the same keys (rxe and
+    /// mlx5 keep them, and programs go on using the keys they exchanged). Returns the handle
+    /// that describes the region now; `self` and its clones keep the registration alive but
+    /// describe what it was. Windows stay bound (see [`Engine::rereg_mr`]).
+    ///
+    /// [`Engine::rereg_mr`]: softrdma_proto::Engine::rereg_mr
+    pub fn rereg(
+        &self,
+        pd: &ProtectionDomain,
+        access: AccessFlags,
+    ) -> Result<MemoryRegion, RegMrError> {
+        let i = &self.inner;
+        self.rereg_with(pd, i.memory.clone(), i.addr, i.ptr, i.len, access)
+    }
+
+    /// Re-registers the region over new memory (`ibv_rereg_mr` with a new translation):
+    /// `[ptr, ptr + len)` at virtual address `iova`, in `pd`, granting `access`, under the same
+    /// keys. Once this returns, softrdma never touches the old memory again (unless it is
+    /// part of the new).
+    ///
+    /// # Safety
+    /// As for [`ProtectionDomain::reg_mr_raw_iova`], for the new memory.
+    pub unsafe fn rereg_raw_iova(
+        &self,
+        pd: &ProtectionDomain,
+        ptr: *mut u8,
+        len: usize,
+        iova: u64,
+        access: AccessFlags,
+    ) -> Result<MemoryRegion, RegMrError> {
+        // SAFETY: forwarded from this function's contract.
+        let memory = unsafe { raw_memory(ptr, len, iova) }?;
+        self.rereg_with(pd, memory, iova, ptr, len, access)
+    }
+
+    fn rereg_with(
+        &self,
+        pd: &ProtectionDomain,
+        memory: Arc<dyn WordMemory>,
+        addr: u64,
+        ptr: *mut u8,
+        len: usize,
+        access: AccessFlags,
+    ) -> Result<MemoryRegion, RegMrError> {
+        let registration = &self.inner.registration;
+        if !Arc::ptr_eq(&pd.device().shared, &registration.device.shared) {
+            return Err(RegMrError::InvalidRange(
+                "the protection domain is of another device",
+            ));
+        }
+        check_access(access)?;
+        registration
+            .device
+            .inner()
+            .lock()
+            .engine
+            .rereg_mr(
+                registration.key,
+                pd.handle(),
+                addr,
+                len as u64,
+                access,
+                memory.clone() as Arc<dyn RegionMemory>,
+            )
+            .map_err(reg_error)?;
+        Ok(MemoryRegion {
+            inner: Arc::new(MrInner {
+                registration: registration.clone(),
+                pd: pd.clone(),
+                addr,
+                ptr,
+                len,
+                access,
+                memory,
+            }),
+        })
     }
 
     /// Memory windows bound to the region now (while there are any, the C library's
@@ -380,7 +491,7 @@ impl MemoryRegion {
         Sge {
             addr: self.inner.addr.wrapping_add(offset as u64),
             length: len,
-            lkey: self.inner.key,
+            lkey: self.inner.registration.key,
         }
     }
 
@@ -394,7 +505,7 @@ impl MemoryRegion {
         RemoteRegion {
             addr: self.inner.addr,
             len: self.inner.len as u64,
-            rkey: self.inner.key,
+            rkey: self.inner.registration.key,
         }
     }
 

@@ -1,5 +1,5 @@
 //! Every RC operation over real UDP on loopback, with exact memory and completion checks.
-//! Addresses 127.0.5.x, two per test.
+//! Addresses 127.0.5.x, two per connection.
 
 mod common;
 
@@ -951,4 +951,52 @@ fn a_qp_without_queue_entries_serves_one_sided_operations() {
     a.qp.post_send([wr::send(6, vec![a.mr.sge(0, 8)])]).unwrap();
     assert_eq!(wait_one(&a.cq).status, WcStatus::RnrRetryExcErr);
     assert!(b.cq.poll_one().is_none());
+}
+
+/// `MemoryRegion::rereg` and `rereg_raw_iova` (ibverbs `ibv_rereg_mr`) keep the keys a peer
+/// was given, as rxe and mlx5 do: the peer's next WRITE with the same rkey lands in the new
+/// memory at the new address, the old memory is left alone, and new rights apply at once.
+#[test]
+fn reregistration_keeps_the_keys_and_moves_the_memory() {
+    let mut buffer = vec![0u64; 512];
+    let (a, b) = pair("127.0.5.70", "127.0.5.71", 4096);
+    let old = b.mr.remote();
+    let iova = 0x7000_0000;
+    // SAFETY: `buffer` outlives every handle of the region (declared before them, dropped
+    // after), and the test reads it only through the region.
+    let moved = unsafe {
+        b.mr.rereg_raw_iova(&b.pd, buffer.as_mut_ptr().cast(), 4096, iova, all_access())
+    }
+    .unwrap();
+    assert_eq!((moved.lkey(), moved.rkey()), (b.mr.lkey(), old.rkey));
+    assert_eq!((moved.addr(), moved.len()), (iova, 4096));
+    let data = pattern(500, 9);
+    a.mr.write(0, &data).unwrap();
+    a.qp.post_send([wr::write(1, vec![a.mr.sge(0, 500)], iova + 100, old.rkey)])
+        .unwrap();
+    assert_eq!(wait_one(&a.cq).status, WcStatus::Success);
+    assert_eq!(moved.read_vec(100, 500).unwrap(), data);
+    assert!(
+        b.mr.to_vec().iter().all(|&x| x == 0),
+        "the old memory was written"
+    );
+    // The old address is no longer the region's.
+    a.qp.post_send([wr::write(2, vec![a.mr.sge(0, 8)], old.addr, old.rkey)])
+        .unwrap();
+    assert_eq!(wait_one(&a.cq).status, WcStatus::RemAccessErr);
+
+    // New rights under the same key: read-only now.
+    let (a, b) = pair("127.0.5.72", "127.0.5.73", 4096);
+    let read_only =
+        b.mr.rereg(&b.pd, AccessFlags::LOCAL_WRITE | AccessFlags::REMOTE_READ)
+            .unwrap();
+    assert_eq!(read_only.rkey(), b.mr.rkey());
+    let r = read_only.remote();
+    a.qp.post_send([wr::read(3, vec![a.mr.sge(0, 8)], r.addr, r.rkey)])
+        .unwrap();
+    assert_eq!(wait_one(&a.cq).status, WcStatus::Success);
+    a.qp.post_send([wr::write(4, vec![a.mr.sge(0, 8)], r.addr, r.rkey)])
+        .unwrap();
+    assert_eq!(wait_one(&a.cq).status, WcStatus::RemAccessErr);
+    drop((read_only, moved));
 }

@@ -20,30 +20,34 @@ impl Engine {
         access: AccessFlags,
         memory: Arc<dyn RegionMemory>,
     ) -> Result<u32, EngineError> {
-        if !self.pds.contains(&pd.0) {
-            return Err(EngineError::NoSuchPd);
-        }
-        let needs_local_write = access.contains(AccessFlags::REMOTE_WRITE)
-            || access.contains(AccessFlags::REMOTE_ATOMIC);
-        if needs_local_write && !access.contains(AccessFlags::LOCAL_WRITE) {
-            return Err(EngineError::InvalidArgument(
-                "remote write/atomic access requires local write",
-            ));
-        }
-        if (memory.len() as u64) < length {
-            return Err(EngineError::InvalidArgument(
-                "memory shorter than the region",
-            ));
-        }
-        if iova.checked_add(length).is_none() {
-            return Err(EngineError::InvalidArgument(
-                "region wraps the address space",
-            ));
-        }
+        check_region(&self.pds, pd, iova, length, access, &*memory)?;
         self.shared
             .mrs
             .register(pd, iova, length, access, memory)
             .ok_or(EngineError::Exhausted("memory regions"))
+    }
+
+    /// Re-registers the region `key` (ibverbs `ibv_rereg_mr`): a new protection domain, range,
+    /// rights or memory, under the same key. Checked as [`Engine::reg_mr`] checks a new
+    /// region. Windows stay bound; each access through one is checked against the region as
+    /// it is then, so a window left outside the new range grants nothing.
+    pub fn rereg_mr(
+        &mut self,
+        key: u32,
+        pd: PdHandle,
+        iova: u64,
+        length: u64,
+        access: AccessFlags,
+        memory: Arc<dyn RegionMemory>,
+    ) -> Result<(), EngineError> {
+        if self.shared.mrs.get(key).is_none() {
+            return Err(EngineError::NoSuchMr);
+        }
+        check_region(&self.pds, pd, iova, length, access, &*memory)?;
+        self.shared
+            .mrs
+            .reregister(key, pd, iova, length, access, memory);
+        Ok(())
     }
 
     /// Deregisters a memory region. Requests already in flight that name it fail their
@@ -98,4 +102,38 @@ impl Engine {
             .window_rkey(rkey)
             .ok_or(EngineError::NoSuchMw)
     }
+}
+
+/// What a region must be, new or re-registered: in a live protection domain; remote write or
+/// atomic access only with local write (as in ibverbs); memory as long as the region; a range
+/// that does not wrap.
+fn check_region(
+    pds: &std::collections::BTreeSet<u32>,
+    pd: PdHandle,
+    iova: u64,
+    length: u64,
+    access: AccessFlags,
+    memory: &dyn RegionMemory,
+) -> Result<(), EngineError> {
+    if !pds.contains(&pd.0) {
+        return Err(EngineError::NoSuchPd);
+    }
+    let needs_local_write =
+        access.contains(AccessFlags::REMOTE_WRITE) || access.contains(AccessFlags::REMOTE_ATOMIC);
+    if needs_local_write && !access.contains(AccessFlags::LOCAL_WRITE) {
+        return Err(EngineError::InvalidArgument(
+            "remote write/atomic access requires local write",
+        ));
+    }
+    if (memory.len() as u64) < length {
+        return Err(EngineError::InvalidArgument(
+            "memory shorter than the region",
+        ));
+    }
+    if iova.checked_add(length).is_none() {
+        return Err(EngineError::InvalidArgument(
+            "region wraps the address space",
+        ));
+    }
+    Ok(())
 }

@@ -262,6 +262,33 @@ impl MrTable {
         })
     }
 
+    /// Gives the region `key` a new protection domain, range, rights and memory, keeping its
+    /// key (ibverbs `ibv_rereg_mr`, where rxe and mlx5 keep the keys: programs and
+    /// rdma-core's tests go on using the ones they exchanged); `false` if the key names no
+    /// region. The old memory is never touched again once this returns.
+    pub fn reregister(
+        &mut self,
+        key: u32,
+        pd: PdHandle,
+        iova: u64,
+        length: u64,
+        access: AccessFlags,
+        memory: Arc<dyn RegionMemory>,
+    ) -> bool {
+        let slot = self.slot(key);
+        match self.slots.get_mut(slot).and_then(|s| s.object.as_mut()) {
+            Some(KeyObject::Region(r)) if r.lkey == key => {
+                r.pd = pd;
+                r.iova = iova;
+                r.length = length;
+                r.access = access;
+                r.memory = memory;
+                true
+            }
+            _ => false,
+        }
+    }
+
     /// Puts the object `make` builds from its new key into a free slot; `None` when every
     /// slot is taken.
     pub(crate) fn insert(&mut self, make: impl FnOnce(u32) -> KeyObject) -> Option<u32> {

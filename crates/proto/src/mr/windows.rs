@@ -6,11 +6,14 @@ use crate::access::AccessFlags;
 use crate::mw::{Invalidator, MemoryWindow, MwBinding, MwError, MwType};
 use crate::wr::MwBind;
 
-/// Rights a window may grant.
+/// Rights a bind may ask for: the remote ones, and local write, which rxe and mlx5 accept
+/// (rdma-core's own tests bind with it). A window's key is an R_Key only, so local write
+/// grants nothing here.
 const WINDOW_RIGHTS: AccessFlags = AccessFlags::from_bits_truncate(
     AccessFlags::REMOTE_WRITE.bits()
         | AccessFlags::REMOTE_READ.bits()
-        | AccessFlags::REMOTE_ATOMIC.bits(),
+        | AccessFlags::REMOTE_ATOMIC.bits()
+        | AccessFlags::LOCAL_WRITE.bits(),
 );
 
 impl MrTable {
@@ -391,9 +394,9 @@ mod tests {
             (bind(mw, 1, mr, 0x1000, 0, w), PD, MwError::WrongType),
             (bind(mw, 1, mr, 0x1000, 8, w), PdHandle(2), MwError::WrongPd),
             (
-                bind(mw, 1, mr, 0x1000, 8, AccessFlags::LOCAL_WRITE),
+                bind(mw, 1, mr, 0x1000, 8, AccessFlags::MW_BIND),
                 PD,
-                MwError::BadAccess(1),
+                MwError::BadAccess(AccessFlags::MW_BIND.bits()),
             ),
             (
                 bind(mw ^ 0x100, 1, mr, 0x1000, 8, w),

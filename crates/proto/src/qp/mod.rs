@@ -325,7 +325,16 @@ impl QueuePair {
         }
         match to {
             QpState::Reset => {
-                // Reset discards everything without completions (ibverbs semantics).
+                // Reset discards everything without completions (ibverbs semantics), and the
+                // completions of the QP's former life that its CQs still hold: a program that
+                // resets a QP after an error to use it again (rdma-core's tests do) must not
+                // poll the flushes of the old one. mlx5's and mlx4's providers clean their CQs
+                // so; rxe leaves them.
+                for cq in [self.send_cq, self.recv_cq] {
+                    if let Some(q) = ctx.cqs.get_mut(&cq) {
+                        q.discard_qp(self.qpn);
+                    }
+                }
                 *ctx.reorder_bytes -= self.resp.early.clear();
                 self.rq.clear();
                 self.req = Requester::default();

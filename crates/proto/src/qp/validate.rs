@@ -27,7 +27,11 @@ impl QueuePair {
             let Some(data) = &wr.inline_data else {
                 return invalid("INLINE flag without inline data");
             };
-            if data.len() > self.caps.max_inline_data as usize {
+            // ATOMIC_WRITE's 8 bytes travel in the work request itself (ibverbs'
+            // `ibv_wr_atomic_write` passes them by pointer, as rxe keeps them in its WQE), not
+            // as inline data the QP was sized for.
+            let atomic_value = matches!(wr.op, SendOp::AtomicWrite { .. }) && data.len() == 8;
+            if data.len() > self.caps.max_inline_data as usize && !atomic_value {
                 return invalid("inline data longer than max_inline_data");
             }
             if wr.op.writes_locally() || matches!(wr.op, SendOp::Flush { .. }) {
