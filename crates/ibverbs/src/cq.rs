@@ -309,13 +309,23 @@ pub(crate) fn destroy(cq: *mut ibv_cq, wait_acks: bool) -> c_int {
     0
 }
 
-/// `ibv_resize_cq`: softrdma's CQs keep their size.
+/// `ibv_resize_cq`: the CQ holds `cqe` completions from now on (and says so in `cq->cqe`).
+/// `EINVAL` for a size below 1 or above `max_cqe`, or below the completions waiting (rxe).
 pub(crate) unsafe extern "C" fn ibv_resize_cq(cq: *mut ibv_cq, cqe: c_int) -> c_int {
-    let _ = cqe;
-    match Cq::from_handle(cq) {
-        Ok(_) => fail_errno(libc::EOPNOTSUPP),
-        Err(e) => fail_errno(e),
+    let c = match Cq::from_handle(cq) {
+        Ok(c) => c,
+        Err(e) => return fail_errno(e),
+    };
+    let Ok(size) = u32::try_from(cqe) else {
+        return fail_errno(libc::EINVAL);
+    };
+    if size == 0 || c.cq.resize(size).is_err() {
+        return fail_errno(libc::EINVAL);
     }
+    // SAFETY: `cq` is a live CQ handle (checked above); `cqe` is the program's to read, as
+    // ibv_create_cq's answer is.
+    unsafe { (*cq).cqe = c.cq.capacity() as c_int };
+    0
 }
 
 /// `ibv_wc_status` of a softrdma status.

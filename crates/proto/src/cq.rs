@@ -67,8 +67,59 @@ impl CompletionQueue {
         self.entries.is_empty()
     }
 
+    /// Sets the capacity (ibverbs `ibv_resize_cq`); `false`, and nothing changed, when more
+    /// completions wait than `capacity` holds (rxe: `EINVAL`).
+    pub fn resize(&mut self, capacity: usize) -> bool {
+        if capacity < self.entries.len() {
+            return false;
+        }
+        self.capacity = capacity.max(1);
+        true
+    }
+
     /// Capacity.
     pub fn capacity(&self) -> usize {
         self.capacity
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::wr::{WcOpcode, WcStatus};
+
+    fn wc(wr_id: u64) -> WorkCompletion {
+        WorkCompletion {
+            wr_id,
+            status: WcStatus::Success,
+            opcode: WcOpcode::Send,
+            byte_len: 0,
+            imm_data: None,
+            invalidated_rkey: None,
+            qp_num: 1,
+            src_qp: 2,
+            grh: false,
+        }
+    }
+
+    /// A CQ grows and shrinks around the completions waiting in it, never below them.
+    #[test]
+    fn resize_keeps_what_waits_and_refuses_to_drop_it() {
+        let mut q = CompletionQueue::new(3);
+        for id in 0..3 {
+            assert!(q.push(wc(id)));
+        }
+        assert!(!q.push(wc(3)), "full at 3");
+        assert!(!q.resize(2), "3 wait: cannot shrink to 2");
+        assert_eq!(q.capacity(), 3);
+        assert!(q.resize(5));
+        assert!(q.push(wc(4)) && q.push(wc(5)) && !q.push(wc(6)));
+        let mut out = Vec::new();
+        q.poll(4, &mut out);
+        assert!(q.resize(1), "one waits: 1 holds it");
+        let ids: Vec<u64> = out.iter().map(|w| w.wr_id).collect();
+        assert_eq!(ids, [0, 1, 2, 4]);
+        q.poll(4, &mut out);
+        assert_eq!(out.last().map(|w| w.wr_id), Some(5));
     }
 }

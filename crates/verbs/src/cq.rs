@@ -9,7 +9,7 @@ use std::time::{Duration, Instant};
 
 use softrdma_proto::{CqHandle, WorkCompletion};
 
-use crate::error::{AttachChannelError, CreateCqError};
+use crate::error::{AttachChannelError, CreateCqError, ResizeCqError};
 use crate::event::CompletionChannel;
 use crate::limits::MAX_CQE;
 use crate::progress::CqNotify;
@@ -19,7 +19,8 @@ pub(crate) struct CqInner {
     device: Device,
     pub(crate) handle: CqHandle,
     notify: Arc<CqNotify>,
-    cqe: u32,
+    /// Capacity; changed by [`CompletionQueue::resize`] under the device lock.
+    cqe: std::sync::atomic::AtomicU32,
 }
 
 impl Drop for CqInner {
@@ -80,7 +81,7 @@ impl CompletionQueue {
                 device,
                 handle,
                 notify,
-                cqe,
+                cqe: cqe.into(),
             }),
         })
     }
@@ -128,7 +129,29 @@ impl CompletionQueue {
 
     /// Capacity in completions (`cqe`).
     pub fn capacity(&self) -> u32 {
-        self.inner.cqe
+        self.inner.cqe.load(Ordering::Acquire)
+    }
+
+    /// Changes the capacity to `cqe` completions (`ibv_resize_cq`); completions waiting stay.
+    /// Refused while more wait than `cqe` holds (poll them first), as rxe refuses.
+    pub fn resize(&self, cqe: u32) -> Result<(), ResizeCqError> {
+        if cqe > MAX_CQE {
+            return Err(ResizeCqError::TooManyEntries {
+                requested: cqe,
+                max: MAX_CQE,
+            });
+        }
+        let cqe = cqe.max(1);
+        let mut core = self.inner.device.inner().lock();
+        let waiting = core.engine.cq(self.inner.handle).map_or(0, |q| q.len());
+        core.engine
+            .resize_cq(self.inner.handle, cqe as usize)
+            .map_err(|_| ResizeCqError::TooManyWaiting {
+                requested: cqe,
+                waiting,
+            })?;
+        self.inner.cqe.store(cqe, Ordering::Release);
+        Ok(())
     }
 
     /// Moves up to `max` completions, oldest first, to the end of `out`; returns how many

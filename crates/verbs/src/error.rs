@@ -83,6 +83,27 @@ pub enum CreateCqError {
     EventFd(std::io::ErrorKind),
 }
 
+/// Resizing a completion queue was refused (`ibv_resize_cq`; ibverbs: EINVAL).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
+pub enum ResizeCqError {
+    /// More entries than the device's `max_cqe`.
+    #[error("{requested} CQ entries requested; the device allows {max}")]
+    TooManyEntries {
+        /// Entries asked for.
+        requested: u32,
+        /// The device limit.
+        max: u32,
+    },
+    /// More completions wait in the CQ than the new size holds: poll them first.
+    #[error("{waiting} completions wait in the CQ, more than {requested} entries hold")]
+    TooManyWaiting {
+        /// Entries asked for.
+        requested: u32,
+        /// Completions waiting.
+        waiting: usize,
+    },
+}
+
 /// A completion channel operation on a CQ was refused.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
 pub enum AttachChannelError {

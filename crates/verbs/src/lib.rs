@@ -180,7 +180,7 @@ pub use device::{
 pub use error::{
     AllocMwError, AttachChannelError, CreateAhError, CreateCqError, CreateQpError, McastError,
     ModifyQpError, OpenDeviceError, PostErrorKind, PostRecvError, PostSendError, QueryError,
-    RegMrError, SrqError,
+    RegMrError, ResizeCqError, SrqError,
 };
 pub use event::{AsyncEvent, AsyncEvents, CompletionChannel};
 pub use gid::{Gid, GidEntry, GidParseError, GidType};

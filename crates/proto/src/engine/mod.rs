@@ -200,6 +200,18 @@ impl Engine {
         cq
     }
 
+    /// Changes how many completions `cq` holds (ibverbs `ibv_resize_cq`); refused while more
+    /// wait in it than the new size, as rxe refuses.
+    pub fn resize_cq(&mut self, cq: CqHandle, capacity: usize) -> Result<(), EngineError> {
+        let q = self.shared.cqs.get_mut(&cq).ok_or(EngineError::NoSuchCq)?;
+        if !q.resize(capacity) {
+            return Err(EngineError::InvalidArgument(
+                "more completions wait in the CQ than the new size holds",
+            ));
+        }
+        Ok(())
+    }
+
     /// Destroys a completion queue no QP uses.
     pub fn destroy_cq(&mut self, cq: CqHandle) -> Result<(), EngineError> {
         if !self.shared.cqs.contains_key(&cq) {
