@@ -12,7 +12,9 @@ use crate::abi::*;
 use crate::context::Context;
 use crate::pd::Pd;
 use crate::qp_object::Qp;
-use crate::util::{fail_errno, fail_minus_one, fail_null, register, unregister, Kind};
+use crate::util::{
+    creating_user, fail_errno, fail_minus_one, fail_null, register, unregister, Kind,
+};
 
 /// An address handle: the C struct first.
 #[repr(C)]
@@ -64,6 +66,7 @@ pub(crate) unsafe extern "C" fn ibv_create_ah(
     pd: *mut ibv_pd,
     attr: *mut ibv_ah_attr,
 ) -> *mut ibv_ah {
+    let _users = creating_user();
     let p = match Pd::from_handle(pd) {
         Ok(p) => p,
         Err(e) => return fail_null(e),

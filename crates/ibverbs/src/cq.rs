@@ -17,7 +17,8 @@ use softrdma::{CompletionChannel, CompletionQueue, WcOpcode, WcStatus, WorkCompl
 use crate::abi::*;
 use crate::context::Context;
 use crate::util::{
-    fail_errno, fail_minus_one, fail_null, is_live, register, set_errno, unregister, Kind,
+    creating_user, destroying_used, fail_errno, fail_minus_one, fail_null, is_live, register,
+    set_errno, unregister, Kind,
 };
 
 /// A completion channel: the C struct first.
@@ -96,17 +97,30 @@ pub(crate) unsafe extern "C" fn ibv_create_comp_channel(
 
 /// `ibv_destroy_comp_channel`: `EBUSY` while CQs use it.
 pub(crate) unsafe extern "C" fn ibv_destroy_comp_channel(channel: *mut ibv_comp_channel) -> c_int {
+    let users = destroying_used();
     if !is_live(channel, Kind::Channel) {
         return fail_errno(libc::EINVAL);
     }
     // SAFETY: live channel handles are boxed `Channel`s.
-    if unsafe { (*channel).refcnt } != 0 {
+    if unsafe { channel_users(channel) }.load(Ordering::Acquire) != 0 {
         return fail_errno(libc::EBUSY);
     }
     unregister(channel, Kind::Channel);
+    drop(users);
     // SAFETY: live until just now, unregistered: freed once.
     drop(unsafe { Box::from_raw(channel.cast::<Channel>()) });
     0
+}
+
+/// The channel's `refcnt` (CQs reporting to it) as an atomic: CQs of several threads
+/// count themselves at once (rdma-core does it under the context's mutex).
+///
+/// # Safety
+/// `channel` is a live channel handle (a boxed `Channel`).
+unsafe fn channel_users<'a>(channel: *mut ibv_comp_channel) -> &'a std::sync::atomic::AtomicI32 {
+    // SAFETY: `refcnt` is an aligned, live c_int of the channel, which this library accesses
+    // only through this atomic view.
+    unsafe { std::sync::atomic::AtomicI32::from_ptr(std::ptr::addr_of_mut!((*channel).refcnt)) }
 }
 
 /// Creates the CQ object shared by `ibv_create_cq` and `ibv_create_cq_ex`.
@@ -116,6 +130,7 @@ fn create(
     cq_context: *mut c_void,
     channel: *mut ibv_comp_channel,
 ) -> Result<*mut Cq, c_int> {
+    let _users = creating_user();
     let ctx = Context::from_handle(context)?;
     let cqe = u32::try_from(cqe).map_err(|_| libc::EINVAL)?;
     if cqe == 0 {
@@ -178,7 +193,8 @@ fn create(
         let ch = unsafe { &mut *channel.cast::<Channel>() };
         // A new CQ has no channel yet, so attaching cannot be refused.
         let _ = c.cq.attach_channel(&ch.channel, p as u64);
-        ch.ibv.refcnt += 1;
+        // SAFETY: checked live above, and kept so by the users lock.
+        unsafe { channel_users(channel) }.fetch_add(1, Ordering::AcqRel);
     }
     ctx.cqs
         .lock()
@@ -284,13 +300,16 @@ pub(crate) fn destroy(cq: *mut ibv_cq, wait_acks: bool) -> c_int {
             ev = c.acked.wait(ev).unwrap_or_else(|e| e.into_inner());
         }
     }
-    // A QP that took the CQ just before `closing` was set (it checked first, then counted).
+    // A QP that took the CQ before `closing` was set: its creation counts itself before the
+    // users lock lets this check run.
+    let users = destroying_used();
     if busy() {
         return fail_errno(libc::EBUSY);
     }
     if !unregister(cq, Kind::Cq) {
         return fail_errno(libc::EINVAL);
     }
+    drop(users);
     // SAFETY: was live (a boxed Cq) and is unregistered: freed once, below.
     let b = unsafe { Box::from_raw(cq.cast::<Cq>()) };
     let context = b.ibv.cq.context;
@@ -302,8 +321,8 @@ pub(crate) fn destroy(cq: *mut ibv_cq, wait_acks: bool) -> c_int {
     }
     let channel = b.ibv.cq.channel;
     if is_live(channel, Kind::Channel) {
-        // SAFETY: a live channel is a boxed Channel.
-        unsafe { (*channel).refcnt -= 1 };
+        // SAFETY: a live channel is a boxed Channel (it cannot go while this CQ counts).
+        unsafe { channel_users(channel) }.fetch_sub(1, Ordering::AcqRel);
     }
     drop(b);
     0

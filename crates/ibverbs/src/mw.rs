@@ -15,7 +15,7 @@ use softrdma::{MemoryWindow, MwType};
 use crate::abi::*;
 use crate::pd::Pd;
 use crate::qp_object::Qp;
-use crate::util::{fail_null, is_live, register, set_errno, unregister, Kind};
+use crate::util::{creating_user, fail_null, is_live, register, set_errno, unregister, Kind};
 
 /// A memory window: the C struct first, then softrdma's handle and the PD it keeps busy.
 #[repr(C)]
@@ -27,6 +27,7 @@ pub(crate) struct Mw {
 
 /// `alloc_mw` of `ibv_context_ops`.
 pub(crate) unsafe extern "C" fn alloc_mw(pd: *mut ibv_pd, type_: c_int) -> *mut ibv_mw {
+    let _users = creating_user();
     let p = match Pd::from_handle(pd) {
         Ok(p) => p,
         Err(e) => return fail_null(e),

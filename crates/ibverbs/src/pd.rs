@@ -13,7 +13,10 @@ use softrdma::{AccessFlags, MemoryRegion, ProtectionDomain, RegMrError};
 
 use crate::abi::*;
 use crate::context::Context;
-use crate::util::{fail_errno, fail_null, is_live, register, set_errno, unregister, Kind};
+use crate::util::{
+    creating_user, destroying_used, fail_errno, fail_null, is_live, register, set_errno,
+    unregister, Kind,
+};
 
 /// A protection domain: the C struct first, then softrdma's handle and a count of the
 /// objects created in it (MRs, QPs), which must be gone before it may be deallocated.
@@ -66,6 +69,7 @@ pub(crate) unsafe extern "C" fn ibv_alloc_pd(context: *mut ibv_context) -> *mut 
 
 /// `ibv_dealloc_pd`: `EBUSY` while MRs or QPs of the PD exist.
 pub(crate) unsafe extern "C" fn ibv_dealloc_pd(pd: *mut ibv_pd) -> c_int {
+    let users = destroying_used();
     let p = match Pd::from_handle(pd) {
         Ok(p) => p,
         Err(e) => return fail_errno(e),
@@ -76,6 +80,7 @@ pub(crate) unsafe extern "C" fn ibv_dealloc_pd(pd: *mut ibv_pd) -> c_int {
     if !unregister(pd, Kind::Pd) {
         return fail_errno(libc::EINVAL);
     }
+    drop(users);
     // SAFETY: the handle was live (a boxed Pd), and is now unregistered: freed once.
     drop(unsafe { Box::from_raw(pd.cast::<Pd>()) });
     0
@@ -141,6 +146,7 @@ pub(crate) unsafe extern "C" fn ibv_reg_mr_iova2(
     iova: u64,
     access: u32,
 ) -> *mut ibv_mr {
+    let _users = creating_user();
     let p = match Pd::from_handle(pd) {
         Ok(p) => p,
         Err(e) => return fail_null(e),
@@ -207,6 +213,7 @@ pub(crate) unsafe extern "C" fn ibv_rereg_mr(
         set_errno(e);
         IBV_REREG_MR_ERR_INPUT
     };
+    let _users = creating_user();
     if !is_live(mr, Kind::Mr) {
         return fail(libc::EINVAL);
     }

@@ -16,7 +16,7 @@ use crate::context::Context;
 use crate::cq::Cq;
 use crate::pd::Pd;
 use crate::qp_object::{Qp, WrBatch, DEFAULT_SEND_OPS};
-use crate::util::{fail_errno, fail_null, is_live, register, unregister, Kind};
+use crate::util::{creating_user, fail_errno, fail_null, is_live, register, unregister, Kind};
 
 /// The `ibv_qp_state` of a softrdma state, and back.
 fn qp_state_code(s: QpState) -> c_int {
@@ -58,6 +58,7 @@ struct CreateArgs {
 }
 
 fn create(args: &CreateArgs) -> Result<*mut Qp, c_int> {
+    let _users = creating_user();
     let pd = Pd::from_handle(args.pd)?;
     let send_cq = Cq::usable(args.send_cq)?;
     let recv_cq = Cq::usable(args.recv_cq)?;

@@ -11,7 +11,9 @@ use softrdma::{SharedReceiveQueue, SrqAttr, SrqError};
 use crate::abi::*;
 use crate::context::Context;
 use crate::pd::Pd;
-use crate::util::{fail_errno, fail_null, is_live, register, unregister, Kind};
+use crate::util::{
+    creating_user, destroying_used, fail_errno, fail_null, is_live, register, unregister, Kind,
+};
 
 /// `ibv_srq_attr_mask`: resize.
 const IBV_SRQ_MAX_WR: c_int = 1 << 0;
@@ -63,6 +65,7 @@ pub(crate) unsafe extern "C" fn ibv_create_srq(
     pd: *mut ibv_pd,
     attr: *mut ibv_srq_init_attr,
 ) -> *mut ibv_srq {
+    let _users = creating_user();
     let p = match Pd::from_handle(pd) {
         Ok(p) => p,
         Err(e) => return fail_null(e),
@@ -144,6 +147,7 @@ pub(crate) unsafe extern "C" fn ibv_query_srq(srq: *mut ibv_srq, attr: *mut ibv_
 
 /// `ibv_destroy_srq`: `EBUSY` while a QP uses it; its receives go without completions.
 pub(crate) unsafe extern "C" fn ibv_destroy_srq(srq: *mut ibv_srq) -> c_int {
+    let users = destroying_used();
     let s = match Srq::from_handle(srq) {
         Ok(s) => s,
         Err(e) => return fail_errno(e),
@@ -154,6 +158,7 @@ pub(crate) unsafe extern "C" fn ibv_destroy_srq(srq: *mut ibv_srq) -> c_int {
     if !unregister(srq, Kind::Srq) {
         return fail_errno(libc::EINVAL);
     }
+    drop(users);
     // SAFETY: the handle was live and is now unregistered: no verb reaches it any more.
     let b = unsafe { Box::from_raw(srq.cast::<Srq>()) };
     if let Ok(ctx) = Context::from_handle(b.ibv.context) {

@@ -2,7 +2,7 @@
 
 use std::collections::HashMap;
 use std::ffi::c_int;
-use std::sync::{Mutex, MutexGuard, OnceLock};
+use std::sync::{Mutex, MutexGuard, OnceLock, RwLock, RwLockReadGuard, RwLockWriteGuard};
 
 /// Sets the calling thread's `errno`.
 pub(crate) fn set_errno(e: c_int) {
@@ -55,6 +55,25 @@ fn live() -> MutexGuard<'static, HashMap<usize, (Kind, usize)>> {
     LIVE.get_or_init(Default::default)
         .lock()
         .unwrap_or_else(|e| e.into_inner())
+}
+
+/// The lock that makes "check the handles an object will use, then count it as their user"
+/// one step against "check an object has no users, then unregister it" (the kernel's uobject
+/// locks do this for rdma-core). Without it, a QP created on a CQ that another thread was
+/// destroying could pass its check before the destroy and count itself after: a QP on a freed
+/// CQ. Creations that take users hold it shared, from their first handle check to their last
+/// count; destructions that check for users hold it exclusively, from that check to
+/// unregistering. Neither blocks while holding it.
+static USERS: RwLock<()> = RwLock::new(());
+
+/// Held by a creation from the checks of the handles it will use until it counts itself.
+pub(crate) fn creating_user() -> RwLockReadGuard<'static, ()> {
+    USERS.read().unwrap_or_else(|e| e.into_inner())
+}
+
+/// Held by a destruction from its check for users until the handle is unregistered.
+pub(crate) fn destroying_used() -> RwLockWriteGuard<'static, ()> {
+    USERS.write().unwrap_or_else(|e| e.into_inner())
 }
 
 /// Records a new handle of the context `ctx` (a context is its own).

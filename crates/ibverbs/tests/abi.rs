@@ -6,6 +6,9 @@
 //!   equals the header's (`tests/c/layout.c`, with the expressions generated from the table).
 //! - `verbs_from_c`: `tests/c/verbs.c` — inline verbs, `ibv_wr_*`, a completion channel woken
 //!   through `poll()`, an asynchronous event, threads, misuse. Address 127.0.12.1.
+//! - `create_destroy_races_from_c`: `tests/c/races.c` — an MR registered (a QP created) on a
+//!   PD (a CQ) that another thread deallocates (destroys) at the same time: one of the two
+//!   calls fails, never both succeed. Address 127.0.12.2.
 
 mod common;
 
@@ -80,6 +83,22 @@ fn verbs_from_c() {
     assert!(
         out.status.success() && stdout.contains("verbs: all checks passed"),
         "verbs.c failed ({}):\n{stdout}{}",
+        out.status,
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+#[test]
+fn create_destroy_races_from_c() {
+    let dir = std::env::temp_dir().join(format!("softrdma-races-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let exe = compile_c("races.c", &dir, &["-lpthread"]);
+    let out = run_with_softrdma(Command::new(&exe), "127.0.12.2");
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        out.status.success() && stdout.contains("races: all checks passed"),
+        "races.c failed ({}):\n{stdout}{}",
         out.status,
         String::from_utf8_lossy(&out.stderr)
     );

@@ -354,7 +354,11 @@ int main(void)
 	CHECK(ibv_dealloc_pd(pd) == EBUSY, "a PD in use");
 	CHECK(ibv_destroy_comp_channel(ch) == EBUSY, "a channel in use");
 	CHECK(ibv_req_notify_cq(cq_a, 0) == 0, "arming a CQ without a channel (a no-op, as rxe)");
-	CHECK(ibv_resize_cq(cq_a, 2048) == EOPNOTSUPP, "resize");
+	CHECK(ibv_resize_cq(cq_a, 2048) == 0 && cq_a->cqe == 2048, "resize up: cqe %d", cq_a->cqe);
+	CHECK(ibv_resize_cq(cq_a, 0) == EINVAL && ibv_resize_cq(cq_a, -1) == EINVAL &&
+		      ibv_resize_cq(cq_a, 1 << 30) == EINVAL && cq_a->cqe == 2048,
+	      "resize to nothing, a negative or an oversized CQ");
+	CHECK(ibv_resize_cq(cq_a, 1024) == 0 && cq_a->cqe == 1024, "resize back");
 
 	connect_pair(qp_a, qp_b);
 	struct ibv_qp_attr got;
