@@ -364,6 +364,32 @@ fn bound_windows_pin_their_region_and_die_with_their_qp() {
         Err(EngineError::InvalidArgument(_))
     ));
     assert!(matches!(e.dealloc_pd(pd), Err(EngineError::Busy)));
+    // Re-registration: new rights keep the window bound (as rxe); new memory or a new range
+    // is refused as deregistration is, since the window's rkey would reach memory never
+    // bound to it.
+    let mem = net.nodes[1].mem.clone();
+    let e = &mut net.nodes[1].engine;
+    let len = mem.len() as u64;
+    let rights = AccessFlags::all();
+    e.rereg_mr(key, pd, BASE, len, rights, mem.clone()).unwrap();
+    assert_eq!(e.mrs().windows_bound_to(key), 1);
+    for (iova, length, memory) in [
+        (
+            BASE + 4096,
+            len,
+            mem.clone() as std::sync::Arc<dyn RegionMemory>,
+        ),
+        (BASE, len / 2, mem.clone()),
+        (BASE, len, std::sync::Arc::new(VecMemory::new(mem.len()))),
+    ] {
+        assert!(
+            matches!(
+                e.rereg_mr(key, pd, iova, length, rights, memory),
+                Err(EngineError::InvalidArgument(_))
+            ),
+            "{iova:#x} {length}"
+        );
+    }
     e.destroy_qp(b).unwrap();
     assert_eq!(e.mrs().windows_bound_to(key), 0);
     e.dealloc_mw(mw).unwrap();

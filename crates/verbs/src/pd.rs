@@ -376,7 +376,10 @@ impl MemoryRegion {
     /// Re-registers the region over new memory (`ibv_rereg_mr` with a new translation):
     /// `[ptr, ptr + len)` at virtual address `iova`, in `pd`, granting `access`, under the same
     /// keys. Once this returns, softrdma never touches the old memory again (unless it is
-    /// part of the new).
+    /// part of the new). Refused while memory windows are bound to the region, as dropping
+    /// it would revoke them (see [`Engine::rereg_mr`]).
+    ///
+    /// [`Engine::rereg_mr`]: softrdma_proto::Engine::rereg_mr
     ///
     /// # Safety
     /// As for [`ProtectionDomain::reg_mr_raw_iova`], for the new memory.

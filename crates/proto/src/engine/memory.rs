@@ -29,8 +29,10 @@ impl Engine {
 
     /// Re-registers the region `key` (ibverbs `ibv_rereg_mr`): a new protection domain, range,
     /// rights or memory, under the same key. Checked as [`Engine::reg_mr`] checks a new
-    /// region. Windows stay bound; each access through one is checked against the region as
-    /// it is then, so a window left outside the new range grants nothing.
+    /// region. New memory or a new range is refused while windows are bound to the region, as
+    /// deregistration is: a window's rkey in a peer's hands would otherwise reach memory the
+    /// application never bound it to. A new protection domain or new rights leave the windows
+    /// bound (as rxe, which re-registers only those).
     pub fn rereg_mr(
         &mut self,
         key: u32,
@@ -40,8 +42,14 @@ impl Engine {
         access: AccessFlags,
         memory: Arc<dyn RegionMemory>,
     ) -> Result<(), EngineError> {
-        if self.shared.mrs.get(key).is_none() {
+        let Some(old) = self.shared.mrs.get(key) else {
             return Err(EngineError::NoSuchMr);
+        };
+        let moves = old.iova != iova || old.length != length || !Arc::ptr_eq(&old.memory, &memory);
+        if moves && self.shared.mrs.windows_bound_to(key) > 0 {
+            return Err(EngineError::InvalidArgument(
+                "memory windows are bound to the region",
+            ));
         }
         check_region(&self.pds, pd, iova, length, access, &*memory)?;
         self.shared
