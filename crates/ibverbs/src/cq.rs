@@ -189,10 +189,11 @@ fn create(
     // SAFETY: just allocated.
     let c = unsafe { &mut *p };
     if !channel.is_null() {
-        // SAFETY: checked live above: a boxed Channel.
-        let ch = unsafe { &mut *channel.cast::<Channel>() };
+        // SAFETY: checked live above: a boxed Channel. Only its `channel` field is borrowed:
+        // other threads count CQs in `ibv.refcnt` meanwhile (through `channel_users`).
+        let ch = unsafe { &*std::ptr::addr_of!((*channel.cast::<Channel>()).channel) };
         // A new CQ has no channel yet, so attaching cannot be refused.
-        let _ = c.cq.attach_channel(&ch.channel, p as u64);
+        let _ = c.cq.attach_channel(ch, p as u64);
         // SAFETY: checked live above, and kept so by the users lock.
         unsafe { channel_users(channel) }.fetch_add(1, Ordering::AcqRel);
     }
@@ -500,10 +501,11 @@ pub(crate) unsafe extern "C" fn ibv_get_cq_event(
     if !is_live(channel, Kind::Channel) || cq.is_null() || cq_context.is_null() {
         return fail_minus_one(libc::EINVAL);
     }
-    // SAFETY: live channel handles are boxed Channels.
-    let ch = unsafe { &*channel.cast::<Channel>() };
+    // SAFETY: live channel handles are boxed Channels. Only the `channel` field is borrowed
+    // (CQs of other threads count themselves in `ibv.refcnt`, see `channel_users`).
+    let ch = unsafe { &*std::ptr::addr_of!((*channel.cast::<Channel>()).channel) };
     loop {
-        let token = match ch.channel.get_event() {
+        let token = match ch.get_event() {
             Ok(t) => t,
             Err(e) => return fail_minus_one(e.raw_os_error().unwrap_or(libc::EIO)),
         };

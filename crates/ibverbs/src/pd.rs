@@ -233,6 +233,10 @@ pub(crate) unsafe extern "C" fn ibv_rereg_mr(
     }
     let new_pd = if flags & IBV_REREG_MR_CHANGE_PD != 0 {
         match Pd::from_handle(pd) {
+            // A PD of another context is not this one's to use (the kernel finds no such
+            // handle in the caller's file); taken, closing that context would leave the region
+            // in a PD whose context is gone.
+            Ok(p) if p.ibv.context != m.ibv.context => return fail(libc::EINVAL),
             Ok(_) => pd.cast::<Pd>(),
             Err(e) => return fail(e),
         }
@@ -307,12 +311,15 @@ unsafe fn reregister_memory(
     // New rights over the same memory are checked too: write access to read-only pages is
     // EFAULT, as for a new registration.
     crate::mapping::check_buffer(addr as usize, length, access)?;
-    let result = if translation {
-        let iova = if access & IBV_ACCESS_ZERO_BASED != 0 {
-            0
-        } else {
-            iova
-        };
+    let iova = if access & IBV_ACCESS_ZERO_BASED != 0 {
+        0
+    } else {
+        iova
+    };
+    // The same translation given again is none: the memory stays (windows bound to the
+    // region do not stand in the way).
+    let same = addr.cast() == old.as_ptr() && length == old.len() && iova == old.addr();
+    let result = if translation && !same {
         // SAFETY: forwarded from this function's contract.
         unsafe { old.rereg_raw_iova(&pd.pd, addr.cast(), length, iova, flags) }
     } else {

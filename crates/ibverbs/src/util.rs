@@ -63,7 +63,7 @@ fn live() -> MutexGuard<'static, HashMap<usize, (Kind, usize)>> {
 /// destroying could pass its check before the destroy and count itself after: a QP on a freed
 /// CQ. Creations that take users hold it shared, from their first handle check to their last
 /// count; destructions that check for users hold it exclusively, from that check to
-/// unregistering. Neither blocks while holding it.
+/// unregistering. No holder waits for another holder of this lock (nor takes it twice).
 static USERS: RwLock<()> = RwLock::new(());
 
 /// Held by a creation from the checks of the handles it will use until it counts itself.

@@ -359,34 +359,30 @@ fn hostile_datagrams_are_counted_not_fatal() {
     assert!(e.stats().drops_for(DropReason::BadIcrc) > 0);
 }
 
-/// A QP moved to the reset state takes its completions out of the CQ it shares with
-/// another QP (as mlx5's provider does), so that a program resetting it after an error to use
-/// it again polls no flush of its former life; the other QP's completions stay, in order.
+/// A QP moved to the reset state takes its completions out of the CQs it shares with another
+/// QP, its send CQ and its receive CQ alike (as mlx5's provider does), so that a program
+/// resetting it after an error to use it again polls no flush of its former life; the other
+/// QP's completions stay, in order.
 #[test]
-fn reset_removes_the_qps_completions_from_a_shared_cq() {
-    let (mut e, pd, cq, key, a) = engine();
-    let b = e
-        .create_qp(
-            pd,
-            cq,
-            cq,
-            QpType::Rc,
-            QpCaps {
-                max_send_wr: 2,
-                max_recv_wr: 2,
-                max_send_sge: 1,
-                max_recv_sge: 1,
-                max_inline_data: 0,
-            },
-        )
-        .unwrap();
+fn reset_removes_the_qps_completions_from_shared_cqs() {
+    let (mut e, pd, _, key, _) = engine();
+    let (send_cq, recv_cq) = (e.create_cq(16), e.create_cq(16));
+    let caps = QpCaps {
+        max_send_wr: 2,
+        max_recv_wr: 2,
+        max_send_sge: 1,
+        max_recv_sge: 1,
+        max_inline_data: 0,
+    };
+    let [a, b] = [(); 2].map(|_| e.create_qp(pd, send_cq, recv_cq, QpType::Rc, caps).unwrap());
+    let sge = Sge {
+        addr: 0x1000,
+        length: 8,
+        lkey: key,
+    };
     let recv = |wr_id| RecvWr {
         wr_id,
-        sg_list: vec![Sge {
-            addr: 0x1000,
-            length: 8,
-            lkey: key,
-        }],
+        sg_list: vec![sge],
     };
     let to_err = QpAttr {
         qp_state: Some(QpState::Err),
@@ -395,23 +391,25 @@ fn reset_removes_the_qps_completions_from_a_shared_cq() {
     for (qpn, wr_id) in [(b, 10), (a, 20)] {
         to_rts(&mut e, qpn);
         e.post_recv(qpn, recv(wr_id)).unwrap();
+        // Sent into the void: in flight until the error flushes it.
+        e.post_send(Instant::ZERO, qpn, send(wr_id + 1, vec![sge]))
+            .unwrap();
         e.modify_qp(qpn, &to_err).unwrap();
     }
-    e.post_recv(b, recv(11)).unwrap();
-    assert_eq!(e.cq(cq).unwrap().len(), 3, "three flushed receives");
+    assert_eq!(e.cq(send_cq).unwrap().len(), 2, "two flushed sends");
+    assert_eq!(e.cq(recv_cq).unwrap().len(), 2, "two flushed receives");
     let reset = QpAttr {
         qp_state: Some(QpState::Reset),
         ..QpAttr::default()
     };
     e.modify_qp(a, &reset).unwrap();
-    let mut out = Vec::new();
-    e.poll_cq(cq, 8, &mut out).unwrap();
-    let left: Vec<_> = out
-        .iter()
-        .map(|wc| (wc.qp_num, wc.wr_id, wc.status))
-        .collect();
-    assert_eq!(
-        left,
-        [(b, 10, WcStatus::WrFlushErr), (b, 11, WcStatus::WrFlushErr)]
-    );
+    for (cq, wr_id) in [(send_cq, 11), (recv_cq, 10)] {
+        let mut out = Vec::new();
+        e.poll_cq(cq, 8, &mut out).unwrap();
+        let left: Vec<_> = out
+            .iter()
+            .map(|wc| (wc.qp_num, wc.wr_id, wc.status))
+            .collect();
+        assert_eq!(left, [(b, wr_id, WcStatus::WrFlushErr)]);
+    }
 }

@@ -373,6 +373,20 @@ fn bound_windows_pin_their_region_and_die_with_their_qp() {
     let rights = AccessFlags::all();
     e.rereg_mr(key, pd, BASE, len, rights, mem.clone()).unwrap();
     assert_eq!(e.mrs().windows_bound_to(key), 1);
+    // The window is read-only: the region may drop local write, not bind rights.
+    let read_only = AccessFlags::REMOTE_READ | AccessFlags::MW_BIND;
+    e.rereg_mr(key, pd, BASE, len, read_only, mem.clone())
+        .unwrap();
+    let no_bind = AccessFlags::from_bits_truncate(rights.bits() & !AccessFlags::MW_BIND.bits());
+    assert!(matches!(
+        e.rereg_mr(key, pd, BASE, len, no_bind, mem.clone()),
+        Err(EngineError::InvalidArgument(_))
+    ));
+    assert_eq!(
+        e.mrs().get(key).unwrap().access,
+        read_only,
+        "a refusal changes nothing"
+    );
     for (iova, length, memory) in [
         (
             BASE + 4096,

@@ -144,12 +144,17 @@ impl CompletionQueue {
         let cqe = cqe.max(1);
         let mut core = self.inner.device.inner().lock();
         let waiting = core.engine.cq(self.inner.handle).map_or(0, |q| q.len());
-        core.engine
-            .resize_cq(self.inner.handle, cqe as usize)
-            .map_err(|_| ResizeCqError::TooManyWaiting {
-                requested: cqe,
-                waiting,
-            })?;
+        match core.engine.resize_cq(self.inner.handle, cqe as usize) {
+            Ok(()) => {}
+            Err(softrdma_proto::EngineError::InvalidArgument(_)) => {
+                return Err(ResizeCqError::TooManyWaiting {
+                    requested: cqe,
+                    waiting,
+                })
+            }
+            // The CQ lives while this handle does: the engine knows it.
+            Err(e) => unreachable!("resizing a live CQ: {e}"),
+        }
         self.inner.cqe.store(cqe, Ordering::Release);
         Ok(())
     }

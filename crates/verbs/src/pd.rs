@@ -166,6 +166,7 @@ impl ProtectionDomain {
                 registration: Arc::new(Registration {
                     device: self.device().clone(),
                     key,
+                    pd: std::sync::Mutex::new(self.clone()),
                 }),
                 pd: self.clone(),
                 addr,
@@ -210,6 +211,10 @@ impl ProtectionDomain {
 struct Registration {
     device: Device,
     key: u32,
+    /// The PD the engine files the region under now (a re-registration may move it): kept
+    /// alive until the region is deregistered, so the PD's own drop is never refused. Changed
+    /// under the device lock; dropped after `drop` deregistered the region.
+    pd: std::sync::Mutex<ProtectionDomain>,
 }
 
 impl Drop for Registration {
@@ -313,7 +318,8 @@ impl RemoteRegion {
 /// may change them at any time; so the application reads and writes them through copying
 /// methods ([`read`](Self::read), [`write`](Self::write), [`read_u64`](Self::read_u64),
 /// [`to_vec`](Self::to_vec)...), never through references (see the
-/// [crate docs](crate#memory-model)). Dropping the last handle deregisters it.
+/// [crate docs](crate#memory-model)). Dropping the last handle deregisters it (handles from
+/// before a [re-registration](Self::rereg) count too).
 #[derive(Clone)]
 pub struct MemoryRegion {
     inner: Arc<MrInner>,
@@ -361,7 +367,8 @@ impl MemoryRegion {
     /// to `pd` and grants `access`, over the same memory and under the same keys (rxe and
     /// mlx5 keep them, and programs go on using the keys they exchanged). Returns the handle
     /// that describes the region now; `self` and its clones keep the registration alive but
-    /// describe what it was. Windows stay bound (see [`Engine::rereg_mr`]).
+    /// describe what it was. Windows stay bound, unless the new rights could no longer back
+    /// one of them (see [`Engine::rereg_mr`]).
     ///
     /// [`Engine::rereg_mr`]: softrdma_proto::Engine::rereg_mr
     pub fn rereg(
@@ -376,13 +383,17 @@ impl MemoryRegion {
     /// Re-registers the region over new memory (`ibv_rereg_mr` with a new translation):
     /// `[ptr, ptr + len)` at virtual address `iova`, in `pd`, granting `access`, under the same
     /// keys. Once this returns, softrdma never touches the old memory again (unless it is
-    /// part of the new). Refused while memory windows are bound to the region, as dropping
-    /// it would revoke them (see [`Engine::rereg_mr`]).
+    /// part of the new). Refused while memory windows are bound to the region: their rkeys
+    /// would reach memory never bound to them (see [`Engine::rereg_mr`]).
     ///
     /// [`Engine::rereg_mr`]: softrdma_proto::Engine::rereg_mr
     ///
     /// # Safety
-    /// As for [`ProtectionDomain::reg_mr_raw_iova`], for the new memory.
+    /// As for [`ProtectionDomain::reg_mr_raw_iova`], for the new memory, with one difference
+    /// in how long it must stay allocated: until every handle of the region is dropped (this
+    /// one and its clones, the one returned and its clones, and handles from earlier
+    /// re-registrations: they share the registration), or until the region is re-registered
+    /// over other memory.
     pub unsafe fn rereg_raw_iova(
         &self,
         pd: &ProtectionDomain,
@@ -412,20 +423,23 @@ impl MemoryRegion {
             ));
         }
         check_access(access)?;
-        registration
-            .device
-            .inner()
-            .lock()
-            .engine
-            .rereg_mr(
-                registration.key,
-                pd.handle(),
-                addr,
-                len as u64,
-                access,
-                memory.clone() as Arc<dyn RegionMemory>,
-            )
-            .map_err(reg_error)?;
+        let filed_under = {
+            let mut core = registration.device.inner().lock();
+            core.engine
+                .rereg_mr(
+                    registration.key,
+                    pd.handle(),
+                    addr,
+                    len as u64,
+                    access,
+                    memory.clone() as Arc<dyn RegionMemory>,
+                )
+                .map_err(reg_error)?;
+            let mut held = registration.pd.lock().unwrap_or_else(|e| e.into_inner());
+            std::mem::replace(&mut *held, pd.clone())
+        };
+        // Outside the device lock: dropping the last handle of a PD takes it.
+        drop(filed_under);
         Ok(MemoryRegion {
             inner: Arc::new(MrInner {
                 registration: registration.clone(),

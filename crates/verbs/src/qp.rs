@@ -347,7 +347,9 @@ impl QueuePair {
     }
 
     /// Changes state and attributes (`ibv_modify_qp`): the `Some` fields of `attr` are the
-    /// attribute mask. Refused changes change nothing.
+    /// attribute mask. Refused changes change nothing. A move to RESET discards the QP's work
+    /// requests and also its completions still waiting in its CQs (as mlx5's provider does):
+    /// poll those first if they matter.
     pub fn modify(&self, attr: &QpAttr) -> Result<(), ModifyQpError> {
         let device = self.inner.pd.device();
         if let Some(av) = attr.ah_attr {
@@ -414,7 +416,8 @@ impl QueuePair {
     }
 
     /// Connects an RC or UC QP to `remote`: RESET → INIT → RTR → RTS (a QP not in RESET is
-    /// reset first). UC takes only the attributes it has (access, path MTU, PSNs). Post
+    /// reset first, which discards its completions still in its CQs: see
+    /// [`modify`](Self::modify)). UC takes only the attributes it has (access, path MTU, PSNs). Post
     /// receives before the peer starts sending (RC retries on RNR; UC drops what finds none).
     pub fn connect(&self, remote: &QpEndpoint, opts: &ConnectOptions) -> Result<(), ModifyQpError> {
         if self.inner.qp_type == QpType::Ud {
@@ -431,7 +434,7 @@ impl QueuePair {
     }
 
     /// Brings a UD QP to RTS (RESET → INIT with `qkey` → RTR → RTS, a QP not in RESET is reset
-    /// first): it then sends to any QP through address handles and receives datagrams that
+    /// first, as [`connect`](Self::connect) does): it then sends to any QP through address handles and receives datagrams that
     /// present `qkey`.
     pub fn ready_ud(&self, qkey: u32) -> Result<(), ModifyQpError> {
         self.reset_if_needed()?;

@@ -1000,3 +1000,46 @@ fn reregistration_keeps_the_keys_and_moves_the_memory() {
     assert_eq!(wait_one(&a.cq).status, WcStatus::RemAccessErr);
     drop((read_only, moved));
 }
+
+/// `CompletionQueue::resize` (`ibv_resize_cq`) keeps the completions waiting and refuses to
+/// shrink below them or to grow past `MAX_CQE`; a grown CQ takes what the old size would have
+/// refused.
+#[test]
+fn a_cq_resizes_around_the_completions_waiting_in_it() {
+    let (a, b) = pair("127.0.5.74", "127.0.5.75", 4096);
+    let cq = a.dev.create_cq(2).unwrap();
+    let mut init = QpInitAttr::rc(&cq);
+    init.cap.max_send_wr = 8;
+    let qp = a.pd.create_qp(&init).unwrap();
+    let peer = b.pd.create_qp(&QpInitAttr::rc(&b.cq)).unwrap();
+    connect(&qp, &peer);
+    let r = b.mr.remote();
+    let write = |wr_id| wr::write(wr_id, vec![a.mr.sge(0, 8)], r.addr, r.rkey);
+    qp.post_send([write(1), write(2)]).unwrap();
+    let deadline = std::time::Instant::now() + WAIT;
+    while cq.len() < 2 {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "two WRITEs never completed"
+        );
+        std::thread::sleep(Duration::from_millis(1));
+    }
+    assert_eq!(
+        cq.resize(1),
+        Err(softrdma::ResizeCqError::TooManyWaiting {
+            requested: 1,
+            waiting: 2
+        })
+    );
+    assert!(matches!(
+        cq.resize(softrdma::MAX_CQE + 1),
+        Err(softrdma::ResizeCqError::TooManyEntries { .. })
+    ));
+    assert_eq!(cq.capacity(), 2);
+    cq.resize(4).unwrap();
+    assert_eq!(cq.capacity(), 4);
+    qp.post_send([write(3), write(4)]).unwrap();
+    let ids: Vec<u64> = wait_wcs(&cq, 4).iter().map(|w| w.wr_id).collect();
+    assert_eq!(ids, [1, 2, 3, 4]);
+    assert_eq!(qp.state(), QpState::Rts, "no overrun");
+}

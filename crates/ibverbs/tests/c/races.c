@@ -1,12 +1,12 @@
 /* Creating an object that uses another races destroying that other, from two threads: the
  * destroy must either fail with EBUSY (the new object counts) or win, and then the create must
  * fail with EINVAL. What must never happen is both succeeding: an MR on a freed PD, a QP on a
- * freed CQ (the kernel's uobject locks serialise these; so must softrdma).
+ * freed CQ or SRQ, a CQ on a freed completion channel (the kernel's uobject locks serialise
+ * these; so must softrdma).
  *
- * Thread "user" registers and deregisters MRs on one PD (and creates and destroys QPs on one
- * CQ) as fast as it can; thread "destroyer" tries to deallocate the PD (destroy the CQ) until
- * it succeeds. Each of the ROUNDS rounds uses a fresh PD and CQ. Exit status 0 and a last line
- * "races: all checks passed" on success. */
+ * Thread "user" creates and destroys the using object as fast as it can; thread "destroyer"
+ * tries to destroy the used one until it succeeds. Each of the ROUNDS rounds uses fresh used
+ * objects. Exit status 0 and a last line "races: all checks passed" on success. */
 #include <errno.h>
 #include <pthread.h>
 #include <stdatomic.h>
@@ -107,6 +107,80 @@ static void *cq_destroyer(void *arg)
 	}
 }
 
+static struct ibv_srq *srq;
+static struct ibv_comp_channel *channel;
+
+static void *srq_user(void *arg)
+{
+	struct ibv_pd *qpd = arg;
+	atomic_store(&user_ready, 1);
+	for (;;) {
+		struct ibv_qp_init_attr ia = {
+			.send_cq = cq,
+			.recv_cq = cq,
+			.srq = srq,
+			.qp_type = IBV_QPT_RC,
+			.cap = {.max_send_wr = 1, .max_send_sge = 1},
+		};
+		int was_gone = atomic_load(&gone);
+		struct ibv_qp *qp = ibv_create_qp(qpd, &ia);
+		if (!qp) {
+			CHECK(errno == EINVAL, "create_qp on an SRQ being destroyed");
+			return NULL;
+		}
+		CHECK(!was_gone, "a QP on an SRQ destroyed before the creation began");
+		CHECK(!atomic_load(&gone), "ibv_destroy_srq succeeded with a QP using the SRQ");
+		CHECK(ibv_destroy_qp(qp) == 0, "destroy_qp");
+	}
+}
+
+static void *srq_destroyer(void *arg)
+{
+	(void)arg;
+	while (!atomic_load(&user_ready))
+		;
+	for (;;) {
+		int r = ibv_destroy_srq(srq);
+		if (r == 0) {
+			atomic_store(&gone, 1);
+			return NULL;
+		}
+		CHECK(r == EBUSY, "destroy_srq: %d", r);
+	}
+}
+
+static void *channel_user(void *arg)
+{
+	(void)arg;
+	atomic_store(&user_ready, 1);
+	for (;;) {
+		int was_gone = atomic_load(&gone);
+		struct ibv_cq *c = ibv_create_cq(ctx, 4, NULL, channel, 0);
+		if (!c) {
+			CHECK(errno == EINVAL, "create_cq on a channel being destroyed");
+			return NULL;
+		}
+		CHECK(!was_gone, "a CQ on a channel destroyed before the creation began");
+		CHECK(!atomic_load(&gone), "ibv_destroy_comp_channel succeeded with a CQ on it");
+		CHECK(ibv_destroy_cq(c) == 0, "destroy_cq");
+	}
+}
+
+static void *channel_destroyer(void *arg)
+{
+	(void)arg;
+	while (!atomic_load(&user_ready))
+		;
+	for (;;) {
+		int r = ibv_destroy_comp_channel(channel);
+		if (r == 0) {
+			atomic_store(&gone, 1);
+			return NULL;
+		}
+		CHECK(r == EBUSY, "destroy_comp_channel: %d", r);
+	}
+}
+
 static void race(void *(*user)(void *), void *user_arg, void *(*destroyer)(void *))
 {
 	pthread_t u, d;
@@ -134,6 +208,15 @@ int main(void)
 		cq = ibv_create_cq(ctx, 4, NULL, NULL, 0);
 		CHECK(cq, "create_cq, round %d", round);
 		race(cq_user, qpd, cq_destroyer);
+		cq = ibv_create_cq(ctx, 4, NULL, NULL, 0);
+		struct ibv_srq_init_attr sa = {.attr = {.max_wr = 4, .max_sge = 1}};
+		srq = ibv_create_srq(qpd, &sa);
+		CHECK(cq && srq, "create_cq, create_srq, round %d", round);
+		race(srq_user, qpd, srq_destroyer);
+		CHECK(ibv_destroy_cq(cq) == 0, "destroy_cq, round %d", round);
+		channel = ibv_create_comp_channel(ctx);
+		CHECK(channel, "create_comp_channel, round %d", round);
+		race(channel_user, NULL, channel_destroyer);
 	}
 	CHECK(ibv_dealloc_pd(qpd) == 0, "dealloc_pd");
 	CHECK(ibv_close_device(ctx) == 0, "close");

@@ -692,6 +692,27 @@ int main(void)
 		      "bind completion: %s opcode %d", ibv_wc_status_str(w.status), w.opcode);
 		mw2->rkey = rkey;
 		CHECK(ibv_dereg_mr(wmr) == EINVAL, "a region with windows bound stays");
+		/* ibv_rereg_mr under the bound window: new rights that still back it keep the keys
+		   (as rxe and mlx5); a new translation is refused as deregistration is, and so are
+		   rights that no longer back the window; a refusal leaves the ibv_mr as it was. */
+		uint32_t wlkey = wmr->lkey, wrkey = wmr->rkey;
+		CHECK(ibv_rereg_mr(wmr, IBV_REREG_MR_CHANGE_ACCESS, NULL, NULL, 0,
+				   IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_REMOTE_WRITE |
+					   IBV_ACCESS_REMOTE_READ | IBV_ACCESS_MW_BIND) == 0 &&
+			      wmr->lkey == wlkey && wmr->rkey == wrkey,
+		      "rereg of the rights keeps the keys");
+		uint8_t *elsewhere = calloc(1, 4096);
+		errno = 0;
+		CHECK(ibv_rereg_mr(wmr, IBV_REREG_MR_CHANGE_TRANSLATION, NULL, elsewhere, 4096, 0) ==
+				      IBV_REREG_MR_ERR_INPUT &&
+			      errno == EINVAL && wmr->addr == wbuf && wmr->lkey == wlkey,
+		      "a new translation under a bound window");
+		errno = 0;
+		CHECK(ibv_rereg_mr(wmr, IBV_REREG_MR_CHANGE_ACCESS, NULL, NULL, 0,
+				   IBV_ACCESS_LOCAL_WRITE) == IBV_REREG_MR_ERR_INPUT &&
+			      errno == EINVAL,
+		      "rights that no longer back the window");
+		free(elsewhere);
 
 		memset(buf_a, 0x5c, 256);
 		struct ibv_sge ws = { (uintptr_t)buf_a, 256, mr_a->lkey };

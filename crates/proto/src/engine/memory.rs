@@ -32,7 +32,9 @@ impl Engine {
     /// region. New memory or a new range is refused while windows are bound to the region, as
     /// deregistration is: a window's rkey in a peer's hands would otherwise reach memory the
     /// application never bound it to. A new protection domain or new rights leave the windows
-    /// bound (as rxe, which re-registers only those).
+    /// bound (as rxe, which re-registers only those), unless the rights could no longer back
+    /// one of them (bind rights; local write under a writable window: IBTA C10-73, C10-74),
+    /// which is refused.
     pub fn rereg_mr(
         &mut self,
         key: u32,
@@ -49,6 +51,11 @@ impl Engine {
         if moves && self.shared.mrs.windows_bound_to(key) > 0 {
             return Err(EngineError::InvalidArgument(
                 "memory windows are bound to the region",
+            ));
+        }
+        if !self.shared.mrs.windows_allow(key, access) {
+            return Err(EngineError::InvalidArgument(
+                "a window bound to the region needs rights the new ones lack",
             ));
         }
         check_region(&self.pds, pd, iova, length, access, &*memory)?;

@@ -171,6 +171,24 @@ impl MrTable {
         }
     }
 
+    /// Whether a region granting `access` could still back every window bound to `mr_key`:
+    /// bind rights, and local write under a window that lets peers write (IBTA C10-73, C10-74,
+    /// the checks of a bind).
+    pub fn windows_allow(&self, mr_key: u32, access: AccessFlags) -> bool {
+        self.slots.iter().all(|slot| match &slot.object {
+            Some(KeyObject::Window(w)) => match w.binding {
+                Some(b) if b.mr_key == mr_key => {
+                    let writable = b.access.contains(AccessFlags::REMOTE_WRITE)
+                        || b.access.contains(AccessFlags::REMOTE_ATOMIC);
+                    access.contains(AccessFlags::MW_BIND)
+                        && (!writable || access.contains(AccessFlags::LOCAL_WRITE))
+                }
+                _ => true,
+            },
+            _ => true,
+        })
+    }
+
     /// Unbinds every window bound to the region `mr_key` (what a region that must go away
     /// whatever happens does first: its windows then name nothing).
     pub fn unbind_region_windows(&mut self, mr_key: u32) {
@@ -266,6 +284,40 @@ mod tests {
             length,
             access,
         }
+    }
+
+    /// A bind may ask for local write besides remote rights (rdma-core's tests do; rxe and
+    /// mlx5 accept it): it grants nothing more through the window. And a region may not lose
+    /// the rights its bound windows rest on.
+    #[test]
+    fn local_write_in_a_bind_and_the_rights_windows_rest_on() {
+        let (mut t, mr) = table();
+        let mw = t.alloc_window(PD, MwType::Type1).unwrap();
+        let access = AccessFlags::LOCAL_WRITE | AccessFlags::REMOTE_WRITE;
+        let b = bind(mw, 5, mr, 0x1000, 64, access);
+        t.bind_window(PD, 7, &b).unwrap();
+        let rkey = b.new_rkey;
+        assert!(t
+            .check_remote(PD, 7, rkey, 0x1000, 8, AccessFlags::REMOTE_WRITE)
+            .is_ok());
+        assert_eq!(
+            t.check_remote(PD, 7, rkey, 0x1000, 8, AccessFlags::REMOTE_READ)
+                .err(),
+            Some(AccessError::NoPermission)
+        );
+        assert!(t.windows_allow(mr, AccessFlags::MW_BIND | AccessFlags::LOCAL_WRITE));
+        assert!(
+            !t.windows_allow(mr, AccessFlags::MW_BIND),
+            "a writable window needs local write"
+        );
+        assert!(
+            !t.windows_allow(mr, AccessFlags::LOCAL_WRITE),
+            "windows need bind rights"
+        );
+        assert!(
+            t.windows_allow(mr ^ 0x100, AccessFlags::empty()),
+            "another region's key"
+        );
     }
 
     #[test]
