@@ -75,30 +75,25 @@ fn layout() {
 
 #[test]
 fn verbs_from_c() {
-    let dir = std::env::temp_dir().join(format!("softrdma-verbs-{}", std::process::id()));
-    std::fs::create_dir_all(&dir).unwrap();
-    let exe = compile_c("verbs.c", &dir, &["-lpthread"]);
-    let out = run_with_softrdma(Command::new(&exe), "127.0.12.1");
-    let stdout = String::from_utf8_lossy(&out.stdout);
-    assert!(
-        out.status.success() && stdout.contains("verbs: all checks passed"),
-        "verbs.c failed ({}):\n{stdout}{}",
-        out.status,
-        String::from_utf8_lossy(&out.stderr)
-    );
-    let _ = std::fs::remove_dir_all(&dir);
+    run_c_program("verbs", "127.0.12.1");
 }
 
 #[test]
 fn create_destroy_races_from_c() {
-    let dir = std::env::temp_dir().join(format!("softrdma-races-{}", std::process::id()));
+    run_c_program("races", "127.0.12.2");
+}
+
+/// Compiles `tests/c/<name>.c`, runs it on softrdma's library with the device on `ip`, and
+/// asserts that it exits 0 after printing "<name>: all checks passed".
+fn run_c_program(name: &str, ip: &str) {
+    let dir = std::env::temp_dir().join(format!("softrdma-{name}-{}", std::process::id()));
     std::fs::create_dir_all(&dir).unwrap();
-    let exe = compile_c("races.c", &dir, &["-lpthread"]);
-    let out = run_with_softrdma(Command::new(&exe), "127.0.12.2");
+    let exe = compile_c(&format!("{name}.c"), &dir, &["-lpthread"]);
+    let out = run_with_softrdma(Command::new(&exe), ip);
     let stdout = String::from_utf8_lossy(&out.stdout);
     assert!(
-        out.status.success() && stdout.contains("races: all checks passed"),
-        "races.c failed ({}):\n{stdout}{}",
+        out.status.success() && stdout.contains(&format!("{name}: all checks passed")),
+        "{name}.c failed ({}):\n{stdout}{}",
         out.status,
         String::from_utf8_lossy(&out.stderr)
     );

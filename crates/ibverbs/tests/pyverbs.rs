@@ -13,21 +13,15 @@ use common::run_with_softrdma;
 
 #[test]
 fn pyverbs_rc_write_and_send() {
-    let python = "/usr/bin/python3";
-    assert!(
-        Path::new("/usr/lib/python3/dist-packages/pyverbs").exists() && Path::new(python).exists(),
-        "Debian's python3-pyverbs is not installed"
+    let out = run_python(
+        "/usr/lib/python3/dist-packages/pyverbs",
+        "rc.py",
+        "127.0.15.1",
     );
-    let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/py/rc.py");
-    let mut cmd = Command::new(python);
-    cmd.arg(&script);
-    let out = run_with_softrdma(cmd, "127.0.15.1");
-    let stdout = String::from_utf8_lossy(&out.stdout);
     assert!(
-        out.status.success() && stdout.contains("pyverbs: all checks passed"),
-        "{}\n{stdout}{}",
-        out.status,
-        String::from_utf8_lossy(&out.stderr)
+        out.status.success() && out.stdout.contains("pyverbs: all checks passed"),
+        "{}",
+        out.report
     );
 }
 
@@ -38,28 +32,17 @@ fn pyverbs_rc_write_and_send() {
 /// is what this version runs: fewer means tests that ran before now skip.
 #[test]
 fn rdma_core_test_suite() {
-    let python = "/usr/bin/python3";
-    assert!(
-        Path::new("/usr/share/doc/rdma-core/tests").exists() && Path::new(python).exists(),
-        "Debian's python3-pyverbs (which ships rdma-core's tests) is not installed"
+    let out = run_python(
+        "/usr/share/doc/rdma-core/tests",
+        "rdma_core_suite.py",
+        "127.0.15.2",
     );
-    let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/py/rdma_core_suite.py");
-    let mut cmd = Command::new(python);
-    cmd.arg(&script);
-    let out = run_with_softrdma(cmd, "127.0.15.2");
-    let stdout = String::from_utf8_lossy(&out.stdout);
-    let report = || {
-        format!(
-            "{}\n{stdout}{}",
-            out.status,
-            String::from_utf8_lossy(&out.stderr)
-        )
-    };
-    let summary = stdout
+    let summary = out
+        .stdout
         .lines()
         .rev()
         .find_map(|l| l.strip_prefix("rdma-core suite: "))
-        .unwrap_or_else(|| panic!("no summary line:\n{}", report()));
+        .unwrap_or_else(|| panic!("no summary line:\n{}", out.report));
     let count = |what: &str| -> usize {
         summary
             .split(", ")
@@ -69,7 +52,41 @@ fn rdma_core_test_suite() {
     assert!(
         out.status.success() && count("failed ") == 0,
         "{}",
-        report()
+        out.report
     );
-    assert!(count("ok ") >= 90, "{summary}\n{}", report());
+    assert!(count("ok ") >= 90, "{summary}\n{}", out.report);
+}
+
+/// What a script printed, and all of it for a failure message.
+struct PythonRun {
+    status: std::process::ExitStatus,
+    stdout: String,
+    report: String,
+}
+
+/// Runs `tests/py/<script>` with Debian's `/usr/bin/python3` on softrdma's library with the
+/// device on `ip`; `needs` is the path python3-pyverbs installs that the script relies on.
+fn run_python(needs: &str, script: &str, ip: &str) -> PythonRun {
+    let python = "/usr/bin/python3";
+    assert!(
+        Path::new(needs).exists() && Path::new(python).exists(),
+        "Debian's python3-pyverbs is not installed ({needs} is missing)"
+    );
+    let script = Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("tests/py")
+        .join(script);
+    let mut cmd = Command::new(python);
+    cmd.arg(&script);
+    let out = run_with_softrdma(cmd, ip);
+    let stdout = String::from_utf8_lossy(&out.stdout).into_owned();
+    let report = format!(
+        "{}\n{stdout}{}",
+        out.status,
+        String::from_utf8_lossy(&out.stderr)
+    );
+    PythonRun {
+        status: out.status,
+        stdout,
+        report,
+    }
 }

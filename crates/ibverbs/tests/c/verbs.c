@@ -23,15 +23,7 @@
 
 #include <infiniband/verbs.h>
 
-#define CHECK(cond, ...)                                                       \
-	do {                                                                   \
-		if (!(cond)) {                                                 \
-			printf("FAIL line %d: %s: ", __LINE__, #cond);         \
-			printf(__VA_ARGS__);                                   \
-			printf(" (errno %d %s)\n", errno, strerror(errno));    \
-			exit(1);                                               \
-		}                                                              \
-	} while (0)
+#include "check.h"
 
 #define BUF 65536
 

@@ -71,7 +71,7 @@ impl Shared {
             ipv4_id,
             others_inflight: 0,
             budget: &mut self.budget,
-            turn_left: None,
+            turn_used: None,
             message_tail: 0,
             out_at: 0,
         }

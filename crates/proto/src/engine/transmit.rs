@@ -68,8 +68,7 @@ impl Engine {
             let mut ctx = self.shared.ctx(now, ipv4_id);
             ctx.out_at = at;
             ctx.others_inflight = self.inflight - qp.counted_inflight;
-            ctx.turn_left =
-                (self.ready.len() > 1).then(|| TRANSMIT_TURN.saturating_sub(self.turn_bytes));
+            ctx.turn_used = (self.ready.len() > 1).then_some(self.turn_bytes);
             let sent = qp.poll_transmit(&mut ctx, out);
             // Round robin by turns of up to `TRANSMIT_TURN` bytes: a QP with more to send keeps
             // the front of the line until its turn is used, then goes to the back. Turns, not

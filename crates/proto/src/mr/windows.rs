@@ -177,12 +177,7 @@ impl MrTable {
     pub fn windows_allow(&self, mr_key: u32, access: AccessFlags) -> bool {
         self.slots.iter().all(|slot| match &slot.object {
             Some(KeyObject::Window(w)) => match w.binding {
-                Some(b) if b.mr_key == mr_key => {
-                    let writable = b.access.contains(AccessFlags::REMOTE_WRITE)
-                        || b.access.contains(AccessFlags::REMOTE_ATOMIC);
-                    access.contains(AccessFlags::MW_BIND)
-                        && (!writable || access.contains(AccessFlags::LOCAL_WRITE))
-                }
+                Some(b) if b.mr_key == mr_key => rights_back_window(access, b.access).is_ok(),
                 _ => true,
             },
             _ => true,
@@ -239,17 +234,24 @@ impl MrTable {
 
 /// The region-side checks of a bind (IBTA C10-73 to C10-75).
 fn check_region_for_window(mr: &MemoryRegion, bind: &MwBind) -> Result<(), MwError> {
-    if !mr.access.contains(AccessFlags::MW_BIND) {
-        return Err(MwError::NoBindAccess);
-    }
-    let writable = bind.access.contains(AccessFlags::REMOTE_WRITE)
-        || bind.access.contains(AccessFlags::REMOTE_ATOMIC);
-    if writable && !mr.access.contains(AccessFlags::LOCAL_WRITE) {
-        return Err(MwError::NeedsLocalWrite);
-    }
+    rights_back_window(mr.access, bind.access)?;
     mr.offset_of(bind.addr, bind.length)
         .map(|_| ())
         .ok_or(MwError::OutOfBounds)
+}
+
+/// Whether a region granting `region` can back a window granting `window` (IBTA C10-73: bind
+/// rights; C10-74: local write under a window peers may write or use atomics on).
+fn rights_back_window(region: AccessFlags, window: AccessFlags) -> Result<(), MwError> {
+    if !region.contains(AccessFlags::MW_BIND) {
+        return Err(MwError::NoBindAccess);
+    }
+    let writable =
+        window.contains(AccessFlags::REMOTE_WRITE) || window.contains(AccessFlags::REMOTE_ATOMIC);
+    if writable && !region.contains(AccessFlags::LOCAL_WRITE) {
+        return Err(MwError::NeedsLocalWrite);
+    }
+    Ok(())
 }
 
 #[cfg(test)]

@@ -87,9 +87,9 @@ pub(crate) struct Ctx<'a> {
     pub others_inflight: u32,
     /// How many request packets all QPs may have in flight.
     pub budget: &'a mut InflightBudget,
-    /// Datagram bytes left in this QP's transmit turn while other QPs wait their turn
+    /// Datagram bytes this QP's transmit turn has used so far while other QPs wait their turn
     /// (`None`: nobody waits, the turn does not end).
-    pub turn_left: Option<usize>,
+    pub turn_used: Option<usize>,
     /// Set by the requester: payload bytes of the WRITE under way still to send after the
     /// packet it just built (0 at its end, and for other packets), for [`turn_goes_on`].
     pub message_tail: usize,

@@ -9,7 +9,7 @@ use softrdma_wire::{packet_len, AtomicEth, Bth, ExtHeaders, Feth, Ieth, ImmDt, O
 use super::attr::{QpState, QpType};
 use super::send_queue::SendWqe;
 use super::timers::Timer;
-use super::{turn_goes_on, Ctx, QueuePair, TRANSMIT_TURN};
+use super::{turn_goes_on, Ctx, QueuePair};
 use crate::config::EngineConfig;
 use crate::io::Transmit;
 use crate::mr::MrTable;
@@ -335,14 +335,17 @@ impl QueuePair {
         // out now: a turn drawn out into a refusal would only cost the QP a wait for the
         // budget.
         let fresh = !psn.is_before(self.req.sent_high);
-        let room = |tail_pkts: u32| {
-            self.req.outstanding() + 1 + tail_pkts <= ctx.config.max_inflight_packets
-                && ctx.others_inflight + self.req.budget_share() + 1 + tail_pkts
-                    <= ctx.budget.limit()
-        };
+        // Packets the window and the device budget let out after this one (a new packet's).
+        let room = fresh.then(|| {
+            let window = ctx.config.max_inflight_packets;
+            let budget = ctx.budget.limit();
+            let in_budget = ctx.others_inflight + self.req.budget_share() + 1;
+            (window.saturating_sub(self.req.outstanding() + 1))
+                .min(budget.saturating_sub(in_budget))
+        });
         let tail = match wqe.wr.op {
             SendOp::RdmaWrite { .. } | SendOp::RdmaWriteWithImm { .. }
-                if fresh && !ends_message && room(wqe.npkts - k - 1) =>
+                if !ends_message && room.is_some_and(|r| wqe.npkts - k - 1 <= r) =>
             {
                 (wqe.len as usize).saturating_sub(k as usize * mtu as usize + payload)
             }
@@ -360,9 +363,7 @@ impl QueuePair {
         // Ask for an ACK at a message's end, every `ack_req_every` packets, and on the last
         // packet the window or the device budget lets out: the ACK that reopens them must not
         // wait for the retransmit timer.
-        let fills = fresh
-            && (self.req.outstanding() + 1 >= ctx.config.max_inflight_packets
-                || ctx.others_inflight + self.req.budget_share() + 1 >= ctx.budget.limit());
+        let fills = room == Some(0);
         bth.ack_req = reliable
             && (ends_message
                 || wqe.wr.op.is_read_or_atomic()
@@ -489,8 +490,8 @@ enum RequestBuild {
 /// turn comes, which with a thousand QPs sharing the budget can be later than its retransmit
 /// timer.
 fn turn_ends(ctx: &Ctx<'_>, len: usize, tail: usize) -> bool {
-    ctx.turn_left
-        .is_some_and(|left| !turn_goes_on(TRANSMIT_TURN - left + len, len, tail))
+    ctx.turn_used
+        .is_some_and(|used| !turn_goes_on(used + len, len, tail))
 }
 
 /// Packets between AckReqs in a long message: `ack_req_every`, but at least two per
