@@ -8,7 +8,7 @@ use std::net::SocketAddr;
 
 use common::*;
 use softrdma_proto::*;
-use softrdma_wire::{Opcode, Syndrome};
+use softrdma_wire::{Opcode, PacketRepr, Psn, Syndrome};
 
 fn write(net: &Net, wr_id: u64, to: usize, offset: u64, len: u32) -> SendWr {
     let op = SendOp::RdmaWrite {
@@ -703,4 +703,72 @@ fn a_lone_lost_read_request_goes_again_with_the_tail_probe() {
         );
         assert!(took < Duration::from_millis(20), "learn {learn}: {took:?}");
     }
+}
+
+/// A peer whose answers are all lost: each retransmit timeout without progress resends the
+/// oldest packet twice as often as the one before (1, 2, 4, then 8), and waits twice as long
+/// for the next, within 4T. Before, every retry was one packet after T: at 20 % loss each way
+/// one QP in a few hundred lost eight such round trips in a row and failed with `RetryExcErr`
+/// on a path that delivered most packets.
+#[test]
+fn retries_without_progress_send_more_copies_and_back_off() {
+    let mut net = Net::new(2);
+    net.fate = Box::new(|from, _, _| if from == 1 { Fate::Drop } else { Fate::Deliver });
+    let all = AccessFlags::all();
+    let qpns = [0, 1].map(|i| {
+        let n = &mut net.nodes[i];
+        n.engine
+            .create_qp_with_srq(n.pd, n.cq, n.cq, QpType::Rc, QpCaps::default(), None)
+            .unwrap()
+    });
+    for i in 0..2 {
+        let e = &mut net.nodes[i].engine;
+        e.modify_qp(qpns[i], &QpAttr::rc_init(all)).unwrap();
+        let av = AddressVector {
+            dest_ip: ip(1 - i),
+            traffic_class: 0,
+            hop_limit: 64,
+        };
+        let rtr = QpAttr::rc_rtr(Mtu::Mtu1024, av, qpns[1 - i], Psn::new(0x100), 4, 1);
+        e.modify_qp(qpns[i], &rtr).unwrap();
+        // Local ACK timeout 8: T = 4.096 µs × 2^8 ≈ 1.05 ms; retry_cnt 7.
+        let rts = QpAttr::rc_rts(Psn::new(0x100), 8, 7, 7, 4);
+        e.modify_qp(qpns[i], &rts).unwrap();
+    }
+    let w = write(&net, 1, 1, 0, 1024);
+    let now = net.now;
+    net.nodes[0].engine.post_send(now, qpns[0], w).unwrap();
+    let t = Duration::from_nanos(4096 * 256);
+    // At each moment (in units of T), the transmissions of the one packet so far. The
+    // timeouts fire at T, 3T (T + 2T), 7T (+ 4T) and every 4T after.
+    let mut sent_by = Vec::new();
+    let mut at = Duration::ZERO;
+    for mark in [0.5, 2.5, 6.5, 10.5, 14.5, 18.5, 22.5, 26.5] {
+        let next = t.mul_f64(mark);
+        net.run_for(next - at);
+        at = next;
+        sent_by.push(writes(&net).len());
+        assert!(net.completions(0).is_empty(), "retries left at {mark} T");
+    }
+    assert_eq!(sent_by, [1, 2, 4, 8, 16, 24, 32, 40]);
+    assert!(
+        writes(&net)
+            .iter()
+            .all(|&(psn, ack_req)| psn == Psn::new(0x100) && ack_req),
+        "every transmission is the WRITE's one packet, asking for an ACK"
+    );
+    // The seventh retry was the last: the next timeout ends it.
+    net.run_for(t * 4);
+    assert_eq!(statuses(&mut net), [(1, WcStatus::RetryExcErr)]);
+    assert_eq!(writes(&net).len(), 40);
+}
+
+/// The WRITE packets on the wire so far: PSN and AckReq.
+fn writes(net: &Net) -> Vec<(Psn, bool)> {
+    net.log
+        .iter()
+        .map(|p| PacketRepr::parse(p).unwrap())
+        .filter(|p| p.bth.opcode == Opcode::RC_RDMA_WRITE_ONLY)
+        .map(|p| (p.bth.psn, p.bth.ack_req))
+        .collect()
 }

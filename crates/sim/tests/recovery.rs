@@ -79,3 +79,64 @@ fn against_a_responder_that_drops_after_a_gap_go_back_n_still_delivers() {
     // Go-back-N resends a window's tail per loss: the selective figure above is the point.
     assert!(resent > 2 * lost, "{resent} resent for {lost} lost");
 }
+
+/// The `softrdma sim` run of the reliability issue: 4 nodes, 2 QPs per pair, 3000 ops of the
+/// default mix, 1 KiB MTU, `loss` with 10 % duplication, 10 % reordering and 5 % corruption on
+/// every link.
+fn heavy_loss(seed: u64, loss: f64, rxe_like: bool) -> RunReport {
+    let wl = WorkloadConfig {
+        nodes: 4,
+        qps_per_pair: 2,
+        ..WorkloadConfig::new(seed, 3000).with_mtu(Mtu::Mtu1024)
+    };
+    let link = LinkConfig {
+        delay: Duration::from_micros(2),
+        bandwidth_bps: 25_000_000_000,
+        loss,
+        duplicate: 0.1,
+        reorder: 0.1,
+        reorder_jitter: Duration::from_micros(20),
+        corrupt: 0.05,
+    };
+    let cfg = RunConfig {
+        rxe_like_responders: rxe_like,
+        ..RunConfig::uniform(wl, link, Duration::from_secs(600))
+    };
+    run(&cfg, None).expect("setup")
+}
+
+/// Every op completes, correctly, at 20 % and 30 % loss per link against both kinds of
+/// responder. Before retries sent copies and backed off, a retransmit timeout resent one
+/// packet, as likely to be lost as what it repaired: at 20 % loss 13 of seeds 1–20 ended in
+/// `RetryExcErr`, and at 30 % a third of the ops completed. IBTA's retry counter runs out only
+/// after `retry_cnt` retries without progress, which on these links means losing well over a
+/// hundred packets in a row: the model predicts no `RetryExcErr` here, so any is a failure.
+/// (`softrdma sim --loss 0.2 --dup 0.1 --reorder 0.1 --corrupt 0.05 --nodes 4 --qps 2 --ops
+/// 3000` runs one seed; the issue's 100 seeds at 0.2 and 20 at 0.3 passed when this landed.)
+#[test]
+fn heavy_loss_completes_every_op() {
+    let mut failures = Vec::new();
+    let mut timeouts = 0;
+    let cases = (1..=6)
+        .map(|s| (s, 0.2, false))
+        .chain((1..=4).map(|s| (s, 0.3, false)))
+        .chain((1..=2).map(|s| (s, 0.2, true)))
+        .chain((1..=2).map(|s| (s, 0.3, true)));
+    for (seed, loss, rxe_like) in cases {
+        let r = heavy_loss(seed, loss, rxe_like);
+        timeouts += r.engines.retransmit_timeouts;
+        if !r.passed() || r.workload.ops_ok != 3000 {
+            eprintln!(
+                "seed {seed} loss {loss} rxe_like {rxe_like}: {} ok, {:?}",
+                r.workload.ops_ok,
+                r.first_failure()
+            );
+            failures.push((seed, loss, rxe_like));
+        }
+    }
+    assert!(
+        failures.is_empty(),
+        "failing (seed, loss, rxe_like): {failures:?}"
+    );
+    assert!(timeouts > 1000, "the runs must time out often: {timeouts}");
+}

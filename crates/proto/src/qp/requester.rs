@@ -27,6 +27,10 @@ impl QueuePair {
                 return None;
             }
             if let Some(psn) = self.req.resend.take() {
+                if self.req.resend_copies > 0 {
+                    self.req.resend_copies -= 1;
+                    self.req.resend = Some(psn);
+                }
                 match self.resend_one(ctx, out, psn) {
                     Some(t) => return Some(t),
                     None => continue,

@@ -71,14 +71,18 @@ impl RttEstimator {
         self.sample_probed = self.sample.is_some();
     }
 
-    /// The retransmit timeout for local ACK timeout `t` (`None`: timeout 0, infinite).
-    pub(crate) fn rto(&self, t: Option<Duration>) -> Option<Duration> {
+    /// The retransmit timeout for local ACK timeout `t` (`None`: timeout 0, infinite), after
+    /// `backoff` timeouts in a row without progress: each doubles it (RFC 6298's back-off), so
+    /// a path that is congested or losing in bursts gets longer to recover between retries,
+    /// always within [T, 4T].
+    pub(crate) fn rto(&self, t: Option<Duration>, backoff: u8) -> Option<Duration> {
         let t = t?;
         let estimate = match self.srtt {
             Some(srtt) => srtt + self.rttvar * 4,
             None => t,
         };
-        Some(estimate.clamp(t, t * 4))
+        let rto = estimate.clamp(t, t * 4);
+        Some((rto * (1u32 << backoff.min(2))).min(t * 4))
     }
 
     /// The smoothed round trip, once measured.
@@ -99,7 +103,7 @@ mod tests {
     fn rto_follows_the_round_trip_within_t_and_4t() {
         let t = Some(Duration::from_micros(100));
         let mut e = RttEstimator::default();
-        assert_eq!(e.rto(t), t, "unmeasured: T");
+        assert_eq!(e.rto(t, 0), t, "unmeasured: T");
         e.on_send(Psn::new(5), at(0));
         e.on_send(Psn::new(6), at(1)); // one sample at a time
         e.on_ack(Psn::new(5), at(50)); // does not cover PSN 5
@@ -107,13 +111,17 @@ mod tests {
         e.on_ack(Psn::new(6), at(300));
         assert_eq!(e.srtt(), Some(Duration::from_micros(300)));
         // 300 + 4 × 150 = 900 µs, above 4T.
-        assert_eq!(e.rto(t), Some(Duration::from_micros(400)));
+        assert_eq!(e.rto(t, 0), Some(Duration::from_micros(400)));
         for i in 0..50 {
             e.on_send(Psn::new(10 + i), at(1000 * u64::from(i + 1)));
             e.on_ack(Psn::new(11 + i), at(1000 * u64::from(i + 1) + 20));
         }
-        assert_eq!(e.rto(t), t, "a quick path: T, never below");
-        assert_eq!(e.rto(None), None);
+        assert_eq!(e.rto(t, 0), t, "a quick path: T, never below");
+        assert_eq!(e.rto(None, 0), None);
+        // Each timeout without progress doubles it, up to 4T.
+        assert_eq!(e.rto(t, 1), Some(Duration::from_micros(200)));
+        assert_eq!(e.rto(t, 2), Some(Duration::from_micros(400)));
+        assert_eq!(e.rto(t, 7), Some(Duration::from_micros(400)));
     }
 
     #[test]

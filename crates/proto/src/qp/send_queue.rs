@@ -128,6 +128,9 @@ pub(crate) struct Requester {
     pub gap_retry_at: Option<Psn>,
     /// One packet to resend before anything else: the repair of a selective repeat.
     pub resend: Option<Psn>,
+    /// Further copies of `resend` to send after it: a retransmission after timeouts that
+    /// made no progress goes more than once (see `QueuePair::retry_copies`).
+    pub resend_copies: u32,
     /// The selective repeat under way, if any (see `completer.rs`).
     pub repair: Option<Repair>,
     /// Whether the responder keeps packets that arrive after a gap, as softrdma's does
@@ -201,10 +204,17 @@ impl Requester {
         self.cursor = 0;
         self.cursor_pkt = 0;
         self.resend = None;
+        self.resend_copies = 0;
         self.repair = None;
         self.peer_reorders = None;
         self.rtt = RttEstimator::default();
         self.reset_retry_counters(cfg);
+    }
+
+    /// Transport retries spent since the last forward progress (each a retransmit timeout
+    /// or a sequence NAK that found nothing acknowledged).
+    pub(crate) fn retries_without_progress(&self, cfg: &QpConfig) -> u8 {
+        cfg.retry_cnt.saturating_sub(self.retry_left)
     }
 
     pub(crate) fn reset_retry_counters(&mut self, cfg: &QpConfig) {
@@ -252,6 +262,7 @@ impl Requester {
     /// any selective repeat.
     pub(crate) fn go_back(&mut self, psn: Psn) {
         self.resend = None;
+        self.resend_copies = 0;
         self.repair = None;
         self.rtt.on_retransmit();
         for (i, wqe) in self.sq.iter().enumerate() {
