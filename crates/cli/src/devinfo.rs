@@ -20,10 +20,9 @@ use std::process::ExitCode;
 
 use clap::Args as ClapArgs;
 use softrdma::{
-    AtomicCap, Device, DeviceAttr, DeviceConfig, DeviceStats, DropReason, GidEntry, LinkLayer, Mtu,
-    NakKind, PortAttr, PortState,
+    AtomicCap, Device, DeviceAttr, DeviceConfig, DeviceStats, GidEntry, LinkLayer, Mtu, PortAttr,
+    PortState,
 };
-use softrdma_wire::Opcode;
 
 /// Arguments of `softrdma devinfo`.
 #[derive(Debug, ClapArgs)]
@@ -339,70 +338,9 @@ pub(crate) fn write_devinfo(
     writeln!(out)
 }
 
-/// Every counter of a device, named, in a fixed order: engine packets and bytes, completions,
-/// retransmissions, drops by reason, NAKs sent and received by kind, packets by opcode (only
-/// opcodes seen), and the socket counters around the engine.
+/// Every counter of a device, named, in a fixed order (see [`DeviceStats::counters`]).
 pub(crate) fn counter_list(s: &DeviceStats) -> Vec<(String, u64)> {
-    let e = &s.engine;
-    let mut v: Vec<(String, u64)> = [
-        ("rx_packets", e.rx_packets),
-        ("rx_bytes", e.rx_bytes),
-        ("tx_packets", e.tx_packets),
-        ("tx_bytes", e.tx_bytes),
-        ("completions", e.completions),
-        ("cq_overruns", e.cq_overruns),
-        ("retransmitted_packets", e.retransmitted_packets),
-        ("retransmit_timeouts", e.retransmit_timeouts),
-        ("tail_probes", e.tail_probes),
-        ("duplicate_requests", e.duplicate_requests),
-        ("reads_served", e.reads_served),
-        ("atomics_executed", e.atomics_executed),
-        ("atomics_replayed", e.atomics_replayed),
-        ("ecn_ce_received", e.ecn_ce_received),
-        ("cnps_sent", e.cnps_sent),
-        ("cnps_received", e.cnps_received),
-        ("cc_rate_cuts", e.cc_rate_cuts),
-        ("cc_paced_waits", e.paced_waits),
-    ]
-    .into_iter()
-    .map(|(k, n)| (k.to_owned(), n))
-    .collect();
-    for r in DropReason::ALL {
-        v.push((format!("drops.{}", r.name()), e.drops_for(r)));
-    }
-    for k in NakKind::ALL {
-        v.push((format!("naks_sent.{}", k.name()), e.naks_sent_of(k)));
-    }
-    for k in NakKind::ALL {
-        v.push((format!("naks_received.{}", k.name()), e.naks_received_of(k)));
-    }
-    for (dir, counts) in [("rx", &e.rx_by_opcode), ("tx", &e.tx_by_opcode)] {
-        for (op, &n) in counts.iter().enumerate() {
-            if n != 0 {
-                // `op` indexes a 256-entry table.
-                v.push((format!("{dir}_opcode.{}", Opcode(op as u8).name()), n));
-            }
-        }
-    }
-    let io = &s.io;
-    for (k, n) in [
-        ("io.rx_datagrams", io.rx_datagrams),
-        ("io.rx_truncated", io.rx_truncated),
-        ("io.rx_errors", io.rx_errors),
-        ("io.rx_denied", io.rx_denied),
-        ("io.tx_datagrams", io.tx_datagrams),
-        ("io.tx_calls", io.tx_calls),
-        ("io.tx_sends", io.tx_sends),
-        ("io.tx_errors", io.tx_errors),
-        ("io.tx_port_fallbacks", io.tx_port_fallbacks),
-        ("io.wakeups", io.wakeups),
-        ("io.cq_signals", io.cq_signals),
-        ("io.pcap_records", io.pcap_records),
-        ("io.pcap_errors", io.pcap_errors),
-    ] {
-        v.push((k.to_owned(), n));
-    }
-    v
+    s.counters()
 }
 
 /// Writes `counters` under a `counters:` heading, one per line, values in one column: names
@@ -444,7 +382,8 @@ pub(crate) fn counters_json(s: &DeviceStats) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use softrdma::{IoCounters, Stats};
+    use softrdma::{IoCounters, NakKind, Stats};
+    use softrdma_wire::Opcode;
 
     /// Issue 15, item 12: names of 36 characters and more ran into their values
     /// (`rx_opcode.RC_SEND_LAST_WITH_IMMEDIATE16`). Every line now has at least two spaces

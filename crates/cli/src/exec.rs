@@ -7,6 +7,11 @@
 //! `SOFTRDMA_IP` set to the device's address. Before that, the address's UDP port 4791 is
 //! probed: if it is taken (another softrdma process, or the kernel's rdma_rxe, on the same
 //! address), `exec` says so instead of letting the program fail later.
+//!
+//! `--loss`, `--dup`, `--reorder`, `--delay-us`, `--corrupt` and `--seed` make the device
+//! inject those faults into its own traffic (`SOFTRDMA_FAULTS`, see `softrdma::FaultConfig`),
+//! and `--counters` has it print its counters when the program closes it
+//! (`SOFTRDMA_COUNTERS`).
 
 use std::ffi::OsString;
 use std::net::{IpAddr, Ipv4Addr, UdpSocket};
@@ -15,6 +20,7 @@ use std::path::PathBuf;
 use std::process::{Command, ExitCode};
 
 use clap::Args as ClapArgs;
+use softrdma::FaultConfig;
 
 /// Arguments of `softrdma exec`.
 #[derive(Debug, ClapArgs)]
@@ -26,6 +32,31 @@ pub(crate) struct Args {
     /// Directory holding libibverbs.so.1 (default: the directory of this binary).
     #[arg(long, value_name = "DIR")]
     lib_dir: Option<PathBuf>,
+    /// Fault injection: probability that a datagram the device sends, or one it receives,
+    /// is lost (each path on its own).
+    #[arg(long, value_name = "P", value_parser = probability, help_heading = "Faults")]
+    loss: Option<f64>,
+    /// Probability that a datagram is delivered twice.
+    #[arg(long, value_name = "P", value_parser = probability, help_heading = "Faults")]
+    dup: Option<f64>,
+    /// Probability that a datagram is held back by up to 100 µs, so that later ones overtake
+    /// it.
+    #[arg(long, value_name = "P", value_parser = probability, help_heading = "Faults")]
+    reorder: Option<f64>,
+    /// Delay added to every datagram, each path (0..=1000000 µs).
+    #[arg(long, value_name = "N", value_parser = clap::value_parser!(u64).range(0..=softrdma::MAX_DELAY_US), help_heading = "Faults")]
+    delay_us: Option<u64>,
+    /// Probability that one ICRC-covered bit of a datagram is flipped (the receiver drops it).
+    #[arg(long, value_name = "P", value_parser = probability, help_heading = "Faults")]
+    corrupt: Option<f64>,
+    /// Seed of the fault draws: the same seed and the same sequence of packets give the
+    /// same faults.
+    #[arg(long, value_name = "S", help_heading = "Faults")]
+    seed: Option<u64>,
+    /// Print the device's non-zero counters to stderr when the program closes it
+    /// (retransmissions, drops by reason, the faults injected).
+    #[arg(long)]
+    counters: bool,
     /// The program and its arguments.
     #[arg(
         required = true,
@@ -34,6 +65,33 @@ pub(crate) struct Args {
         value_name = "PROGRAM ARGS"
     )]
     command: Vec<OsString>,
+}
+
+/// A probability: a number in 0..=1.
+fn probability(s: &str) -> Result<f64, String> {
+    let p: f64 = s.parse().map_err(|e| format!("{e}"))?;
+    if (0.0..=1.0).contains(&p) {
+        Ok(p)
+    } else {
+        Err(format!("{s} is not a probability (0..=1)"))
+    }
+}
+
+impl Args {
+    /// The faults the flags ask for.
+    fn faults(&self) -> FaultConfig {
+        let none = FaultConfig::NONE;
+        FaultConfig {
+            loss: self.loss.unwrap_or(none.loss),
+            duplicate: self.dup.unwrap_or(none.duplicate),
+            reorder: self.reorder.unwrap_or(none.reorder),
+            delay: self
+                .delay_us
+                .map_or(none.delay, std::time::Duration::from_micros),
+            corrupt: self.corrupt.unwrap_or(none.corrupt),
+            seed: self.seed.unwrap_or(none.seed),
+        }
+    }
 }
 
 /// Why the device's address cannot be used, if it cannot.
@@ -83,11 +141,18 @@ pub(crate) fn run(args: &Args) -> ExitCode {
         path.push(old);
     }
     let (program, rest) = args.command.split_first().expect("clap requires a program");
-    let err = Command::new(program)
-        .args(rest)
+    let mut cmd = Command::new(program);
+    cmd.args(rest)
         .env("LD_LIBRARY_PATH", path)
-        .env("SOFTRDMA_IP", ip.to_string())
-        .exec();
+        .env("SOFTRDMA_IP", ip.to_string());
+    let faults = args.faults();
+    if !faults.is_none() {
+        cmd.env(FaultConfig::ENV, faults.to_string());
+    }
+    if args.counters {
+        cmd.env("SOFTRDMA_COUNTERS", "1");
+    }
+    let err = cmd.exec();
     eprintln!(
         "softrdma exec: cannot run {}: {err}",
         program.to_string_lossy()

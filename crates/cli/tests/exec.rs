@@ -260,3 +260,103 @@ fn perftest_and_softrdma_perf_send_lat_and_atomic_bw() {
         "softrdma perf server, ib_read_bw client",
     );
 }
+
+/// The value of counter `name` in a `--counters` report (0 when absent: only non-zero ones
+/// are printed).
+fn counter(stderr: &[u8], name: &str) -> u64 {
+    let text = String::from_utf8_lossy(stderr);
+    text.lines()
+        .filter_map(|l| l.strip_prefix("softrdma:\t"))
+        .filter_map(|l| l.split_once(' '))
+        .find(|(k, _)| *k == name)
+        .and_then(|(_, v)| v.trim().parse().ok())
+        .unwrap_or(0)
+}
+
+/// `--loss 0.05` on the client of an unmodified `ib_write_bw` pair: the run completes, its
+/// device counts what it dropped each way, and the transport resent what was lost. The
+/// counters add up: what the engine built is what the socket took plus what was dropped.
+#[test]
+fn exec_injects_loss_into_an_unmodified_program() {
+    check_setup();
+    let prog = ["ib_write_bw", "-x", "1", "-s", "65536", "-n", "300"];
+    let server = exec("127.0.14.15", &[&prog[..], &["-p", "18717"]].concat());
+    let mut client = Command::new(BIN);
+    client
+        .args([
+            "exec",
+            "--ip",
+            "127.0.14.16",
+            "--loss",
+            "0.05",
+            "--seed",
+            "9",
+        ])
+        .args(["--counters", "--"])
+        .args(prog)
+        .args(["-p", "18717", "127.0.14.15"]);
+    let (_, c) = pair(server, client, 18717, "ib_write_bw, client losing 5 %");
+    assert!(String::from_utf8_lossy(&c.stdout).contains("#bytes"));
+    let n = |name| counter(&c.stderr, name);
+    assert!(n("io.injected_tx_drops") > 50, "{}", show(&c));
+    assert!(n("io.injected_rx_drops") > 0, "{}", show(&c));
+    assert!(n("retransmitted_packets") >= n("io.injected_tx_drops") / 2);
+    assert_eq!(
+        n("tx_packets"),
+        n("io.tx_datagrams") + n("io.injected_tx_drops") + n("io.tx_errors"),
+        "{}",
+        show(&c)
+    );
+}
+
+/// `--loss 1.0` on one side of `ibv_rc_pingpong`: the other side's first SEND is never
+/// acknowledged, and after its retries (retry_cnt 7, local ACK timeout 14: T = 67 ms, each
+/// retry within 4T) it reports `IBV_WC_RETRY_EXC_ERR` and exits 1 — within IBTA's budget of
+/// (retry_cnt + 1) × 4T, about 2.1 s.
+#[test]
+fn exec_total_loss_ends_the_peer_in_retry_exceeded() {
+    check_setup();
+    let mut server = Command::new(BIN);
+    server
+        .args(["exec", "--ip", "127.0.14.17", "--loss", "1.0", "--"])
+        .args(["ibv_rc_pingpong", "-g", "1", "-n", "5", "-p", "18718"]);
+    let s = spawn(server);
+    let start = Instant::now();
+    while !listening(18718) {
+        assert!(start.elapsed() < Duration::from_secs(60), "never listened");
+        std::thread::sleep(Duration::from_millis(10));
+    }
+    let client = exec(
+        "127.0.14.18",
+        &[
+            "ibv_rc_pingpong",
+            "-g",
+            "1",
+            "-n",
+            "5",
+            "-p",
+            "18718",
+            "127.0.14.17",
+        ],
+    );
+    let started = Instant::now();
+    let c = finish(
+        spawn(client),
+        "ibv_rc_pingpong client",
+        Duration::from_secs(60),
+    );
+    let took = started.elapsed();
+    let mut s = s;
+    let _ = s.kill();
+    let _ = s.wait();
+    assert_eq!(c.status.code(), Some(1), "{}", show(&c));
+    let err = String::from_utf8_lossy(&c.stderr);
+    assert!(
+        err.contains("Failed status transport retry counter exceeded (12)"),
+        "{}",
+        show(&c)
+    );
+    // Seven retries after the first transmission, backed off from T to 4T: at least 8T.
+    assert!(took > Duration::from_millis(500), "gave up after {took:?}");
+    assert!(took < Duration::from_secs(10), "took {took:?}");
+}

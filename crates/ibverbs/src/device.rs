@@ -10,7 +10,7 @@ use std::ffi::{c_char, c_int, c_void};
 use std::net::IpAddr;
 use std::sync::{Mutex, OnceLock};
 
-use softrdma::{Device, DeviceConfig, OpenDeviceError};
+use softrdma::{Device, DeviceConfig, FaultConfig, OpenDeviceError};
 
 use crate::context::Context;
 
@@ -30,6 +30,9 @@ struct Setup {
     adaptive_spin: bool,
     gso: bool,
     pcap: Option<String>,
+    faults: FaultConfig,
+    /// Print the device's counters to stderr when the last context closes.
+    counters: bool,
 }
 
 /// The process's one `ibv_device`, and how to open it.
@@ -88,6 +91,8 @@ fn setup() -> Result<Setup, String> {
         pcap: std::env::var("SOFTRDMA_PCAP")
             .ok()
             .filter(|s| !s.is_empty()),
+        faults: FaultConfig::from_env().map_err(|e| format!("{}: {e}", FaultConfig::ENV))?,
+        counters: env_flag("SOFTRDMA_COUNTERS"),
     })
 }
 
@@ -138,7 +143,8 @@ fn open_shared(setup: &Setup) -> Result<Device, c_int> {
     let mut config = DeviceConfig::new(setup.ip)
         .busy_poll(setup.busy_poll)
         .adaptive_spin(setup.adaptive_spin)
-        .gso(setup.gso);
+        .gso(setup.gso)
+        .faults(setup.faults);
     if let Some(p) = &setup.pcap {
         config = config.pcap(p);
     }
@@ -180,12 +186,26 @@ fn open_shared(setup: &Setup) -> Result<Device, c_int> {
 
 fn release_shared() {
     let mut open = OPEN.lock().unwrap_or_else(|e| e.into_inner());
-    if let Some((_, users)) = open.as_mut() {
+    if let Some((dev, users)) = open.as_mut() {
         *users -= 1;
         if *users == 0 {
+            if listed().is_ok_and(|l| l.setup.counters) {
+                report_counters(&dev.stats());
+            }
             *open = None;
         }
     }
+}
+
+/// The device's non-zero counters on stderr (`SOFTRDMA_COUNTERS=1`, `softrdma exec
+/// --counters`): what fault injection did and what the transport made of it, for a program
+/// that has no way to ask.
+fn report_counters(stats: &softrdma::DeviceStats) {
+    let mut text = format!("softrdma: counters of {DEVICE_NAME}:\n");
+    for (name, n) in stats.counters().into_iter().filter(|(_, n)| *n != 0) {
+        text.push_str(&format!("softrdma:\t{name} {n}\n"));
+    }
+    eprint!("{text}");
 }
 
 /// `ibv_get_device_list`: the one softrdma device.

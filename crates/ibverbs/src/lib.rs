@@ -26,6 +26,10 @@
 //! - `SOFTRDMA_GSO=0`: no UDP GSO batching to loopback peers (on by default; see
 //!   `softrdma::DeviceConfig::gso`).
 //! - `SOFTRDMA_PCAP=FILE`: the device writes every packet it sends and receives to FILE.
+//! - `SOFTRDMA_FAULTS=loss=P,dup=P,reorder=P,delay-us=N,corrupt=P,seed=S`: the device injects
+//!   these faults into its own traffic, each way (see `softrdma::FaultConfig`).
+//! - `SOFTRDMA_COUNTERS=1`: when the program closes the device, its non-zero counters go to
+//!   stderr.
 //!
 //! `softrdma exec [--ip ADDR] -- PROGRAM ARGS…` sets these and `LD_LIBRARY_PATH`.
 //!

@@ -7,19 +7,21 @@ use std::sync::{Arc, Mutex, Weak};
 use std::thread::{JoinHandle, ThreadId};
 
 use softrdma_proto::cc::CcConfig;
-use softrdma_proto::{Engine, EngineConfig, Mtu, Stats};
+use softrdma_proto::{Engine, EngineConfig, Mtu};
 use softrdma_udp::{Config as UdpConfig, RecvArena, RoceSocket, ROCEV2_UDP_PORT};
 
 use crate::cq::CompletionQueue;
 use crate::error::{CreateCqError, OpenDeviceError, QueryError};
 use crate::event::AsyncEvents;
+use crate::faults::FaultConfig;
 use crate::gid::{eui64, interface_of, mac_of, Gid, GidEntry, GidType};
 use crate::limits::{MAX_CQE, MAX_MSG_SZ, MAX_QP_WR, MAX_SGE};
 use crate::pd::ProtectionDomain;
 use crate::progress::{self, Core, Inner, IoCounters};
+use crate::stats::DeviceStats;
 
 /// How to open a [`Device`]. `DeviceConfig::new(ip)` gives the defaults.
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq)]
 pub struct DeviceConfig {
     /// The local IP address (IPv4 or IPv6) the device sends from and receives on. Use a
     /// specific address, not a wildcard: the ICRC covers it.
@@ -63,6 +65,11 @@ pub struct DeviceConfig {
     /// Congestion control: ECT(0) marks, CNPs for CE-marked packets, DCQCN pacing (see
     /// `softrdma_proto::cc`). Off by default, as in Linux rxe.
     pub congestion_control: CcConfig,
+    /// Faults the device injects into its own traffic, on the way out and on the way in:
+    /// loss, duplication, reordering, delay, corruption, from a seed (see [`FaultConfig`]).
+    /// None by default. What a program does when packets are lost or a peer goes silent can
+    /// be tried this way without root or netem.
+    pub faults: FaultConfig,
 }
 
 impl DeviceConfig {
@@ -83,7 +90,14 @@ impl DeviceConfig {
             gso: true,
             allowed_peers: Vec::new(),
             congestion_control: CcConfig::OFF,
+            faults: FaultConfig::NONE,
         }
+    }
+
+    /// Injecting `faults` into the device's traffic (see [`DeviceConfig::faults`]).
+    pub fn faults(mut self, faults: FaultConfig) -> DeviceConfig {
+        self.faults = faults;
+        self
     }
 
     /// With congestion control (e.g. `CcConfig::dcqcn(line_rate_bps)`).
@@ -293,16 +307,6 @@ pub struct PortAttr {
     pub qkey_viol_cntr: u32,
 }
 
-/// Counters of a device: the engine's protocol counters (drops by reason, NAKs, retries) and
-/// the I/O around it.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct DeviceStats {
-    /// The engine's counters.
-    pub engine: Stats,
-    /// Socket-level counters.
-    pub io: IoCounters,
-}
-
 /// What every object of a device shares; dropping the last reference stops the progress
 /// thread.
 pub(crate) struct DeviceShared {
@@ -401,6 +405,7 @@ impl Device {
         if config.ip.is_unspecified() {
             return Err(OpenDeviceError::Unspecified);
         }
+        config.faults.validate()?;
         let mut udp = UdpConfig::new(config.ip).port(config.port);
         udp.recv_buffer_bytes = config.socket_buffer_bytes;
         udp.send_buffer_bytes = config.socket_buffer_bytes;
@@ -431,6 +436,9 @@ impl Device {
         let sock_fd = std::os::fd::AsRawFd::as_raw_fd(&socket.readiness_fd());
         let mut core = Core::new(engine, socket, arena, config.gso, std::time::Instant::now());
         core.allowed_peers = config.allowed_peers.clone();
+        if !config.faults.is_none() {
+            core.faults = Some(crate::faults::Faults::new(config.faults));
+        }
         core.gso_any_destination = crate::netdev::kernel_segments_gso(config.ip);
         if let Some(path) = &config.pcap {
             core.tap = Some(crate::tap::Tap::create(path, local_addr).map_err(|source| {

@@ -21,6 +21,10 @@ pub enum OpenDeviceError {
     /// The progress thread could not be started.
     #[error("cannot start the progress thread: {0}")]
     Thread(std::io::Error),
+    /// [`DeviceConfig::faults`](crate::DeviceConfig::faults) holds a probability outside
+    /// 0..=1 or a delay above [`MAX_DELAY_US`](crate::MAX_DELAY_US).
+    #[error("fault injection: {0}")]
+    Faults(#[from] crate::FaultSpecError),
     /// The pcap file of [`DeviceConfig::pcap`](crate::DeviceConfig::pcap) could not be created.
     #[error("cannot create pcap file {}: {source}", path.display())]
     Pcap {

@@ -158,6 +158,7 @@ mod cq;
 mod device;
 mod error;
 mod event;
+mod faults;
 pub mod gid;
 mod limits;
 mod memory;
@@ -168,14 +169,14 @@ mod peers;
 mod progress;
 mod qp;
 mod srq;
+mod stats;
 mod tap;
 pub mod wr;
 
 pub use ah::{AddressHandle, AhAttr};
 pub use cq::{CompletionQueue, CqReady};
 pub use device::{
-    AtomicCap, Device, DeviceAttr, DeviceConfig, DeviceStats, LinkLayer, PortAttr, PortState,
-    WeakDevice,
+    AtomicCap, Device, DeviceAttr, DeviceConfig, LinkLayer, PortAttr, PortState, WeakDevice,
 };
 pub use error::{
     AllocMwError, AttachChannelError, CreateAhError, CreateCqError, CreateQpError, McastError,
@@ -183,6 +184,7 @@ pub use error::{
     RegMrError, ResizeCqError, SrqError,
 };
 pub use event::{AsyncEvent, AsyncEvents, CompletionChannel};
+pub use faults::{FaultConfig, FaultSpecError, MAX_DELAY_US, REORDER_SPAN};
 pub use gid::{Gid, GidEntry, GidParseError, GidType};
 pub use limits::{MAX_CQE, MAX_INLINE_DATA, MAX_MSG_SZ, MAX_QP_WR, MAX_SGE};
 pub use mw::{MemoryWindow, MwBindInfo};
@@ -191,6 +193,7 @@ pub use peers::{IpNetwork, IpNetworkParseError};
 pub use progress::IoCounters;
 pub use qp::{ConnectOptions, QpEndpoint, QpInfo, QpInitAttr, QueuePair};
 pub use srq::SharedReceiveQueue;
+pub use stats::DeviceStats;
 
 pub use softrdma_proto::cc::CcConfig;
 pub use softrdma_proto::{

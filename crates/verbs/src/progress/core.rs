@@ -16,6 +16,7 @@ use softrdma_wire::IcrcContext;
 
 use super::notify::CqNotify;
 use crate::event::{AsyncEvent, AsyncEvents};
+use crate::faults::{self, Fate, Faults, Held, Route};
 use crate::tap::Tap;
 
 /// Counters of the I/O around the engine (the engine counts the protocol).
@@ -53,6 +54,24 @@ pub struct IoCounters {
     /// Datagrams dropped because their source is outside
     /// [`DeviceConfig::allowed_peers`](crate::DeviceConfig::allowed_peers).
     pub rx_denied: u64,
+    /// Datagrams the engine built that fault injection lost before the socket
+    /// ([`DeviceConfig::faults`](crate::DeviceConfig::faults); see `faults.rs` for how these
+    /// add up).
+    pub injected_tx_drops: u64,
+    /// Datagrams received that fault injection lost before the transport.
+    pub injected_rx_drops: u64,
+    /// Datagrams sent twice by fault injection.
+    pub injected_tx_duplicates: u64,
+    /// Datagrams received that fault injection handed to the transport twice.
+    pub injected_rx_duplicates: u64,
+    /// Datagrams sent with a bit flipped by fault injection.
+    pub injected_tx_corruptions: u64,
+    /// Datagrams received that fault injection flipped a bit of.
+    pub injected_rx_corruptions: u64,
+    /// Datagrams held back (delayed or reordered) by fault injection on the way out.
+    pub injected_tx_delays: u64,
+    /// Datagrams held back by fault injection on the way in.
+    pub injected_rx_delays: u64,
 }
 struct CqWatch {
     handle: CqHandle,
@@ -93,6 +112,10 @@ pub(crate) struct Core {
     pub async_events: Option<AsyncEvents>,
     /// Networks datagrams may come from (empty: any).
     pub allowed_peers: Vec<crate::IpNetwork>,
+    /// Fault injection, if the device was opened with faults.
+    pub faults: Option<Faults>,
+    /// Where a received datagram is corrupted before the engine sees it.
+    scratch: Vec<u8>,
 }
 
 impl Core {
@@ -121,6 +144,18 @@ impl Core {
             tap: None,
             async_events: None,
             allowed_peers: Vec::new(),
+            faults: None,
+            scratch: Vec::new(),
+        }
+    }
+
+    /// When the device must next be looked at without a datagram arriving: the engine's next
+    /// timer, or a datagram fault injection holds back falling due.
+    pub(crate) fn poll_timeout(&self) -> Option<Instant> {
+        let held = self.faults.as_ref().and_then(Faults::next_due);
+        match (self.engine.poll_timeout(), held) {
+            (Some(a), Some(b)) => Some(a.min(b)),
+            (a, b) => a.or(b),
         }
     }
 
@@ -166,7 +201,9 @@ impl Core {
     /// ping-pong the answer and the ACK of the previous message arrive together, and
     /// handling the ACK first would put its cost between the answer and the application.
     pub(super) fn receive(&mut self, now: Instant, until_completion: bool) -> usize {
+        let released = self.release_received(now);
         let (handed, stopped) = self.deliver(now, until_completion);
+        let handed = handed + released;
         // Once those left over are all handed over, a batch from the socket as well: a round
         // of progress drains the socket as fast as before.
         if stopped {
@@ -231,7 +268,27 @@ impl Core {
                     self.io.rx_denied += 1;
                     continue;
                 }
-                self.engine.handle_datagram(now, &dm, d);
+                if let Some(f) = self.faults.as_mut() {
+                    let fate = f.draw(d.len());
+                    let copies = received_with_faults(f, &mut self.io, now, fate, dm, d);
+                    let d = match fate.corrupt {
+                        Some(bit) if copies > 0 => {
+                            self.scratch.clear();
+                            self.scratch.extend_from_slice(d);
+                            faults::flip(&mut self.scratch, bit);
+                            &self.scratch[..]
+                        }
+                        _ => d,
+                    };
+                    for _ in 0..copies {
+                        self.engine.handle_datagram(now, &dm, d);
+                    }
+                    if copies == 0 {
+                        continue;
+                    }
+                } else {
+                    self.engine.handle_datagram(now, &dm, d);
+                }
                 handed += 1;
                 if until_completion && fresh_completions(&self.watches, &self.engine) {
                     self.rx_next = if at < data.len() {
@@ -247,6 +304,65 @@ impl Core {
         (handed, false)
     }
 
+    /// Hands the engine the received datagrams fault injection held back that are due;
+    /// returns how many.
+    fn release_received(&mut self, now: Instant) -> usize {
+        let Some(f) = self.faults.as_mut() else {
+            return 0;
+        };
+        let due = f.take_due(now, false);
+        let n = due.len();
+        for mut h in due {
+            let Route::In(meta) = h.route else {
+                continue;
+            };
+            if let Some(bit) = h.corrupt {
+                faults::flip(&mut h.bytes, bit);
+            }
+            self.engine.handle_datagram(now, &meta, &h.bytes);
+        }
+        n
+    }
+
+    /// Sends the datagrams fault injection held back that are due, each on its own (its
+    /// ICRC recomputed for IPv4 identification 0, which a lone datagram leaves with).
+    fn release_sent(&mut self, now: Instant) {
+        let Some(f) = self.faults.as_mut() else {
+            return;
+        };
+        let local = self.socket.local_addr().ip();
+        for mut h in f.take_due(now, true) {
+            let Route::Out { dst, src_port, ecn } = h.route else {
+                continue;
+            };
+            let ctx = IcrcContext::new(local, dst.ip(), src_port, dst.port());
+            if ctx.fill(&mut h.bytes).is_err() {
+                self.io.tx_errors += 1;
+                continue;
+            }
+            if let Some(bit) = h.corrupt {
+                faults::flip(&mut h.bytes, bit);
+            }
+            let t = Transmit {
+                dst,
+                src_port,
+                ecn: Ecn::from_tos(ecn),
+                segment_size: None,
+                contents: &h.bytes,
+            };
+            match self.socket.send(std::slice::from_ref(&t)) {
+                Ok(1) => {
+                    self.io.tx_datagrams += 1;
+                    self.io.tx_sends += 1;
+                    if let Some(tap) = self.tap.as_mut() {
+                        tap.sent(src_port, dst, ecn, 0, &h.bytes);
+                    }
+                }
+                _ => self.io.tx_errors += 1,
+            }
+        }
+    }
+
     /// Sends everything the engine has to send.
     pub(crate) fn flush(&mut self, now: Instant) {
         self.flush_while(now, || true);
@@ -256,6 +372,7 @@ impl Core {
     /// `go_on()`; returns whether it stopped for that with a full batch sent (so that more
     /// may wait).
     pub(crate) fn flush_while(&mut self, now: Instant, go_on: impl Fn() -> bool) -> bool {
+        self.release_sent(now);
         loop {
             self.tx_meta.clear();
             // Poll only while a packet that does not join the open group still has a slot.
@@ -308,6 +425,17 @@ impl Core {
                     };
                     if ctx.fill(&mut self.tx_bufs[slot][at..at + t.len]).is_err() {
                         self.io.tx_errors += 1;
+                        continue;
+                    }
+                }
+                if let Some(f) = self.faults.as_mut() {
+                    let pkt = &mut self.tx_bufs[slot][at..at + t.len];
+                    let route = Route::Out {
+                        dst: t.dst,
+                        src_port: port,
+                        ecn: t.ecn,
+                    };
+                    if !sent_with_faults(f, &mut self.io, now, route, pkt) {
                         continue;
                     }
                 }
@@ -519,6 +647,81 @@ impl Core {
             }
         }
     }
+}
+
+/// Applies the fate drawn for a received datagram `d`: counts it, holds a copy back if it is
+/// to be late; returns how many times the engine gets it now (0, 1 or 2). A corruption is the
+/// caller's to apply to what it hands over.
+fn received_with_faults(
+    f: &mut Faults,
+    io: &mut IoCounters,
+    now: Instant,
+    fate: Fate,
+    meta: DatagramMeta,
+    d: &[u8],
+) -> usize {
+    if fate.drop {
+        io.injected_rx_drops += 1;
+        return 0;
+    }
+    io.injected_rx_corruptions += u64::from(fate.corrupt.is_some());
+    io.injected_rx_duplicates += u64::from(fate.duplicate);
+    if fate.hold.is_zero() {
+        return 1 + usize::from(fate.duplicate);
+    }
+    io.injected_rx_delays += 1;
+    for _ in 0..1 + usize::from(fate.duplicate) {
+        f.held.push_back(Held {
+            due: now + fate.hold,
+            bytes: d.to_vec(),
+            corrupt: fate.corrupt,
+            route: Route::In(meta),
+        });
+    }
+    0
+}
+
+/// Draws and applies the fate of `pkt`, a datagram about to join the batch: counts it, flips
+/// its bit, holds it back or queues its duplicate. Returns whether it goes in the batch now.
+fn sent_with_faults(
+    f: &mut Faults,
+    io: &mut IoCounters,
+    now: Instant,
+    route: Route,
+    pkt: &mut [u8],
+) -> bool {
+    let fate = f.draw(pkt.len());
+    if fate.drop {
+        io.injected_tx_drops += 1;
+        return false;
+    }
+    io.injected_tx_corruptions += u64::from(fate.corrupt.is_some());
+    if fate.duplicate {
+        // The copy follows in the next batch, unharmed: a duplicating network copies what
+        // it was given.
+        io.injected_tx_duplicates += 1;
+        let hold = fate.hold;
+        f.held.push_back(Held {
+            due: now + hold,
+            bytes: pkt.to_vec(),
+            corrupt: None,
+            route,
+        });
+    }
+    if !fate.hold.is_zero() {
+        io.injected_tx_delays += 1;
+        f.held.push_back(Held {
+            due: now + fate.hold,
+            bytes: pkt.to_vec(),
+            corrupt: fate.corrupt,
+            route,
+        });
+        return false;
+    }
+    if let Some(bit) = fate.corrupt {
+        faults::flip(pkt, bit);
+    }
+    true
 }
 
 /// [`Core::has_fresh_completions`] on the fields it reads (for use while a received batch is

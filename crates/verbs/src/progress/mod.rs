@@ -211,7 +211,6 @@ impl Inner {
         // (and the last one to leave wakes the progress thread), so a ping-pong does not wake
         // it for the retransmit timer every request arms.
         let earlier_timer = core
-            .engine
             .poll_timeout()
             .is_some_and(|d| d.as_nanos() < self.next_wake_ns.load(Ordering::Acquire));
         // Nor while a spinner holds its lease: it runs the timers on every poll, and the
@@ -357,7 +356,7 @@ impl Inner {
         // for its next poll or post; if it stops, for the progress thread at the lease's end.
         let left_behind = hold || until_completion && core.has_pending_datagrams();
         core.notify_cqs(&mut wakers);
-        let deadline = core.engine.poll_timeout();
+        let deadline = core.poll_timeout();
         core.flush_tap();
         self.next_wake_ns.store(
             deadline.map_or(u64::MAX, Instant::as_nanos),
