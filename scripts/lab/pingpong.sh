@@ -8,8 +8,8 @@
 # For each case TRANSPORT:SIZE of PP_CASES (default: RC with each of PP_SIZES, below, at and
 # above the path MTU of 1024; UC 64, 4096 and 10000; UD 64 and 1024, the guests' port MTU) it
 # runs ibv_<transport>_pingpong against `softrdma pingpong --transport TRANSPORT`, with -c
-# validation on both sides (SRQ: ibv_srq_pingpong -q PP_SRQ_QPS against
-# `softrdma pingpong --srq`, no -c: the tool has none):
+# validation on both sides (SRQ: ibv_srq_pingpong -q PP_SRQ_QPS -c against
+# `softrdma pingpong --srq -c`, the tool's all-zero check):
 #   1. softrdma client (in the lab namespace, bound to 10.88.0.1) -> the rdma-core server in
 #      guest g1 (10.88.0.11);
 #   2. softrdma server (bound to 10.88.0.1) <- the rdma-core client in guest g1 (rxe-retry).
@@ -64,8 +64,8 @@ for case in $CASES; do
   common="-g 1 -c -s $size -n $ITERS"
   mine="--transport $transport $common"
   if [ "$transport" = SRQ ]; then
-    # ibv_srq_pingpong: PP_SRQ_QPS RC QPs on one SRQ; the tool has no -c.
-    common="-g 1 -q $SRQ_QPS -s $size -n $ITERS"
+    # ibv_srq_pingpong: PP_SRQ_QPS RC QPs on one SRQ; its -c checks an all-zero buffer.
+    common="-g 1 -q $SRQ_QPS -c -s $size -n $ITERS"
     mine="--srq $common"
   fi
 

@@ -76,7 +76,7 @@ const SEND_WRID: u64 = 2;
 const FILL: u8 = 0x7b;
 /// The page size rc_pingpong's `-c` pattern steps by (`sysconf(_SC_PAGESIZE)` on x86-64 and
 /// the lab's guests).
-const PAGE: usize = 4096;
+pub(crate) const PAGE: usize = 4096;
 
 /// Arguments of `softrdma pingpong`.
 #[derive(Debug, ClapArgs)]
@@ -130,7 +130,8 @@ pub(crate) struct Args {
         allow_negative_numbers = true
     )]
     pub(crate) gid_idx: i32,
-    /// Validate the received buffer (rc_pingpong's pattern; see the module docs).
+    /// Validate the received buffer (rc_pingpong's pattern, with --srq srq_pingpong's; see
+    /// the module docs).
     #[arg(short = 'c', long = "chk")]
     pub(crate) chk: bool,
     /// Local IP address of the softrdma device. Default: for a client, the address that
@@ -157,7 +158,8 @@ pub(crate) struct Args {
     #[arg(long, value_enum, default_value = "RC", ignore_case = true)]
     pub(crate) transport: Transport,
     /// Many RC QPs on one shared receive queue: a peer of rdma-core's `ibv_srq_pingpong`
-    /// (its out-of-band exchange carries 256 addresses each way; no -c).
+    /// (its out-of-band exchange carries 256 addresses each way; -c checks its all-zero
+    /// buffer).
     #[arg(long)]
     pub(crate) srq: bool,
     /// With --srq: the number of QPs (1..256) [default: 16].
@@ -220,15 +222,22 @@ fn pattern_byte(i: usize) -> u8 {
     }
 }
 
-/// Pages of `buf` that differ from the pattern, in order.
-pub(crate) fn invalid_pages(buf: &[u8]) -> Vec<usize> {
+/// Pages of `buf` that differ from rc_pingpong's pattern, in order.
+fn invalid_pages(buf: &[u8]) -> Vec<usize> {
+    pages_unlike(buf, pattern_byte)
+}
+
+/// Pages (of the tools' `-c` page size) of `buf` holding a byte other than `pattern(offset)`,
+/// in order: the tools check one byte per page, softrdma every byte, so a page is named
+/// whichever of its bytes went wrong.
+pub(crate) fn pages_unlike(buf: &[u8], pattern: impl Fn(usize) -> u8) -> Vec<usize> {
     buf.chunks(PAGE)
         .enumerate()
         .filter(|(page, chunk)| {
             chunk
                 .iter()
                 .enumerate()
-                .any(|(j, &b)| b != pattern_byte(page * PAGE + j))
+                .any(|(j, &b)| b != pattern(page * PAGE + j))
         })
         .map(|(page, _)| page)
         .collect()

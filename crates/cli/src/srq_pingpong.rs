@@ -6,6 +6,14 @@
 //! the client closes with `done`. Each QP sends its next message once its previous SEND
 //! completed and a message arrived on it; `-n` counts the exchanges of all QPs together, as
 //! the tool's loop does; the SRQ is refilled when no more than `-q` receives are left.
+//!
+//! `-c` is the tool's check: its client writes `i / page_size % sizeof(char)` — always 0 — at
+//! the start of each page of a buffer it zeroed, so every message either way is all zeros, and
+//! after the report its server prints `invalid data in page N` for each page whose first byte
+//! is not 0. softrdma checks every byte of each page, on both sides, and exits 1 on a mismatch,
+//! as `pingpong -c` does for rc_pingpong's pattern. Since a message that never came leaves the
+//! zeros in place, the check catches a corrupted message, not a missing one; the completion
+//! counts catch those.
 
 use std::net::{IpAddr, SocketAddr, TcpListener};
 use std::process::ExitCode;
@@ -18,8 +26,8 @@ use softrdma::{
 use softrdma_cm::pingpong::{self, PingpongDest};
 
 use crate::pingpong::{
-    address_line, connect_options, fail, remote_endpoint, remote_line, report, set_stream_timeout,
-    wait_completions, Args, Fail,
+    address_line, connect_options, fail, pages_unlike, remote_endpoint, remote_line, report,
+    set_stream_timeout, wait_completions, Args, Fail, PAGE,
 };
 use crate::route;
 use crate::transport::Transport;
@@ -29,10 +37,8 @@ const SEND_WRID: u64 = 2;
 
 /// Runs `softrdma pingpong --srq`.
 pub(crate) fn run(args: &Args) -> ExitCode {
-    if args.transport != Transport::RC || args.chk {
-        eprintln!(
-            "softrdma pingpong: error: --srq is ibv_srq_pingpong: RC only, and the tool has no -c"
-        );
+    if args.transport != Transport::RC {
+        eprintln!("softrdma pingpong: error: --srq is ibv_srq_pingpong: RC only");
         return ExitCode::from(2);
     }
     match run_inner(args) {
@@ -264,6 +270,12 @@ fn exchange(
     let num_qp = ctx.qps.len();
     let mut pending = vec![RECV_WRID; num_qp];
     if client {
+        if args.chk {
+            // The tool's pattern byte, `i / page_size % sizeof(char)`, is 0 on every page.
+            for i in (0..ctx.size as usize).step_by(PAGE) {
+                ctx.mr.write(i, &[0])?;
+            }
+        }
         for (i, p) in pending.iter_mut().enumerate() {
             ctx.post_send(i)?;
             *p = RECV_WRID | SEND_WRID;
@@ -321,8 +333,41 @@ fn exchange(
         }
     }
     report(ctx.size, iters, start.elapsed());
+    let mut code = ExitCode::SUCCESS;
+    if args.chk {
+        let bad = invalid_pages(&ctx.mr.read_vec(0, ctx.size as usize)?);
+        for page in &bad {
+            println!("invalid data in page {page}");
+        }
+        if !bad.is_empty() {
+            code = ExitCode::FAILURE;
+        }
+    }
     if args.counters {
         crate::devinfo::print_counters(&mut std::io::stdout().lock(), &ctx.device.stats())?;
     }
-    Ok(ExitCode::SUCCESS)
+    Ok(code)
+}
+
+/// Pages of `buf` unlike srq_pingpong's `-c` buffer, which is zero throughout: the tool zeroes
+/// its buffer and its pattern byte is 0.
+fn invalid_pages(buf: &[u8]) -> Vec<usize> {
+    pages_unlike(buf, |_| 0)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn chk_pattern_is_srq_pingpongs_zeros() {
+        let mut buf = vec![0u8; 3 * PAGE + 100];
+        assert!(invalid_pages(&buf).is_empty());
+        // Any non-zero byte names its page, not just a page's first byte (the tool's check).
+        buf[PAGE + 7] = 1;
+        buf[3 * PAGE] = 0x7b;
+        assert_eq!(invalid_pages(&buf), vec![1, 3]);
+        // rc_pingpong's fill is not srq_pingpong's.
+        assert_eq!(invalid_pages(&[0x7b; 64]), vec![0]);
+    }
 }

@@ -310,13 +310,13 @@ fn loopback_uc_pingpong_like_ibv_uc_pingpong() {
 
 /// `--srq` as ibv_srq_pingpong: four RC QPs per side, all receiving from one SRQ of 8
 /// receives (refilled when no more than 4 are left); an address line per QP each way; `-n`
-/// counts the exchanges of all QPs; every message on the wire is an RC SEND to one of the four
-/// QPs; and the tool's argument rules.
+/// counts the exchanges of all QPs; `-c` finds no invalid page; every message on the wire is
+/// an RC SEND to one of the four QPs; and the tool's argument rules.
 #[test]
 fn loopback_srq_pingpong_like_ibv_srq_pingpong() {
     let pcap = tmp("pp-srq.pcap");
     let args = [
-        "--srq", "-q", "4", "-r", "8", "-s", "2000", "-n", "60", "-p", "19801",
+        "--srq", "-q", "4", "-r", "8", "-s", "2000", "-n", "60", "-p", "19801", "-c",
     ];
     let mut server = vec!["--bind", "127.0.77.47", "--timeout", "20"];
     server.extend(&args);
@@ -376,9 +376,8 @@ fn loopback_srq_pingpong_like_ibv_srq_pingpong() {
     let want: std::collections::BTreeSet<&str> =
         ["qp=0x000011", "qp=0x000012", "qp=0x000013", "qp=0x000014"].into();
     assert_eq!(qps, want, "four QPs");
-    // The tool's rules: no -c, RC only, -q needs --srq and is 1..=256, one receive per QP.
+    // The tool's rules: RC only, -q needs --srq and is 1..=256, one receive per QP.
     for (bad, code) in [
-        (&["--srq", "-c"][..], 2),
         (&["--srq", "--transport", "UD"][..], 2),
         (&["-q", "4"][..], 2),
         (&["--srq", "-q", "257"][..], 2),
