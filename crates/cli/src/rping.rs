@@ -314,7 +314,7 @@ fn server_loop(args: &Args, side: &Side) -> Result<(), String> {
         if side.wait(WcOpcode::RdmaRead)?.is_none() {
             return Ok(());
         }
-        let data = side.rdma_mr.to_vec();
+        let data = side.rdma_mr.to_vec().map_err(|e| e.to_string())?;
         let text_len = data.iter().position(|&b| b == 0).unwrap_or(data.len());
         if args.verbose {
             println!(
@@ -402,7 +402,7 @@ fn client_loop(args: &Args, side: &Side) -> Result<(), String> {
         if side.wait(WcOpcode::Recv)?.is_none() {
             return Err("the server disconnected".into());
         }
-        let got = side.rdma_mr.to_vec();
+        let got = side.rdma_mr.to_vec().map_err(|e| e.to_string())?;
         if args.validate && got != data {
             return Err("data mismatch!".into());
         }

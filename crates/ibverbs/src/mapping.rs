@@ -9,8 +9,10 @@
 //! the whole program. So registration faults the pages in the way pinning does
 //! (`madvise(MADV_POPULATE_READ/WRITE)`, Linux 5.14; cost per page, like pinning), and on older
 //! kernels reads the process's mappings (`/proc/self/maps`) instead, which catches unmapped and
-//! read-only ranges only. What neither can catch is what pinning prevents: a buffer unmapped
-//! *after* registration (ibverbs' contract forbids it; on rxe it happens to stay harmless).
+//! read-only ranges only. A buffer unmapped or protected *after* registration (ibverbs'
+//! contract forbids it; on rxe pinning makes it harmless) is caught later, access by access:
+//! softrdma's copies of application memory fail instead of faulting (`softrdma`'s
+//! `fallible.rs`), and the operation ends in an access error.
 
 use std::ffi::c_int;
 use std::sync::OnceLock;

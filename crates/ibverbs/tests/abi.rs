@@ -9,6 +9,10 @@
 //! - `create_destroy_races_from_c`: `tests/c/races.c` — an MR registered (a QP created) on a
 //!   PD (a CQ) that another thread deallocates (destroys) at the same time: one of the two
 //!   calls fails, never both succeed. Address 127.0.12.2.
+//! - `unmapped_and_protected_memory_from_c`: `tests/c/vanishing.c` — registered memory
+//!   unmapped or protected while registered: WRITE, READ and atomics on it end in
+//!   `IBV_WC_REM_ACCESS_ERR`, a gather from it in `IBV_WC_LOC_PROT_ERR`, and the process
+//!   lives. Address 127.0.12.3.
 
 mod common;
 
@@ -81,6 +85,11 @@ fn verbs_from_c() {
 #[test]
 fn create_destroy_races_from_c() {
     run_c_program("races", "127.0.12.2");
+}
+
+#[test]
+fn unmapped_and_protected_memory_from_c() {
+    run_c_program("vanishing", "127.0.12.3");
 }
 
 /// Compiles `tests/c/<name>.c`, runs it on softrdma's library with the device on `ip`, and

@@ -39,7 +39,7 @@ pub use engine::{Engine, MAX_MCAST_GROUPS, MAX_MCAST_QP_ATTACH, MAX_MESSAGE_BYTE
 pub use error::EngineError;
 pub use event::AsyncEvent;
 pub use io::{DatagramMeta, Transmit};
-pub use mr::{AccessError, MemoryRegion, MrTable, PdHandle, RegionMemory, VecMemory};
+pub use mr::{AccessError, MemoryFault, MemoryRegion, MrTable, PdHandle, RegionMemory, VecMemory};
 pub use mw::{Invalidator, MemoryWindow, MwBinding, MwError, MwType};
 pub use qp::{
     rxe_source_port, ud_source_port, AddressVector, ModifyQpError, Mtu, QpAttr, QpCaps, QpConfig,

@@ -75,14 +75,17 @@ impl RegionMemory for Vast {
     fn len(&self) -> usize {
         self.0
     }
-    fn read(&self, _: usize, dst: &mut [u8]) {
+    fn read(&self, _: usize, dst: &mut [u8]) -> Result<(), MemoryFault> {
         dst.fill(0xab);
+        Ok(())
     }
-    fn write(&self, _: usize, _: &[u8]) {}
-    fn compare_swap(&self, _: usize, _: u64, _: u64) -> u64 {
+    fn write(&self, _: usize, _: &[u8]) -> Result<(), MemoryFault> {
+        Ok(())
+    }
+    fn compare_swap(&self, _: usize, _: u64, _: u64) -> Result<u64, MemoryFault> {
         unreachable!("no atomic here")
     }
-    fn fetch_add(&self, _: usize, _: u64) -> u64 {
+    fn fetch_add(&self, _: usize, _: u64) -> Result<u64, MemoryFault> {
         unreachable!("no atomic here")
     }
 }
@@ -293,16 +296,18 @@ impl RegionMemory for OffByFour {
     fn len(&self) -> usize {
         self.0.lock().unwrap().len()
     }
-    fn read(&self, o: usize, dst: &mut [u8]) {
+    fn read(&self, o: usize, dst: &mut [u8]) -> Result<(), MemoryFault> {
         dst.copy_from_slice(&self.0.lock().unwrap()[o..o + dst.len()]);
+        Ok(())
     }
-    fn write(&self, o: usize, src: &[u8]) {
+    fn write(&self, o: usize, src: &[u8]) -> Result<(), MemoryFault> {
         self.0.lock().unwrap()[o..o + src.len()].copy_from_slice(src);
+        Ok(())
     }
-    fn compare_swap(&self, _: usize, _: u64, _: u64) -> u64 {
+    fn compare_swap(&self, _: usize, _: u64, _: u64) -> Result<u64, MemoryFault> {
         panic!("atomic on a misaligned host word");
     }
-    fn fetch_add(&self, _: usize, _: u64) -> u64 {
+    fn fetch_add(&self, _: usize, _: u64) -> Result<u64, MemoryFault> {
         panic!("atomic on a misaligned host word");
     }
     fn is_atomic_word(&self, _: usize) -> bool {

@@ -22,8 +22,8 @@ use std::sync::Arc;
 use softrdma_cm::ib::CmConfig;
 use softrdma_cm::rdma::{ConnParam, RdmaCm, RdmaEventKind, RdmaId, RdmaQpType, Route};
 use softrdma_proto::{
-    AddressVector, Instant, QpAttr, QpCaps, QpState, QpType, RecvWr, RegionMemory, SendFlags,
-    SendOp, SendWr, Sge, UdDest, VecMemory, WcOpcode, WcStatus,
+    AddressVector, Instant, QpAttr, QpCaps, QpState, QpType, RecvWr, SendFlags, SendOp, SendWr,
+    Sge, UdDest, VecMemory, WcOpcode, WcStatus,
 };
 use softrdma_wire::mad::cma::PortSpace;
 use softrdma_wire::mad::{GSI_QKEY, MAD_LEN};

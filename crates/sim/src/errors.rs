@@ -34,8 +34,8 @@ use std::collections::BTreeMap;
 use std::sync::Arc;
 
 use softrdma_proto::{
-    AccessFlags, Mtu, QpCaps, QpState, RegionMemory, SendFlags, SendOp, SendWr, Sge, VecMemory,
-    WcStatus, WorkCompletion,
+    AccessFlags, Mtu, QpCaps, QpState, SendFlags, SendOp, SendWr, Sge, VecMemory, WcStatus,
+    WorkCompletion,
 };
 use softrdma_wire::Psn;
 

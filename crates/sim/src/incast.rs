@@ -11,8 +11,8 @@ use std::sync::Arc;
 
 use softrdma_proto::cc::{CcAlgorithm, CcConfig, DcqcnParams, TimelyParams};
 use softrdma_proto::{
-    AccessFlags, CqHandle, Duration, EngineConfig, Instant, Mtu, RecvWr, RegionMemory, SendFlags,
-    SendOp, SendWr, Sge, VecMemory, WcOpcode, WcStatus, WorkCompletion,
+    AccessFlags, CqHandle, Duration, EngineConfig, Instant, Mtu, RecvWr, SendFlags, SendOp, SendWr,
+    Sge, VecMemory, WcOpcode, WcStatus, WorkCompletion,
 };
 use softrdma_wire::Psn;
 

@@ -13,7 +13,7 @@
 
 use std::sync::{Mutex, MutexGuard};
 
-use softrdma_proto::RegionMemory;
+use softrdma_proto::{MemoryFault, RegionMemory};
 
 use crate::rng::SimRng;
 
@@ -112,12 +112,10 @@ impl SparseMemory {
     }
 }
 
-impl RegionMemory for SparseMemory {
-    fn len(&self) -> usize {
-        self.len
-    }
-
-    fn read(&self, offset: usize, dst: &mut [u8]) {
+/// Plain memory cannot fault: infallible, for callers that hold the concrete type.
+impl SparseMemory {
+    /// Copies `dst.len()` bytes starting at `offset` into `dst`.
+    pub fn read(&self, offset: usize, dst: &mut [u8]) {
         let pages = self.lock();
         let mut scratch = Vec::new();
         let mut done = 0;
@@ -137,7 +135,8 @@ impl RegionMemory for SparseMemory {
         }
     }
 
-    fn write(&self, offset: usize, src: &[u8]) {
+    /// Copies `src` into the memory starting at `offset`.
+    pub fn write(&self, offset: usize, src: &[u8]) {
         let mut pages = self.lock();
         let mut done = 0;
         while done < src.len() {
@@ -173,7 +172,8 @@ impl RegionMemory for SparseMemory {
         }
     }
 
-    fn compare_swap(&self, offset: usize, compare: u64, swap: u64) -> u64 {
+    /// [`RegionMemory::compare_swap`], infallible.
+    pub fn compare_swap(&self, offset: usize, compare: u64, swap: u64) -> u64 {
         // The engine runs on one thread; the lock is per call, which is enough here.
         let mut w = [0u8; 8];
         self.read(offset, &mut w);
@@ -184,12 +184,33 @@ impl RegionMemory for SparseMemory {
         orig
     }
 
-    fn fetch_add(&self, offset: usize, add: u64) -> u64 {
+    /// [`RegionMemory::fetch_add`], infallible.
+    pub fn fetch_add(&self, offset: usize, add: u64) -> u64 {
         let mut w = [0u8; 8];
         self.read(offset, &mut w);
         let orig = u64::from_ne_bytes(w);
         self.write(offset, &orig.wrapping_add(add).to_ne_bytes());
         orig
+    }
+}
+
+impl RegionMemory for SparseMemory {
+    fn len(&self) -> usize {
+        self.len
+    }
+    fn read(&self, offset: usize, dst: &mut [u8]) -> Result<(), MemoryFault> {
+        SparseMemory::read(self, offset, dst);
+        Ok(())
+    }
+    fn write(&self, offset: usize, src: &[u8]) -> Result<(), MemoryFault> {
+        SparseMemory::write(self, offset, src);
+        Ok(())
+    }
+    fn compare_swap(&self, offset: usize, compare: u64, swap: u64) -> Result<u64, MemoryFault> {
+        Ok(SparseMemory::compare_swap(self, offset, compare, swap))
+    }
+    fn fetch_add(&self, offset: usize, add: u64) -> Result<u64, MemoryFault> {
+        Ok(SparseMemory::fetch_add(self, offset, add))
     }
 }
 

@@ -50,8 +50,12 @@ fn workload_detects_tampered_target_memory() {
     let engine = fabric.engine(NodeId(1)).unwrap();
     for mr in engine.mrs().iter() {
         let mut b = [0u8; 1];
-        mr.memory.read(0, &mut b);
-        mr.memory.write(0, &[b[0] ^ 0x40]);
+        mr.memory
+            .read(0, &mut b)
+            .expect("simulated memory never faults");
+        mr.memory
+            .write(0, &[b[0] ^ 0x40])
+            .expect("simulated memory never faults");
     }
     let report = wl.finish(&fabric);
     assert!(!report.passed());

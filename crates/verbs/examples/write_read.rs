@@ -65,7 +65,7 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
         "{wcs:?}"
     );
     assert_eq!(c_mr.read_vec(size, size)?, pattern);
-    assert_eq!(s_mr.to_vec(), pattern);
+    assert_eq!(s_mr.to_vec()?, pattern);
     println!("WRITE + READ of {size} bytes: data verified");
 
     // Bandwidth: `count` WRITEs, `depth` in flight.

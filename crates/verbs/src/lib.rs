@@ -158,6 +158,7 @@ mod cq;
 mod device;
 mod error;
 mod event;
+mod fallible;
 mod faults;
 pub mod gid;
 mod limits;
@@ -188,7 +189,7 @@ pub use faults::{FaultConfig, FaultSpecError, MAX_DELAY_US, REORDER_SPAN};
 pub use gid::{Gid, GidEntry, GidParseError, GidType};
 pub use limits::{MAX_CQE, MAX_INLINE_DATA, MAX_MSG_SZ, MAX_QP_WR, MAX_SGE};
 pub use mw::{MemoryWindow, MwBindInfo};
-pub use pd::{MemoryRegion, OutOfBounds, ProtectionDomain, RemoteRegion};
+pub use pd::{CopyError, MemoryRegion, OutOfBounds, ProtectionDomain, RemoteRegion};
 pub use peers::{IpNetwork, IpNetworkParseError};
 pub use progress::IoCounters;
 pub use qp::{ConnectOptions, QpEndpoint, QpInfo, QpInitAttr, QueuePair};
@@ -197,9 +198,9 @@ pub use stats::DeviceStats;
 
 pub use softrdma_proto::cc::CcConfig;
 pub use softrdma_proto::{
-    AccessFlags, AddressVector, DropReason, FlushLevel, Mtu, MwBind, MwType, NakKind, QpAttr,
-    QpCaps, QpConfig, QpState, QpType, RecvWr, SendFlags, SendOp, SendWr, Sge, SrqAttr, Stats,
-    UdDest, WcOpcode, WcStatus, WorkCompletion, FLUSH_GLOBAL, FLUSH_PERSISTENT, GSI_QKEY,
+    AccessFlags, AddressVector, DropReason, FlushLevel, MemoryFault, Mtu, MwBind, MwType, NakKind,
+    QpAttr, QpCaps, QpConfig, QpState, QpType, RecvWr, SendFlags, SendOp, SendWr, Sge, SrqAttr,
+    Stats, UdDest, WcOpcode, WcStatus, WorkCompletion, FLUSH_GLOBAL, FLUSH_PERSISTENT, GSI_QKEY,
     MULTICAST_QPN,
 };
 pub use softrdma_wire::Psn;

@@ -26,6 +26,12 @@
 //! contract says this; [`WordMemory::atomic_words`] tells where the word part is, and
 //! [`WordMemory::atomic_u64`] hands the application the very atomics softrdma uses.
 //!
+//! Caller memory can also vanish under its registration (`munmap`, `mprotect`): softrdma
+//! accesses it only through the fault-catching primitives of `fallible.rs` — the same access
+//! sizes, as single instructions — so that every access may fail with
+//! [`MemoryFault`] instead of crashing the process. Memory softrdma allocates cannot vanish and
+//! keeps the plain atomics.
+//!
 //! Copies move whole words in one tight loop of relaxed loads or stores (on x86 and ARM plain
 //! moves, a few GB/s per core) and the partial words at either end on their own. Ordering
 //! comes from the device's queues: a buffer handed to `post_send` was written before the post,
@@ -39,7 +45,9 @@ use std::alloc::{alloc_zeroed, dealloc, Layout};
 use std::ptr::NonNull;
 use std::sync::atomic::{AtomicU64, AtomicU8, Ordering};
 
-use softrdma_proto::RegionMemory;
+use softrdma_proto::{MemoryFault, RegionMemory};
+
+use crate::fallible;
 
 /// Alignment of memory softrdma allocates for regions: a page, as applications usually
 /// allocate RDMA buffers.
@@ -217,6 +225,80 @@ impl Words {
         self.write_partial(hi, tail, Ordering::Release);
     }
 
+    /// [`Words::read`] through the fault-catching primitives (see `fallible.rs`): for memory
+    /// the application may unmap or protect while it is registered.
+    fn read_fallible(&self, offset: usize, dst: &mut [u8]) -> Result<(), MemoryFault> {
+        assert!(offset <= self.len && dst.len() <= self.len - offset);
+        let p = self.base + offset;
+        let (lo, hi) = Self::split(p, p + dst.len());
+        let (head, rest) = dst.split_at_mut(lo - p);
+        let (body, tail) = rest.split_at_mut(hi - lo);
+        self.read_partial_fallible(p, head)?;
+        // SAFETY: [lo, hi) are whole words inside the region (see `split`), `body` is ours and
+        // as long; a fault in the region is caught.
+        unsafe { fallible::copy_words(body.as_mut_ptr(), lo as *const u8, (hi - lo) / 8) }?;
+        self.read_partial_fallible(hi, tail)
+    }
+
+    fn read_partial_fallible(&self, p: usize, dst: &mut [u8]) -> Result<(), MemoryFault> {
+        if dst.is_empty() {
+            return Ok(());
+        }
+        let w = p & !7;
+        if self.word_ok(w) {
+            // SAFETY: `w` is aligned and word_ok checked the word range.
+            let v = unsafe { fallible::load_u64(w as *const u64) }?.to_ne_bytes();
+            let skip = p - w;
+            dst.copy_from_slice(&v[skip..skip + dst.len()]);
+        } else {
+            for (i, b) in dst.iter_mut().enumerate() {
+                // SAFETY: the bytes are inside the region (checked by the caller's assert).
+                *b = unsafe { fallible::load_u8((p + i) as *const u8) }?;
+            }
+        }
+        Ok(())
+    }
+
+    /// [`Words::write`] through the fault-catching primitives. x86-64 keeps stores in program
+    /// order, so the last one releases the copy as `write`'s `Release` store does.
+    fn write_fallible(&self, offset: usize, src: &[u8]) -> Result<(), MemoryFault> {
+        assert!(offset <= self.len && src.len() <= self.len - offset);
+        let p = self.base + offset;
+        let (lo, hi) = Self::split(p, p + src.len());
+        let (head, rest) = src.split_at(lo - p);
+        let (body, tail) = rest.split_at(hi - lo);
+        self.write_partial_fallible(p, head)?;
+        // SAFETY: as in `read_fallible`, the other way.
+        unsafe { fallible::copy_words(lo as *mut u8, body.as_ptr(), (hi - lo) / 8) }?;
+        self.write_partial_fallible(hi, tail)
+    }
+
+    fn write_partial_fallible(&self, p: usize, src: &[u8]) -> Result<(), MemoryFault> {
+        if src.is_empty() {
+            return Ok(());
+        }
+        let w = p & !7;
+        if self.word_ok(w) {
+            let skip = p - w;
+            loop {
+                // SAFETY: `w` is aligned and word_ok checked the word range.
+                let old = unsafe { fallible::load_u64(w as *const u64) }?;
+                let mut b = old.to_ne_bytes();
+                b[skip..skip + src.len()].copy_from_slice(src);
+                // SAFETY: as above.
+                let seen = unsafe { fallible::cas_u64(w as *mut u64, old, u64::from_ne_bytes(b)) }?;
+                if seen == old {
+                    return Ok(());
+                }
+            }
+        }
+        for (i, &b) in src.iter().enumerate() {
+            // SAFETY: the bytes are inside the region (checked by the caller's assert).
+            unsafe { fallible::store_u8((p + i) as *mut u8, b) }?;
+        }
+        Ok(())
+    }
+
     /// The aligned word at region offset `offset` (the engine guarantees alignment of the
     /// absolute address and bounds; checked again here because a wrong word would be unsound).
     fn atomic_word(&self, offset: usize) -> &AtomicU64 {
@@ -301,6 +383,7 @@ impl RawMemory {
     /// this value (and any `Arc` of it) lives, and not accessed by anyone else with non-atomic
     /// accesses while softrdma may access it.
     pub(crate) unsafe fn new(ptr: *mut u8, len: usize) -> RawMemory {
+        fallible::install();
         let base = ptr as usize;
         let end = base.saturating_add(len);
         let word_lo = (base + 7) & !7;
@@ -316,42 +399,63 @@ impl RawMemory {
     }
 }
 
-macro_rules! region_memory_impl {
-    ($t:ty) => {
-        impl RegionMemory for $t {
-            fn len(&self) -> usize {
-                self.words.len
-            }
-            fn read(&self, offset: usize, dst: &mut [u8]) {
-                self.words.read(offset, dst)
-            }
-            fn write(&self, offset: usize, src: &[u8]) {
-                self.words.write(offset, src)
-            }
-            fn compare_swap(&self, offset: usize, compare: u64, swap: u64) -> u64 {
-                match self.words.atomic_word(offset).compare_exchange(
-                    compare,
-                    swap,
-                    Ordering::AcqRel,
-                    Ordering::Acquire,
-                ) {
-                    Ok(v) | Err(v) => v,
-                }
-            }
-            fn fetch_add(&self, offset: usize, add: u64) -> u64 {
-                self.words
-                    .atomic_word(offset)
-                    .fetch_add(add, Ordering::AcqRel)
-            }
-            fn is_atomic_word(&self, offset: usize) -> bool {
-                self.words.checked_word(offset).is_some()
-            }
-        }
-    };
+impl RegionMemory for OwnedMemory {
+    fn len(&self) -> usize {
+        self.words.len
+    }
+    // softrdma's own allocation: nobody else can unmap it, so nothing can fail.
+    fn read(&self, offset: usize, dst: &mut [u8]) -> Result<(), MemoryFault> {
+        self.words.read(offset, dst);
+        Ok(())
+    }
+    fn write(&self, offset: usize, src: &[u8]) -> Result<(), MemoryFault> {
+        self.words.write(offset, src);
+        Ok(())
+    }
+    fn compare_swap(&self, offset: usize, compare: u64, swap: u64) -> Result<u64, MemoryFault> {
+        let w = self.words.atomic_word(offset);
+        Ok(
+            match w.compare_exchange(compare, swap, Ordering::AcqRel, Ordering::Acquire) {
+                Ok(v) | Err(v) => v,
+            },
+        )
+    }
+    fn fetch_add(&self, offset: usize, add: u64) -> Result<u64, MemoryFault> {
+        Ok(self
+            .words
+            .atomic_word(offset)
+            .fetch_add(add, Ordering::AcqRel))
+    }
+    fn is_atomic_word(&self, offset: usize) -> bool {
+        self.words.checked_word(offset).is_some()
+    }
 }
 
-region_memory_impl!(OwnedMemory);
-region_memory_impl!(RawMemory);
+impl RegionMemory for RawMemory {
+    fn len(&self) -> usize {
+        self.words.len
+    }
+    // The application's memory: it may be unmapped or protected under the registration.
+    fn read(&self, offset: usize, dst: &mut [u8]) -> Result<(), MemoryFault> {
+        self.words.read_fallible(offset, dst)
+    }
+    fn write(&self, offset: usize, src: &[u8]) -> Result<(), MemoryFault> {
+        self.words.write_fallible(offset, src)
+    }
+    fn compare_swap(&self, offset: usize, compare: u64, swap: u64) -> Result<u64, MemoryFault> {
+        let w = self.words.atomic_word(offset).as_ptr();
+        // SAFETY: `atomic_word` checked that `w` is an aligned word of the region.
+        unsafe { fallible::cas_u64(w, compare, swap) }
+    }
+    fn fetch_add(&self, offset: usize, add: u64) -> Result<u64, MemoryFault> {
+        let w = self.words.atomic_word(offset).as_ptr();
+        // SAFETY: as above.
+        unsafe { fallible::xadd_u64(w, add) }
+    }
+    fn is_atomic_word(&self, offset: usize) -> bool {
+        self.words.checked_word(offset).is_some()
+    }
+}
 
 /// Region memory as the verbs layer sees it: the engine's [`RegionMemory`], plus where the
 /// 8-byte-word part is (see the module docs).
@@ -408,15 +512,15 @@ mod tests {
         let m = OwnedMemory::new(37).unwrap();
         assert_eq!(m.addr() % OWNED_ALIGN as u64, 0);
         let data: Vec<u8> = (1..=30).collect();
-        m.write(3, &data);
+        m.write(3, &data).unwrap();
         let mut out = vec![0u8; 37];
-        m.read(0, &mut out);
+        m.read(0, &mut out).unwrap();
         assert_eq!(&out[..3], &[0, 0, 0]);
         assert_eq!(&out[3..33], &data[..]);
         assert_eq!(&out[33..], &[0, 0, 0, 0]);
         assert_eq!(
             m.fetch_add(8, 1),
-            u64::from_ne_bytes(out[8..16].try_into().unwrap())
+            Ok(u64::from_ne_bytes(out[8..16].try_into().unwrap()))
         );
     }
 
@@ -425,9 +529,9 @@ mod tests {
         let mut buf = vec![0xAAu8; 64];
         // SAFETY: buf outlives `m` and is not touched while `m` is used.
         let m = unsafe { RawMemory::new(buf.as_mut_ptr().add(3), 50) };
-        m.write(0, &[1u8; 50]);
+        m.write(0, &[1u8; 50]).unwrap();
         let mut out = [0u8; 50];
-        m.read(0, &mut out);
+        m.read(0, &mut out).unwrap();
         assert_eq!(out, [1u8; 50]);
         let _ = m;
         assert_eq!(&buf[..3], &[0xAA; 3]);
@@ -453,9 +557,9 @@ mod tests {
             assert!(m.atomic_u64(off).is_none(), "{off}");
         }
         m.atomic_u64(5).unwrap().store(7, Ordering::Release);
-        assert_eq!(m.fetch_add(5, 1), 7);
+        assert_eq!(m.fetch_add(5, 1), Ok(7));
         let mut w = [0u8; 8];
-        m.read(5, &mut w);
+        m.read(5, &mut w).unwrap();
         assert_eq!(u64::from_ne_bytes(w), 8);
         // Shorter than a word inside one word: no word part at all.
         // SAFETY: as above.
@@ -485,13 +589,13 @@ mod tests {
             for n in 0..=(len - offset).min(40) {
                 let data: Vec<u8> = (0..n).map(|i| tag.wrapping_add(i as u8)).collect();
                 tag = tag.wrapping_add(7);
-                m.write(offset, &data);
+                m.write(offset, &data).unwrap();
                 model[offset..offset + n].copy_from_slice(&data);
                 let mut all = vec![0u8; len];
-                m.read(0, &mut all);
+                m.read(0, &mut all).unwrap();
                 assert_eq!(all, model, "write at {offset} len {n}");
                 let mut part = vec![0u8; n];
-                m.read(offset, &mut part);
+                m.read(offset, &mut part).unwrap();
                 assert_eq!(part, data);
             }
         }
@@ -503,8 +607,138 @@ mod tests {
     #[test]
     fn atomics() {
         let m = OwnedMemory::new(16).unwrap();
-        assert_eq!(m.fetch_add(8, 5), 0);
-        assert_eq!(m.compare_swap(8, 5, 9), 5);
-        assert_eq!(m.compare_swap(8, 5, 1), 9);
+        assert_eq!(m.fetch_add(8, 5), Ok(0));
+        assert_eq!(m.compare_swap(8, 5, 9), Ok(5));
+        assert_eq!(m.compare_swap(8, 5, 1), Ok(9));
+    }
+}
+
+#[cfg(all(test, target_arch = "x86_64", target_os = "linux"))]
+mod fault_tests {
+    use super::*;
+
+    /// Three anonymous pages, the middle one then unmapped or protected by the test.
+    struct Pages(*mut u8);
+
+    const PAGE: usize = 4096;
+
+    impl Pages {
+        fn new() -> Pages {
+            // SAFETY: an anonymous private mapping; checked for failure.
+            let p = unsafe {
+                libc::mmap(
+                    std::ptr::null_mut(),
+                    3 * PAGE,
+                    libc::PROT_READ | libc::PROT_WRITE,
+                    libc::MAP_PRIVATE | libc::MAP_ANONYMOUS,
+                    -1,
+                    0,
+                )
+            };
+            assert_ne!(p, libc::MAP_FAILED);
+            Pages(p.cast())
+        }
+        fn protect_middle(&self, prot: libc::c_int) {
+            // SAFETY: the middle page of our own mapping.
+            let rc = unsafe { libc::mprotect(self.0.add(PAGE).cast(), PAGE, prot) };
+            assert_eq!(rc, 0);
+        }
+        fn unmap_middle(&self) {
+            // SAFETY: as above; nothing but the region under test refers to it.
+            assert_eq!(unsafe { libc::munmap(self.0.add(PAGE).cast(), PAGE) }, 0);
+        }
+    }
+
+    impl Drop for Pages {
+        fn drop(&mut self) {
+            // SAFETY: our mapping (unmapping a hole again is harmless).
+            unsafe { libc::munmap(self.0.cast(), 3 * PAGE) };
+        }
+    }
+
+    /// A region over the three pages, starting 3 bytes in and ending 5 before the end, so
+    /// that the ragged ends take the byte path.
+    fn region(p: &Pages) -> RawMemory {
+        // SAFETY: the mapping outlives the region in each test; softrdma's accesses to the
+        // hole fail instead of faulting, which is what is tested.
+        unsafe { RawMemory::new(p.0.add(3), 3 * PAGE - 8) }
+    }
+
+    #[test]
+    fn unmapped_memory_fails_every_access_and_the_rest_still_works() {
+        let p = Pages::new();
+        let m = region(&p);
+        m.write(0, &[7u8; 3 * PAGE - 8]).unwrap();
+        p.unmap_middle();
+        let in_hole = PAGE + 100;
+        let mut buf = vec![0u8; 200];
+        assert_eq!(m.read(in_hole, &mut buf), Err(MemoryFault));
+        assert_eq!(m.write(in_hole, &buf), Err(MemoryFault));
+        // A copy running into the hole from the page before it fails too.
+        let mut long = vec![0u8; PAGE];
+        assert_eq!(m.read(PAGE / 2, &mut long), Err(MemoryFault));
+        assert_eq!(m.write(PAGE / 2, &long), Err(MemoryFault));
+        let word = PAGE + 5; // aligned: the region starts 3 bytes into a page
+        assert_eq!(m.compare_swap(word, 0, 1), Err(MemoryFault));
+        assert_eq!(m.fetch_add(word, 1), Err(MemoryFault));
+        // A partial word and a single byte in the hole.
+        assert_eq!(m.write(PAGE + 6, &[1, 2]), Err(MemoryFault));
+        assert_eq!(m.read(PAGE - 3 + 1, &mut [0u8; 1]), Err(MemoryFault));
+        // Outside the hole everything works, ends included.
+        let mut head = [0u8; 20];
+        m.read(0, &mut head).unwrap();
+        assert_eq!(head, [7u8; 20]);
+        m.write(2 * PAGE, &[9u8; 100]).unwrap();
+        let mut tail = vec![0u8; PAGE - 8 - 3];
+        m.read(2 * PAGE - 3, &mut tail).unwrap();
+        assert_eq!(&tail[..3], &[7, 7, 7]);
+        assert_eq!(&tail[3..103], &[9u8; 100][..]);
+        assert_eq!(m.fetch_add(2 * PAGE + 5, 1), Ok(0x0909_0909_0909_0909));
+    }
+
+    #[test]
+    fn protected_memory_fails_as_its_protection_says() {
+        let p = Pages::new();
+        let m = region(&p);
+        m.write(PAGE, &[5u8; 64]).unwrap();
+        p.protect_middle(libc::PROT_READ);
+        let mut buf = [0u8; 64];
+        m.read(PAGE, &mut buf).unwrap();
+        assert_eq!(buf, [5u8; 64]);
+        assert_eq!(m.write(PAGE, &buf), Err(MemoryFault));
+        assert_eq!(m.fetch_add(PAGE + 5, 1), Err(MemoryFault));
+        p.protect_middle(libc::PROT_NONE);
+        assert_eq!(m.read(PAGE, &mut buf), Err(MemoryFault));
+        p.protect_middle(libc::PROT_READ | libc::PROT_WRITE);
+        m.write(PAGE, &[6u8; 64]).unwrap();
+        m.read(PAGE, &mut buf).unwrap();
+        assert_eq!(buf, [6u8; 64]);
+    }
+
+    /// A fault outside softrdma's copies is not softrdma's: with the handler installed, it
+    /// still goes to the handler before it (here Rust's own, then the default action) and
+    /// kills the process with SIGSEGV, as it would without softrdma.
+    #[test]
+    fn a_fault_elsewhere_still_kills_the_process() {
+        use std::os::unix::process::ExitStatusExt;
+        const CHILD: &str = "SOFTRDMA_FAULT_ELSEWHERE_CHILD";
+        if std::env::var_os(CHILD).is_some() {
+            let p = Pages::new();
+            let _m = region(&p);
+            p.unmap_middle();
+            // SAFETY: none: this child process exists to fault here.
+            let v = unsafe { std::ptr::read_volatile(p.0.add(PAGE)) };
+            println!("read {v} from an unmapped page");
+            std::process::exit(0);
+        }
+        let out = std::process::Command::new(std::env::current_exe().unwrap())
+            .args([
+                "--exact",
+                "memory::fault_tests::a_fault_elsewhere_still_kills_the_process",
+            ])
+            .env(CHILD, "1")
+            .output()
+            .unwrap();
+        assert_eq!(out.status.signal(), Some(libc::SIGSEGV), "{out:?}");
     }
 }

@@ -2,7 +2,7 @@
 
 use std::sync::Arc;
 
-use softrdma_proto::{AccessFlags, PdHandle, RegionMemory, Sge};
+use softrdma_proto::{AccessFlags, MemoryFault, PdHandle, RegionMemory, Sge};
 
 use crate::ah::{AddressHandle, AhAttr};
 use crate::error::{CreateAhError, RegMrError};
@@ -80,7 +80,10 @@ impl ProtectionDomain {
     /// # Safety
     /// - `[ptr, ptr + len)` must be valid for reads and writes and stay allocated until the
     ///   returned region and all its clones are dropped (dropping deregisters it; from then on
-    ///   softrdma never touches the memory).
+    ///   softrdma never touches the memory). Memory that is unmapped or protected meanwhile
+    ///   anyway makes softrdma's accesses fail with access errors rather than fault (x86-64
+    ///   Linux; see [`CopyError::Fault`]), but memory mapped anew at the same addresses is
+    ///   read and written as the region's.
     /// - While the region is registered, softrdma accesses the memory from its own threads at
     ///   any time (remote peers holding the rkey need no action of the application): every
     ///   8-byte word that lies wholly inside the range (aligned by address) with 8-byte atomic
@@ -291,6 +294,18 @@ pub struct OutOfBounds {
     pub len: usize,
     /// The region's length.
     pub region_len: usize,
+}
+
+/// Why a copy in or out of a memory region failed.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
+pub enum CopyError {
+    /// The range is not inside the region.
+    #[error(transparent)]
+    OutOfBounds(#[from] OutOfBounds),
+    /// The application's memory behind a [`reg_mr_raw`](ProtectionDomain::reg_mr_raw)
+    /// region was unmapped or protected while registered.
+    #[error(transparent)]
+    Fault(#[from] MemoryFault),
 }
 
 /// Where a peer's memory region is: what one side sends the other out of band so it can
@@ -538,41 +553,39 @@ impl MemoryRegion {
     }
 
     /// Copies `buf.len()` bytes at `offset` into `buf`.
-    pub fn read(&self, offset: usize, buf: &mut [u8]) -> Result<(), OutOfBounds> {
+    pub fn read(&self, offset: usize, buf: &mut [u8]) -> Result<(), CopyError> {
         self.check(offset, buf.len())?;
-        self.inner.memory.read(offset, buf);
-        Ok(())
+        Ok(self.inner.memory.read(offset, buf)?)
     }
 
     /// Copies `data` into the region at `offset`.
-    pub fn write(&self, offset: usize, data: &[u8]) -> Result<(), OutOfBounds> {
+    pub fn write(&self, offset: usize, data: &[u8]) -> Result<(), CopyError> {
         self.check(offset, data.len())?;
-        self.inner.memory.write(offset, data);
-        Ok(())
+        Ok(self.inner.memory.write(offset, data)?)
     }
 
     /// Sets `len` bytes at `offset` to `byte`.
-    pub fn fill(&self, offset: usize, len: usize, byte: u8) -> Result<(), OutOfBounds> {
+    pub fn fill(&self, offset: usize, len: usize, byte: u8) -> Result<(), CopyError> {
         self.check(offset, len)?;
         let chunk = [byte; 4096];
         let mut done = 0;
         while done < len {
             let n = (len - done).min(chunk.len());
-            self.inner.memory.write(offset + done, &chunk[..n]);
+            self.inner.memory.write(offset + done, &chunk[..n])?;
             done += n;
         }
         Ok(())
     }
 
     /// A copy of the whole region.
-    pub fn to_vec(&self) -> Vec<u8> {
+    pub fn to_vec(&self) -> Result<Vec<u8>, MemoryFault> {
         let mut v = vec![0u8; self.inner.len];
-        self.inner.memory.read(0, &mut v);
-        v
+        self.inner.memory.read(0, &mut v)?;
+        Ok(v)
     }
 
     /// A copy of `len` bytes at `offset`.
-    pub fn read_vec(&self, offset: usize, len: usize) -> Result<Vec<u8>, OutOfBounds> {
+    pub fn read_vec(&self, offset: usize, len: usize) -> Result<Vec<u8>, CopyError> {
         let mut v = vec![0u8; len];
         self.read(offset, &mut v)?;
         Ok(v)
@@ -580,7 +593,7 @@ impl MemoryRegion {
 
     /// The 8-byte word at `offset`, host byte order (one atomic acquiring load when the
     /// address is 8-aligned — how remote atomics leave their results).
-    pub fn read_u64(&self, offset: usize) -> Result<u64, OutOfBounds> {
+    pub fn read_u64(&self, offset: usize) -> Result<u64, CopyError> {
         let mut b = [0u8; 8];
         self.read(offset, &mut b)?;
         Ok(u64::from_ne_bytes(b))
@@ -588,7 +601,7 @@ impl MemoryRegion {
 
     /// Stores the 8-byte word `value` at `offset`, host byte order (one atomic releasing store
     /// when 8-aligned).
-    pub fn write_u64(&self, offset: usize, value: u64) -> Result<(), OutOfBounds> {
+    pub fn write_u64(&self, offset: usize, value: u64) -> Result<(), CopyError> {
         self.write(offset, &value.to_ne_bytes())
     }
 }

@@ -29,7 +29,7 @@ fn send_recv() {
     assert_eq!(wc.imm_data, None);
     assert_eq!(wc.qp_num, b.qp.qp_num());
     assert_eq!(wc.src_qp, a.qp.qp_num());
-    let mem = b.mr.to_vec();
+    let mem = b.mr.to_vec().unwrap();
     assert_eq!(&mem[100..223], &data[..]);
     assert!(mem[..100].iter().all(|&x| x == 0) && mem[223..].iter().all(|&x| x == 0));
     let wc = wait_one(&a.cq);
@@ -81,7 +81,7 @@ fn rdma_write() {
         (wc.wr_id, wc.status, wc.opcode, wc.byte_len),
         (1, WcStatus::Success, WcOpcode::RdmaWrite, 1000)
     );
-    let mem = b.mr.to_vec();
+    let mem = b.mr.to_vec().unwrap();
     assert_eq!(&mem[4000..5000], &data[..]);
     assert!(mem[..4000].iter().chain(&mem[5000..]).all(|&x| x == 0));
     // The target saw nothing.
@@ -126,7 +126,7 @@ fn rdma_read() {
         (wc.wr_id, wc.status, wc.opcode, wc.byte_len),
         (3, WcStatus::Success, WcOpcode::RdmaRead, 777)
     );
-    let mem = a.mr.to_vec();
+    let mem = a.mr.to_vec().unwrap();
     assert_eq!(&mem[5..782], &data[..]);
     assert!(mem[..5].iter().chain(&mem[782..]).all(|&x| x == 0));
     assert!(b.cq.is_empty());
@@ -480,7 +480,7 @@ fn out_of_bounds_and_rights_give_remote_access_error() {
         // the responder went to ERR too; reconnect both for the next case
         while b.cq.poll_one().is_some() {}
     }
-    assert_eq!(b.mr.to_vec(), vec![0; 4096]);
+    assert_eq!(b.mr.to_vec().unwrap(), vec![0; 4096]);
 }
 
 #[test]
@@ -977,7 +977,7 @@ fn reregistration_keeps_the_keys_and_moves_the_memory() {
     assert_eq!(wait_one(&a.cq).status, WcStatus::Success);
     assert_eq!(moved.read_vec(100, 500).unwrap(), data);
     assert!(
-        b.mr.to_vec().iter().all(|&x| x == 0),
+        b.mr.to_vec().unwrap().iter().all(|&x| x == 0),
         "the old memory was written"
     );
     // The old address is no longer the region's.

@@ -23,6 +23,12 @@ pub use crate::pd::PdHandle;
 /// Offsets handed to these methods are always in bounds (`offset + len <= self.len()`); the
 /// engine checks before it calls. Methods take `&self` because the application may use the
 /// memory concurrently with the engine: implementations choose how to make that sound.
+///
+/// Every access may fail with [`MemoryFault`]: memory the application registered can be
+/// unmapped or protected while it is registered (softrdma pins nothing), and the engine then
+/// completes or NAKs the operation with the access error hardware gives for memory it cannot
+/// reach, rather than the process dying. A copy that fails may have moved some bytes: as on
+/// hardware, the contents of a buffer whose operation failed are undefined.
 pub trait RegionMemory: Send + Sync {
     /// Length of the region in bytes.
     fn len(&self) -> usize;
@@ -31,15 +37,15 @@ pub trait RegionMemory: Send + Sync {
         self.len() == 0
     }
     /// Copies `dst.len()` bytes starting at `offset` into `dst`.
-    fn read(&self, offset: usize, dst: &mut [u8]);
+    fn read(&self, offset: usize, dst: &mut [u8]) -> Result<(), MemoryFault>;
     /// Copies `src` into the region starting at `offset`.
-    fn write(&self, offset: usize, src: &[u8]);
-    /// Atomically compares the 8-byte word (host byte order, as RDMA NICs and rxe operate) at `offset` with `compare` and,
-    /// if equal, replaces it with `swap`; returns the original value. `offset` is 8-aligned
-    /// relative to the region's virtual address.
-    fn compare_swap(&self, offset: usize, compare: u64, swap: u64) -> u64;
+    fn write(&self, offset: usize, src: &[u8]) -> Result<(), MemoryFault>;
+    /// Atomically compares the 8-byte word (host byte order, as RDMA NICs and rxe operate) at
+    /// `offset` with `compare` and, if equal, replaces it with `swap`; returns the original
+    /// value. `offset` is 8-aligned relative to the region's virtual address.
+    fn compare_swap(&self, offset: usize, compare: u64, swap: u64) -> Result<u64, MemoryFault>;
     /// Atomically adds `add` to the 8-byte word at `offset`; returns the original value.
-    fn fetch_add(&self, offset: usize, add: u64) -> u64;
+    fn fetch_add(&self, offset: usize, add: u64) -> Result<u64, MemoryFault>;
     /// Whether the 8 bytes at `offset` are one naturally aligned word of the memory behind
     /// the region, the only target an atomic can update as one (the engine asks before
     /// [`compare_swap`](Self::compare_swap), [`fetch_add`](Self::fetch_add) or an ATOMIC_WRITE).
@@ -51,6 +57,12 @@ pub trait RegionMemory: Send + Sync {
         offset % 8 == 0 && offset.checked_add(8).is_some_and(|end| end <= self.len())
     }
 }
+
+/// The memory behind a region could not be accessed: the application unmapped it, or
+/// protected it against the access, while it was registered.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, thiserror::Error)]
+#[error("the memory behind the region is not accessible (unmapped or protected)")]
+pub struct MemoryFault;
 
 /// The engine's record of one registered memory region.
 #[derive(Clone)]
@@ -116,6 +128,9 @@ pub enum AccessError {
     /// A type 2 memory window used through a QP other than the one that bound it.
     #[error("memory window bound to another queue pair")]
     WrongQp,
+    /// The checks passed, but the memory behind the region could not be reached.
+    #[error(transparent)]
+    Fault(#[from] MemoryFault),
 }
 
 /// The most memory regions one engine holds at a time: keys carry a 24-bit index, and index 0
@@ -422,9 +437,7 @@ impl MrTable {
             offset,
             dst.len(),
             AccessFlags::empty(),
-            |mr, mr_off, at, n| {
-                mr.memory.read(mr_off, &mut dst[at..at + n]);
-            },
+            |mr, mr_off, at, n| mr.memory.read(mr_off, &mut dst[at..at + n]),
         )
     }
 
@@ -443,9 +456,7 @@ impl MrTable {
             offset,
             src.len(),
             AccessFlags::LOCAL_WRITE,
-            |mr, mr_off, at, n| {
-                mr.memory.write(mr_off, &src[at..at + n]);
-            },
+            |mr, mr_off, at, n| mr.memory.write(mr_off, &src[at..at + n]),
         )
     }
 
@@ -458,7 +469,7 @@ impl MrTable {
         mut offset: u64,
         len: usize,
         need: AccessFlags,
-        mut f: impl FnMut(&MemoryRegion, usize, usize, usize),
+        mut f: impl FnMut(&MemoryRegion, usize, usize, usize) -> Result<(), MemoryFault>,
     ) -> Result<(), AccessError> {
         let mut done = 0usize;
         for sge in sgl {
@@ -479,7 +490,7 @@ impl MrTable {
                 .ok_or(AccessError::OutOfBounds)?;
             let (mr, mr_off) = self.check(pd, sge.lkey, addr, n, need)?;
             let n = n as usize;
-            f(mr, mr_off, done, n);
+            f(mr, mr_off, done, n)?;
             done += n;
             offset = 0;
         }
@@ -533,17 +544,19 @@ impl VecMemory {
     }
 }
 
-impl RegionMemory for VecMemory {
-    fn len(&self) -> usize {
-        self.len
-    }
-    fn read(&self, offset: usize, dst: &mut [u8]) {
+/// Plain memory cannot fault: the same operations, infallible, for callers that hold the
+/// concrete type (the simulator, tests).
+impl VecMemory {
+    /// Copies `dst.len()` bytes starting at `offset` into `dst`.
+    pub fn read(&self, offset: usize, dst: &mut [u8]) {
         dst.copy_from_slice(&self.lock()[offset..offset + dst.len()]);
     }
-    fn write(&self, offset: usize, src: &[u8]) {
+    /// Copies `src` into the memory starting at `offset`.
+    pub fn write(&self, offset: usize, src: &[u8]) {
         self.lock()[offset..offset + src.len()].copy_from_slice(src);
     }
-    fn compare_swap(&self, offset: usize, compare: u64, swap: u64) -> u64 {
+    /// [`RegionMemory::compare_swap`], infallible.
+    pub fn compare_swap(&self, offset: usize, compare: u64, swap: u64) -> u64 {
         let mut b = self.lock();
         let orig = Self::word(&b, offset);
         if orig == compare {
@@ -551,11 +564,32 @@ impl RegionMemory for VecMemory {
         }
         orig
     }
-    fn fetch_add(&self, offset: usize, add: u64) -> u64 {
+    /// [`RegionMemory::fetch_add`], infallible.
+    pub fn fetch_add(&self, offset: usize, add: u64) -> u64 {
         let mut b = self.lock();
         let orig = Self::word(&b, offset);
         b[offset..offset + 8].copy_from_slice(&orig.wrapping_add(add).to_ne_bytes());
         orig
+    }
+}
+
+impl RegionMemory for VecMemory {
+    fn len(&self) -> usize {
+        self.len
+    }
+    fn read(&self, offset: usize, dst: &mut [u8]) -> Result<(), MemoryFault> {
+        VecMemory::read(self, offset, dst);
+        Ok(())
+    }
+    fn write(&self, offset: usize, src: &[u8]) -> Result<(), MemoryFault> {
+        VecMemory::write(self, offset, src);
+        Ok(())
+    }
+    fn compare_swap(&self, offset: usize, compare: u64, swap: u64) -> Result<u64, MemoryFault> {
+        Ok(VecMemory::compare_swap(self, offset, compare, swap))
+    }
+    fn fetch_add(&self, offset: usize, add: u64) -> Result<u64, MemoryFault> {
+        Ok(VecMemory::fetch_add(self, offset, add))
     }
 }
 

@@ -33,9 +33,7 @@ use std::collections::{BTreeMap, VecDeque};
 use std::fmt;
 use std::sync::Arc;
 
-use softrdma_proto::{
-    AccessFlags, Instant, QpCaps, RegionMemory, WcOpcode, WcStatus, WorkCompletion,
-};
+use softrdma_proto::{AccessFlags, Instant, QpCaps, WcOpcode, WcStatus, WorkCompletion};
 use softrdma_wire::{Psn, PSN_MODULUS};
 
 use crate::fabric::{Fabric, NodeId};

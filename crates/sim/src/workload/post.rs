@@ -1,7 +1,7 @@
 //! Posting random work: receives into the receive ring, and SENDs, WRITEs, READs and
 //! atomics (with their expected results recorded in the model) out of the scratch ring.
 
-use softrdma_proto::{RecvWr, RegionMemory, SendFlags, SendOp, SendWr, Sge, WcOpcode};
+use softrdma_proto::{RecvWr, SendFlags, SendOp, SendWr, Sge, WcOpcode};
 
 use super::{
     ExpectedRecv, OpKind, PendingOp, Piece, PostedRecv, Workload, CANARY, COUNTERS_PER_ENDPOINT,

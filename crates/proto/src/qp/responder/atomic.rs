@@ -37,7 +37,8 @@ impl QueuePair {
         let orig = match kind {
             OpKind::CompareSwap => mr.memory.compare_swap(off, eth.compare, eth.swap_add),
             _ => mr.memory.fetch_add(off, eth.swap_add),
-        };
+        }
+        .map_err(|_| RespError::RemoteAccess)?;
         ctx.stats.atomics_executed += 1;
         let psn = pkt.bth.psn;
         self.resp.expected_psn = psn.next();

@@ -43,7 +43,9 @@ impl QueuePair {
             return Err(RespError::InvalidRequest);
         }
         // Eight aligned bytes: one releasing word store in region memory.
-        mr.memory.write(off, pkt.payload);
+        mr.memory
+            .write(off, pkt.payload)
+            .map_err(|_| RespError::RemoteAccess)?;
         self.placement_done(pkt);
         Ok(())
     }

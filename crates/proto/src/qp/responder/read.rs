@@ -122,24 +122,25 @@ impl QueuePair {
             match check_remote(self, ctx.mrs, rkey, va, n, AccessFlags::REMOTE_READ) {
                 Ok((mr, off)) => Some((mr.memory.clone(), off)),
                 Err(_) => {
-                    self.resp.output.pop_front();
-                    ctx.stats.nak_sent(crate::stats::NakKind::RemoteAccess);
-                    self.resp.push_ack(
-                        psn,
-                        Syndrome::Nak(softrdma_wire::NakCode::RemoteAccessError),
-                    );
-                    self.resp.fatal = true;
+                    self.nak_read_access(ctx, psn);
                     return None;
                 }
             }
         };
         let bth = Bth::new(opcode, self.cfg.dest_qpn, psn);
-        let t = self.build_packet(ctx, out, bth, &ext, n as usize, |_, buf| {
-            if let Some((memory, off)) = source {
-                memory.read(off, buf);
+        let mut faulted = false;
+        let t = self.build_packet(ctx, out, bth, &ext, n as usize, |_, buf| match source {
+            Some((memory, off)) => {
+                faulted = memory.read(off, buf).is_err();
+                !faulted
             }
-            true
+            None => true,
         });
+        if faulted {
+            // The memory went away under the registration (unmapped or protected).
+            self.nak_read_access(ctx, psn);
+            return None;
+        }
         if let Some(Output::Read {
             psn,
             va,
@@ -157,6 +158,20 @@ impl QueuePair {
             }
         }
         t
+    }
+}
+
+impl QueuePair {
+    /// Ends the READ response at the front of the output queue with a remote access NAK at
+    /// `psn` in place of its data, which cannot be read: a fatal error for the QP (class C).
+    fn nak_read_access(&mut self, ctx: &mut Ctx<'_>, psn: Psn) {
+        self.resp.output.pop_front();
+        ctx.stats.nak_sent(crate::stats::NakKind::RemoteAccess);
+        self.resp.push_ack(
+            psn,
+            Syndrome::Nak(softrdma_wire::NakCode::RemoteAccessError),
+        );
+        self.resp.fatal = true;
     }
 }
 

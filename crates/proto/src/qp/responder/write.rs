@@ -67,7 +67,9 @@ impl QueuePair {
             // Again per packet: the region may have been deregistered meanwhile.
             let (mr, off) =
                 check_remote(self, ctx.mrs, w.rkey, w.va, len, AccessFlags::REMOTE_WRITE)?;
-            mr.memory.write(off, pkt.payload);
+            mr.memory
+                .write(off, pkt.payload)
+                .map_err(|_| RespError::RemoteAccess)?;
         }
         w.va = w.va.wrapping_add(len);
         w.remaining -= len;

@@ -1,0 +1,135 @@
+/* Registered memory that the program unmaps or protects while it is still registered: the
+ * operations that touch it end with the completion statuses a NIC gives for memory it cannot
+ * reach, and the process lives (softrdma pins nothing; its copies catch the fault). Two RC QPs
+ * of one device, as in verbs.c. Exit status 0 and a last line "vanishing: all checks passed".
+ */
+#include <stdint.h>
+#include <stdio.h>
+#include <string.h>
+#include <sys/mman.h>
+#include <unistd.h>
+
+#include <infiniband/verbs.h>
+
+#include "check.h"
+#include "rc.h"
+
+#define PAGE 4096
+
+static struct ibv_pd *pd;
+static struct ibv_cq *cq;
+
+/* Three pages, registered for every access; the middle one is then unmapped or protected. */
+static uint8_t *pages(struct ibv_mr **mr)
+{
+	uint8_t *p = mmap(NULL, 3 * PAGE, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS,
+			  -1, 0);
+
+	CHECK(p != MAP_FAILED, "mmap");
+	*mr = ibv_reg_mr(pd, p, 3 * PAGE,
+			 IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_REMOTE_WRITE | IBV_ACCESS_REMOTE_READ |
+				 IBV_ACCESS_REMOTE_ATOMIC);
+	CHECK(*mr, "ibv_reg_mr");
+	return p;
+}
+
+/* Posts `wr` on a freshly connected pair (an access error moves the QPs to the error state)
+ * and returns its completion's status. */
+static enum ibv_wc_status run(struct ibv_send_wr *wr)
+{
+	struct ibv_qp_init_attr ia = {
+		.send_cq = cq,
+		.recv_cq = cq,
+		.cap = { .max_send_wr = 4, .max_recv_wr = 4, .max_send_sge = 1, .max_recv_sge = 1 },
+		.qp_type = IBV_QPT_RC,
+	};
+	struct ibv_qp *a = ibv_create_qp(pd, &ia), *b = ibv_create_qp(pd, &ia);
+
+	CHECK(a && b, "create_qp");
+	connect_pair(a, b);
+	wr->send_flags = IBV_SEND_SIGNALED;
+	post_one(a, wr);
+	struct ibv_wc wc = poll_one(cq);
+	CHECK(wc.wr_id == wr->wr_id, "completion of wr %llu", (unsigned long long)wr->wr_id);
+	/* The responder's QP may have seen its own error: let its flushes out before the next. */
+	CHECK(ibv_destroy_qp(a) == 0 && ibv_destroy_qp(b) == 0, "destroy_qp");
+	struct ibv_wc more;
+	while (ibv_poll_cq(cq, 1, &more) > 0)
+		;
+	return wc.status;
+}
+
+int main(void)
+{
+	struct ibv_device **list = ibv_get_device_list(NULL);
+	CHECK(list && list[0], "a device");
+	struct ibv_context *ctx = ibv_open_device(list[0]);
+	CHECK(ctx, "open");
+	ibv_free_device_list(list);
+	CHECK(ibv_query_gid(ctx, 1, 1, &gid) == 0, "gid 1");
+	pd = ibv_alloc_pd(ctx);
+	cq = ibv_create_cq(ctx, 64, NULL, NULL, 0);
+	CHECK(pd && cq, "pd, cq");
+
+	static uint8_t local[PAGE];
+	struct ibv_mr *lmr = ibv_reg_mr(pd, local, sizeof local,
+					IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_REMOTE_WRITE);
+	CHECK(lmr, "local mr");
+	struct ibv_sge sge = { (uintptr_t)local, 256, lmr->lkey };
+
+	/* Remote access to an unmapped page: WRITE, READ, atomic. */
+	struct ibv_mr *mr;
+	uint8_t *t = pages(&mr);
+	CHECK(munmap(t + PAGE, PAGE) == 0, "munmap");
+	uint64_t hole = (uintptr_t)(t + PAGE);
+	struct ibv_send_wr w = { .wr_id = 1, .sg_list = &sge, .num_sge = 1,
+				 .opcode = IBV_WR_RDMA_WRITE, .wr.rdma = { hole, mr->rkey } };
+	CHECK(run(&w) == IBV_WC_REM_ACCESS_ERR, "WRITE into an unmapped page");
+	w.wr_id = 2;
+	w.opcode = IBV_WR_RDMA_READ;
+	CHECK(run(&w) == IBV_WC_REM_ACCESS_ERR, "READ from an unmapped page");
+	struct ibv_sge word = { (uintptr_t)local, 8, lmr->lkey };
+	struct ibv_send_wr fa = { .wr_id = 3, .sg_list = &word, .num_sge = 1,
+				  .opcode = IBV_WR_ATOMIC_FETCH_AND_ADD,
+				  .wr.atomic = { hole, 1, 0, mr->rkey } };
+	CHECK(run(&fa) == IBV_WC_REM_ACCESS_ERR, "FETCH_ADD on an unmapped page");
+	/* The pages around the hole still work. */
+	w.wr_id = 4;
+	w.opcode = IBV_WR_RDMA_WRITE;
+	w.wr.rdma.remote_addr = (uintptr_t)t;
+	memset(local, 0x77, 256);
+	CHECK(run(&w) == IBV_WC_SUCCESS && t[255] == 0x77, "WRITE beside the hole");
+
+	/* Local access: a SEND gathering from the unmapped page. */
+	struct ibv_sge from_hole = { hole, 64, mr->lkey };
+	struct ibv_send_wr s = { .wr_id = 5, .sg_list = &from_hole, .num_sge = 1,
+				 .opcode = IBV_WR_RDMA_WRITE,
+				 .wr.rdma = { (uintptr_t)local, lmr->rkey } };
+	CHECK(run(&s) == IBV_WC_LOC_PROT_ERR, "a WRITE gathering from an unmapped page");
+
+	/* mprotect(PROT_NONE): the same errors; writable again, it works. */
+	struct ibv_mr *mr2;
+	uint8_t *p = pages(&mr2);
+	CHECK(mprotect(p + PAGE, PAGE, PROT_NONE) == 0, "mprotect");
+	struct ibv_send_wr w2 = { .wr_id = 6, .sg_list = &sge, .num_sge = 1,
+				  .opcode = IBV_WR_RDMA_WRITE,
+				  .wr.rdma = { (uintptr_t)(p + PAGE), mr2->rkey } };
+	CHECK(run(&w2) == IBV_WC_REM_ACCESS_ERR, "WRITE into a PROT_NONE page");
+	w2.wr_id = 7;
+	w2.opcode = IBV_WR_RDMA_READ;
+	CHECK(run(&w2) == IBV_WC_REM_ACCESS_ERR, "READ from a PROT_NONE page");
+	CHECK(mprotect(p + PAGE, PAGE, PROT_READ) == 0, "mprotect");
+	CHECK(run(&w2) == IBV_WC_SUCCESS, "READ from a read-only page");
+	w2.wr_id = 8;
+	w2.opcode = IBV_WR_RDMA_WRITE;
+	CHECK(run(&w2) == IBV_WC_REM_ACCESS_ERR, "WRITE into a read-only page");
+	CHECK(mprotect(p + PAGE, PAGE, PROT_READ | PROT_WRITE) == 0, "mprotect");
+	memset(local, 0x55, 256); /* the READ above filled it with the page's zeros */
+	CHECK(run(&w2) == IBV_WC_SUCCESS && p[PAGE + 255] == 0x55, "WRITE once writable");
+
+	CHECK(ibv_dereg_mr(mr) == 0 && ibv_dereg_mr(mr2) == 0 && ibv_dereg_mr(lmr) == 0, "dereg");
+	CHECK(ibv_destroy_cq(cq) == 0 && ibv_dealloc_pd(pd) == 0, "destroy");
+	CHECK(ibv_close_device(ctx) == 0, "close");
+	printf("vanishing: all checks passed\n");
+	return 0;
+}
