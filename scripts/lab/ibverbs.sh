@@ -12,7 +12,10 @@
 # `softrdma decode` to 0 malformed and 0 icrc_bad packets.
 #
 # Environment: SOFTRDMA_LAB (required), IBV_ITERS (default 100), IBV_OUT (default
-# target/lab/ibverbs), GUEST_TIMEOUT (default 120), LAB_NS (default rxe-ibverbs), LAB_TAPS.
+# target/lab/ibverbs), GUEST_TIMEOUT (default 120), LAB_NS (default rxe-ibverbs), LAB_TAPS,
+# IBV_EXEC_FLAGS (more `softrdma exec` flags, e.g. "--loss 0.05 --seed 3 --counters": the
+# host's device injects those faults, and rxe must still complete every run), IBV_TOOLS
+# (which of the three, default all).
 # Needs Debian's perftest and ibverbs-utils on this host. Exit: 0 pass, 1 fail, 2 setup.
 set -uo pipefail
 
@@ -27,6 +30,8 @@ for tool in ib_write_bw ibv_rc_pingpong ibv_srq_pingpong; do
 done
 GUEST=${LAB_TAPS%% *}
 ITERS=${IBV_ITERS:-100}
+EXEC_FLAGS=${IBV_EXEC_FLAGS:-}
+TOOLS=${IBV_TOOLS:-ib_write_bw ibv_rc_pingpong ibv_srq_pingpong}
 OUT=${IBV_OUT:-$ROOT/target/lab/ibverbs}
 HOST_IP=10.88.0.1
 GUEST_IP=10.88.0.11
@@ -43,7 +48,7 @@ run() {
     local deadline=$(( $(date +%s) + 90 ))
     while :; do
       # shellcheck disable=SC2086
-      nsx timeout -k 5 $(( GUEST_TIMEOUT + 30 )) "$BIN" exec --ip "$HOST_IP" -- $hcmd \
+      nsx timeout -k 5 $(( GUEST_TIMEOUT + 30 )) "$BIN" exec --ip "$HOST_IP" $EXEC_FLAGS -- $hcmd \
         > "$OUT/$tag.host.log" 2>&1
       hrc=$?
       if [ $hrc -ne 0 ] && [ "$(date +%s)" -lt "$deadline" ] && kill -0 $gpid 2>/dev/null && \
@@ -55,7 +60,7 @@ run() {
     wait $gpid; grc=$?
   else
     # shellcheck disable=SC2086
-    nsx timeout -k 5 $(( GUEST_TIMEOUT + 30 )) "$BIN" exec --ip "$HOST_IP" -- $hcmd \
+    nsx timeout -k 5 $(( GUEST_TIMEOUT + 30 )) "$BIN" exec --ip "$HOST_IP" $EXEC_FLAGS -- $hcmd \
       > "$OUT/$tag.host.log" 2>&1 &
     hpid=$!
     "$LAB/guest.sh" "$GUEST" "$GUEST_IP" "rxe-retry 60 $gcmd" > "$OUT/$tag.guest.log" 2>&1
@@ -74,13 +79,20 @@ run() {
 
 BW="ib_write_bw -x 1 -F -n $ITERS -s 4096"
 PP="ibv_rc_pingpong -g 1 -c -n $ITERS -s 4096"
-run host-client-ib_write_bw client "$BW $GUEST_IP" "$BW -d rxe0"
-run host-server-ib_write_bw server "$BW" "$BW -d rxe0 $HOST_IP"
-run host-client-ibv_rc_pingpong client "$PP $GUEST_IP" "$PP -d rxe0"
-run host-server-ibv_rc_pingpong server "$PP" "$PP -d rxe0 $HOST_IP"
 SRQ="ibv_srq_pingpong -g 1 -q 4 -n $ITERS -s 4096"
-run host-client-ibv_srq_pingpong client "$SRQ $GUEST_IP" "$SRQ -d rxe0"
-run host-server-ibv_srq_pingpong server "$SRQ" "$SRQ -d rxe0 $HOST_IP"
+wanted() { [[ " $TOOLS " == *" $1 "* ]]; }
+if wanted ib_write_bw; then
+  run host-client-ib_write_bw client "$BW $GUEST_IP" "$BW -d rxe0"
+  run host-server-ib_write_bw server "$BW" "$BW -d rxe0 $HOST_IP"
+fi
+if wanted ibv_rc_pingpong; then
+  run host-client-ibv_rc_pingpong client "$PP $GUEST_IP" "$PP -d rxe0"
+  run host-server-ibv_rc_pingpong server "$PP" "$PP -d rxe0 $HOST_IP"
+fi
+if wanted ibv_srq_pingpong; then
+  run host-client-ibv_srq_pingpong client "$SRQ $GUEST_IP" "$SRQ -d rxe0"
+  run host-server-ibv_srq_pingpong server "$SRQ" "$SRQ -d rxe0 $HOST_IP"
+fi
 
 echo
 echo "== libibverbs interop matrix (iters $ITERS; captures and logs in $OUT)"

@@ -17,7 +17,9 @@
 //!   returns 1 ("faulted") to the caller; anywhere else, the fault is not softrdma's, and it
 //!   goes to the handler that was installed before (Rust's stack-overflow reporter, a
 //!   language runtime's, or the default action, which then kills the process as it would
-//!   have without softrdma).
+//!   have without softrdma). A program that later installs a handler of its own and passes
+//!   no fault on (most runtimes do pass them on) takes this back: a vanished region then
+//!   crashes it as it would have before.
 //!
 //! Each primitive moves aligned 8-byte words with single instructions (or bytes, at a
 //! region's ragged ends), so the access sizes are those the memory model of `memory.rs`
