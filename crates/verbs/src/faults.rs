@@ -4,9 +4,10 @@
 //!
 //! Every datagram the device sends, and every one it receives, draws its fate from a seeded
 //! generator, independently on each path: with `loss` 0.05 a round trip through the device
-//! loses its request or its answer about one time in ten. Draws follow the order datagrams
-//! pass, so a run is repeated exactly by the same seed and the same sequence of packets (one
-//! thread posting, on a quiet path). The transport sees what a faulty network would show it:
+//! loses its request or its answer about one time in ten. Each path has a generator of its
+//! own and draws in the order its datagrams pass, so the same seed and the same sequence of
+//! packets sent (one thread posting) give the same faults on the way out, whenever the
+//! answers come in. The transport sees what a faulty network would show it:
 //! a lost datagram is simply not there, a corrupted one fails its ICRC at the receiver
 //! (`drops.bad_icrc`), a duplicate arrives twice, a delayed or reordered one arrives late.
 //! Each fault is counted in [`IoCounters`](crate::IoCounters) (`injected_*`): a datagram
@@ -240,24 +241,21 @@ const FIRST_COVERED: usize = 5;
 /// The faults of one device: the draws, what is held back, and the counts.
 pub(crate) struct Faults {
     cfg: FaultConfig,
-    state: u64,
+    /// One generator per path, so that what happens to the datagrams sent depends only on
+    /// the sequence of datagrams sent, however the received ones interleave with them.
+    tx: SplitMix,
+    rx: SplitMix,
     /// Held datagrams, in the order they were held (not necessarily due order).
     pub held: VecDeque<Held>,
 }
 
-impl Faults {
-    pub(crate) fn new(cfg: FaultConfig) -> Faults {
-        Faults {
-            cfg,
-            state: cfg.seed,
-            held: VecDeque::new(),
-        }
-    }
+/// splitmix64: a statistically sound generator in three lines, seeded by any u64.
+struct SplitMix(u64);
 
-    /// splitmix64: a statistically sound generator in three lines, seeded by any u64.
+impl SplitMix {
     fn next_u64(&mut self) -> u64 {
-        self.state = self.state.wrapping_add(0x9e37_79b9_7f4a_7c15);
-        let mut z = self.state;
+        self.0 = self.0.wrapping_add(0x9e37_79b9_7f4a_7c15);
+        let mut z = self.0;
         z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
         z = (z ^ (z >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
         z ^ (z >> 31)
@@ -268,26 +266,39 @@ impl Faults {
     fn chance(&mut self, p: f64) -> bool {
         p > 0.0 && ((self.next_u64() >> 11) as f64 / (1u64 << 53) as f64) < p
     }
+}
 
-    /// The fate of a datagram of `len` bytes.
-    pub(crate) fn draw(&mut self, len: usize) -> Fate {
+impl Faults {
+    pub(crate) fn new(cfg: FaultConfig) -> Faults {
+        Faults {
+            cfg,
+            tx: SplitMix(cfg.seed),
+            // Another stream of the same seed.
+            rx: SplitMix(cfg.seed ^ 0x5bd1_e995_9e37_79b9),
+            held: VecDeque::new(),
+        }
+    }
+
+    /// The fate of a datagram of `len` bytes on its way out (`outgoing`) or in.
+    pub(crate) fn draw(&mut self, len: usize, outgoing: bool) -> Fate {
         let cfg = self.cfg;
-        if self.chance(cfg.loss) {
+        let g = if outgoing { &mut self.tx } else { &mut self.rx };
+        if g.chance(cfg.loss) {
             return Fate {
                 drop: true,
                 ..Fate::default()
             };
         }
-        let corrupt = (len > FIRST_COVERED && self.chance(cfg.corrupt)).then(|| {
-            let r = self.next_u64();
+        let corrupt = (len > FIRST_COVERED && g.chance(cfg.corrupt)).then(|| {
+            let r = g.next_u64();
             let span = (len - FIRST_COVERED) as u64;
             (FIRST_COVERED + (r % span) as usize, ((r >> 32) % 8) as u8)
         });
-        let duplicate = self.chance(cfg.duplicate);
+        let duplicate = g.chance(cfg.duplicate);
         let mut hold = cfg.delay;
-        if self.chance(cfg.reorder) {
+        if g.chance(cfg.reorder) {
             let span = REORDER_SPAN.as_nanos() as u64;
-            hold += Duration::from_nanos(1 + self.next_u64() % span);
+            hold += Duration::from_nanos(1 + g.next_u64() % span);
         }
         Fate {
             drop: false,
@@ -381,7 +392,7 @@ mod tests {
         };
         let run = |cfg| {
             let mut f = Faults::new(cfg);
-            (0..20_000).map(|_| f.draw(1000)).collect::<Vec<_>>()
+            (0..20_000).map(|_| f.draw(1000, true)).collect::<Vec<_>>()
         };
         let a = run(cfg);
         assert_eq!(a, run(cfg), "same seed, same fates");
@@ -403,6 +414,7 @@ mod tests {
     #[test]
     fn no_faults_draw_nothing() {
         let mut f = Faults::new(FaultConfig::NONE);
-        assert!((0..1000).all(|_| f.draw(100) == Fate::default()));
+        assert!((0..1000).all(|_| f.draw(100, true) == Fate::default()));
+        assert!((0..1000).all(|_| f.draw(100, false) == Fate::default()));
     }
 }

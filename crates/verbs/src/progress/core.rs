@@ -269,7 +269,7 @@ impl Core {
                     continue;
                 }
                 if let Some(f) = self.faults.as_mut() {
-                    let fate = f.draw(d.len());
+                    let fate = f.draw(d.len(), false);
                     let copies = received_with_faults(f, &mut self.io, now, fate, dm, d);
                     let d = match fate.corrupt {
                         Some(bit) if copies > 0 => {
@@ -690,7 +690,7 @@ fn sent_with_faults(
     route: Route,
     pkt: &mut [u8],
 ) -> bool {
-    let fate = f.draw(pkt.len());
+    let fate = f.draw(pkt.len(), true);
     if fate.drop {
         io.injected_tx_drops += 1;
         return false;
