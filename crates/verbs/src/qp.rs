@@ -175,7 +175,12 @@ impl Drop for QpInner {
                     core.leave_multicast(group);
                 }
             }
-            let _ = core.engine.destroy_qp(qpn);
+            let sport = core.engine.qp(qpn).map(|qp| qp.source_port());
+            if core.engine.destroy_qp(qpn).is_ok() {
+                if let Some(sport) = sport {
+                    core.release_source_port(sport);
+                }
+            }
         });
     }
 }

@@ -259,6 +259,12 @@ impl QueuePair {
         self.qpn
     }
 
+    /// The UDP source port of the QP's packets (rxe's: for RC and UC a hash of both QPNs,
+    /// known once the remote QPN is; for UD a hash of the QPN).
+    pub fn source_port(&self) -> u16 {
+        self.src_port
+    }
+
     /// Current state.
     pub fn state(&self) -> QpState {
         self.state

@@ -189,6 +189,28 @@ impl Core {
         self.socket.leave_multicast(group);
     }
 
+    /// Closes the source-port pool socket of `sport` (a destroyed QP's) unless a live QP
+    /// still sends from it. Without this every connection a long-lived device ever had kept
+    /// a socket (one file descriptor per source port, up to the pool's bound of 1024 per
+    /// device, after which new QPs fell back to the main port and an ICRC recomputed for
+    /// every packet).
+    pub(crate) fn release_source_port(&mut self, sport: u16) {
+        let engine = &self.engine;
+        let used = engine
+            .qpns()
+            .any(|q| engine.qp(q).is_some_and(|qp| qp.source_port() == sport));
+        if !used {
+            self.ports.remove(&sport);
+            self.socket.release_source_port(sport);
+        }
+    }
+
+    /// Sockets in the source-port pool.
+    #[cfg(test)]
+    pub(crate) fn source_ports(&self) -> usize {
+        self.socket.source_ports()
+    }
+
     pub(crate) fn unwatch_cq(&mut self, handle: CqHandle) {
         self.watches.retain(|w| w.handle != handle);
     }

@@ -674,6 +674,53 @@ mod tests {
         panic!("every attempt lost the core for half a lease or more: {disturbed:?}");
     }
 
+    /// A destroyed QP's UDP source-port socket is closed (unless another QP sends from that
+    /// port): a device that outlives many connections keeps no socket of theirs. (Each one
+    /// used to keep its socket, one file descriptor per connection the device ever had, up to
+    /// the pool's 1024.)
+    #[test]
+    fn a_destroyed_qps_source_port_socket_is_closed() {
+        use crate::{wr, AccessFlags, ConnectOptions, QpInitAttr};
+        let open = |ip: &str| Device::open(DeviceConfig::new(ip.parse().unwrap())).unwrap();
+        let (da, db) = (open("127.0.11.34"), open("127.0.11.35"));
+        let (pa, pb) = (da.alloc_pd(), db.alloc_pd());
+        let (ca, cb) = (da.create_cq(8).unwrap(), db.create_cq(8).unwrap());
+        let (ma, mb) = (
+            pa.reg_mr(8, AccessFlags::LOCAL_WRITE).unwrap(),
+            pb.reg_mr(8, AccessFlags::LOCAL_WRITE).unwrap(),
+        );
+        let kept = pa.create_qp(&QpInitAttr::rc(&ca)).unwrap();
+        let kept_peer = pb.create_qp(&QpInitAttr::rc(&cb)).unwrap();
+        let opts = ConnectOptions::default();
+        kept.connect(&kept_peer.endpoint(), &opts).unwrap();
+        kept_peer.connect(&kept.endpoint(), &opts).unwrap();
+        let mut wcs = Vec::new();
+        let mut exchange = |qa: &crate::QueuePair, qb: &crate::QueuePair| {
+            qb.post_recv([wr::recv(1, vec![mb.sge(0, 8)])]).unwrap();
+            qa.post_send([wr::send(2, vec![ma.sge(0, 8)])]).unwrap();
+            for cq in [&ca, &cb] {
+                wcs.clear();
+                cq.poll_blocking(1, &mut wcs, Some(Duration::from_secs(10)));
+                assert_eq!(wcs.len(), 1);
+                assert_eq!(wcs[0].status, crate::WcStatus::Success);
+            }
+        };
+        exchange(&kept, &kept_peer);
+        let ports = |d: &Device| d.inner().lock().source_ports();
+        let (base_a, base_b) = (ports(&da), ports(&db));
+        assert!(base_a >= 1 && base_b >= 1, "{base_a} {base_b}");
+        for _ in 0..20 {
+            let qa = pa.create_qp(&QpInitAttr::rc(&ca)).unwrap();
+            let qb = pb.create_qp(&QpInitAttr::rc(&cb)).unwrap();
+            qa.connect(&qb.endpoint(), &opts).unwrap();
+            qb.connect(&qa.endpoint(), &opts).unwrap();
+            exchange(&qa, &qb);
+        }
+        // The kept connection still sends from its port.
+        exchange(&kept, &kept_peer);
+        assert_eq!((ports(&da), ports(&db)), (base_a, base_b));
+    }
+
     /// A progress thread kept busy by a stream of WRITEs (each batch of ACKs opens a window
     /// it then sends, with the device mutex held) lets a thread that waits for the mutex have
     /// it after the round under way, not after many. (The mutex is unfair: the thread took
