@@ -1,6 +1,6 @@
 //! Fault injection on a device's own wire (`DeviceConfig::faults`), over real UDP on loopback:
 //! RC survives it with every byte in place, every fault is counted and the counters add up,
-//! and the draws repeat for a seed. Addresses 127.0.60.x.
+//! and the draws repeat for a seed. Addresses 127.0.64.x.
 
 mod common;
 
@@ -30,8 +30,8 @@ fn rc_survives_every_fault_and_the_counters_add_up() {
         corrupt: 0.02,
         seed: 5,
     };
-    let a = Side::on(faulty("127.0.60.1", faults), 2 << 20);
-    let b = Side::new("127.0.60.2", 2 << 20);
+    let a = Side::on(faulty("127.0.64.1", faults), 2 << 20);
+    let b = Side::new("127.0.64.2", 2 << 20);
     common::connect(&a.qp, &b.qp);
     const LEN: usize = 16 << 10;
     let remote = b.mr.remote();
@@ -154,14 +154,14 @@ fn the_same_seed_loses_the_same_datagrams() {
         assert_eq!(a.stats().io.injected_tx_drops, 200 - got.len() as u64);
         got
     };
-    let first = run(21, ("127.0.60.3", "127.0.60.4"));
+    let first = run(21, ("127.0.64.3", "127.0.64.4"));
     assert!(
         (100..180).contains(&first.len()),
         "{} of 200 arrived",
         first.len()
     );
-    assert_eq!(run(21, ("127.0.60.5", "127.0.60.6")), first);
-    assert_ne!(run(22, ("127.0.60.7", "127.0.60.8")), first);
+    assert_eq!(run(21, ("127.0.64.5", "127.0.64.6")), first);
+    assert_ne!(run(22, ("127.0.64.7", "127.0.64.8")), first);
 }
 
 /// A probability outside 0..=1 is refused at open, with the reason.
@@ -171,7 +171,7 @@ fn bad_faults_are_refused_at_open() {
         loss: 1.5,
         ..FaultConfig::NONE
     };
-    let cfg = DeviceConfig::new("127.0.60.9".parse().unwrap()).faults(faults);
+    let cfg = DeviceConfig::new("127.0.64.9".parse().unwrap()).faults(faults);
     match Device::open(cfg) {
         Err(OpenDeviceError::Faults(FaultSpecError::BadValue { key, .. })) => {
             assert_eq!(key, "loss")
