@@ -116,6 +116,10 @@ pub(crate) struct ibv_context {
 /// `__VERBS_ABI_IS_EXTENDED`.
 pub(crate) const VERBS_ABI_IS_EXTENDED: *mut c_void = usize::MAX as *mut c_void;
 
+/// `verbs_context::advise_mr`.
+pub(crate) type AdviseMrFn =
+    unsafe extern "C" fn(*mut ibv_pd, u32, u32, *mut ibv_sge, u32) -> c_int;
+
 pub(crate) type QueryPortFn =
     unsafe extern "C" fn(*mut ibv_context, u8, *mut ibv_port_attr, usize) -> c_int;
 pub(crate) type CreateCqExFn =
@@ -135,7 +139,7 @@ pub(crate) type CreateQpExFn =
 #[repr(C)]
 pub(crate) struct verbs_context {
     pub query_port: Option<QueryPortFn>,
-    pub advise_mr: Slot,
+    pub advise_mr: Option<AdviseMrFn>,
     pub alloc_null_mr: Slot,
     pub read_counters: Slot,
     pub attach_counters_point_flow: Slot,

@@ -40,10 +40,11 @@
 //! loads and takes its generic path.
 //!
 //! # What is not there
-//! XRC, TSO, on-demand paging, flow steering, counters and the other vendor-leaning verbs:
+//! XRC, TSO, flow steering, counters and the other vendor-leaning verbs:
 //! they fail with `EOPNOTSUPP`, or their function-table slots are NULL, which the header's
 //! inline wrappers turn into `EOPNOTSUPP`. RC, UC and UD queue pairs, SRQs, address
-//! handles, multicast and memory windows are there.
+//! handles, multicast, memory windows and on-demand paging (explicit and implicit regions,
+//! `ibv_advise_mr`) are there.
 
 mod abi;
 mod ah;

@@ -50,6 +50,15 @@ pub(crate) fn check_buffer(addr: usize, len: usize, access: u32) -> Result<(), c
     covered(lines, addr, end, write)
 }
 
+/// Faults in the pages of `[addr, addr + len)` for reading, or for writing with `write`
+/// (`ibv_advise_mr`'s prefetch): `EFAULT` if one cannot be accessed so. Without
+/// `MADV_POPULATE_*` there is nothing to do ahead: the pages come when an operation touches
+/// them.
+pub(crate) fn prefetch(addr: usize, len: usize, write: bool) -> Result<(), c_int> {
+    let end = addr.checked_add(len).ok_or(libc::EINVAL)?;
+    populate(addr, end, write).unwrap_or(Ok(()))
+}
+
 /// Faults in the pages of `[addr, end)` for reading, or for writing with `write`, as the
 /// kernel's pinning would: `Ok` if every page can be accessed so, `EFAULT` if one cannot
 /// (unmapped, protected, past a file's end, a device mapping), `None` if the kernel has no

@@ -44,6 +44,9 @@ pub(crate) struct Mr {
     pub ibv: ibv_mr,
     pub mr: Mutex<MemoryRegion>,
     pub pd: *mut Pd,
+    /// Registered with `IBV_ACCESS_ON_DEMAND`: its pages need not be there until used, and
+    /// `ibv_advise_mr` may prefetch them.
+    pub on_demand: bool,
 }
 
 /// `ibv_alloc_pd`.
@@ -86,17 +89,18 @@ pub(crate) unsafe extern "C" fn ibv_dealloc_pd(pd: *mut ibv_pd) -> c_int {
     0
 }
 
-/// The access flags softrdma can grant, from `ibv_access_flags`; `EINVAL` for unknown bits,
-/// `EOPNOTSUPP` for on-demand paging (softrdma has no page faults to serve).
+/// The access flags softrdma can grant, from `ibv_access_flags`; `EINVAL` for unknown bits.
 fn access_flags(access: u32) -> Result<AccessFlags, c_int> {
     // Optional-range bits are hints a device may ignore.
     let access = access & !IBV_ACCESS_OPTIONAL_RANGE;
-    if access & IBV_ACCESS_ON_DEMAND != 0 {
-        return Err(libc::EOPNOTSUPP);
-    }
     // A zero-based region is just iova 0 with ibv_reg_mr_iova2; huge pages change nothing
-    // for softrdma.
-    let known = 0xf | IBV_ACCESS_MW_BIND | IBV_ACCESS_ZERO_BASED | IBV_ACCESS_HUGETLB;
+    // for softrdma; on-demand paging is what softrdma always does (it pins nothing: a page is
+    // touched when an operation reaches it, and one that is not there is an access error).
+    let known = 0xf
+        | IBV_ACCESS_MW_BIND
+        | IBV_ACCESS_ZERO_BASED
+        | IBV_ACCESS_HUGETLB
+        | IBV_ACCESS_ON_DEMAND;
     if access & !known != 0 {
         return Err(libc::EINVAL);
     }
@@ -124,10 +128,24 @@ unsafe fn register_memory(
     access: u32,
 ) -> Result<MemoryRegion, c_int> {
     let flags = access_flags(access)?;
-    if addr.is_null() {
+    let on_demand = access & IBV_ACCESS_ON_DEMAND != 0;
+    if on_demand && addr.is_null() && length == usize::MAX {
+        // Implicit on-demand paging: the whole address space, at its own addresses.
+        // SAFETY: nothing is touched until an operation names an address, and every access
+        // goes through the fault-catching copies (an unmapped address is an access error).
+        return unsafe {
+            pd.pd
+                .reg_mr_raw_iova(std::ptr::null_mut(), length, 0, flags)
+        }
+        .map_err(|e| reg_errno(&e));
+    }
+    if addr.is_null() || length == 0 {
         return Err(libc::EINVAL);
     }
-    crate::mapping::check_buffer(addr as usize, length, access)?;
+    if !on_demand {
+        // Pinning's checks (see `mapping`); an on-demand region's pages may come later.
+        crate::mapping::check_buffer(addr as usize, length, access)?;
+    }
     let iova = if access & IBV_ACCESS_ZERO_BASED != 0 {
         0
     } else {
@@ -169,6 +187,7 @@ pub(crate) unsafe extern "C" fn ibv_reg_mr_iova2(
         },
         mr: Mutex::new(mr),
         pd: pd.cast(),
+        on_demand: access & IBV_ACCESS_ON_DEMAND != 0,
     }));
     let h = m.cast::<ibv_mr>();
     register(h, Kind::Mr, p.ibv.context);
@@ -251,6 +270,8 @@ pub(crate) unsafe extern "C" fn ibv_rereg_mr(
     let old = m.mr.lock().unwrap_or_else(|e| e.into_inner()).clone();
     let new_access = if flags & IBV_REREG_MR_CHANGE_ACCESS != 0 {
         access as u32
+    } else if m.on_demand {
+        old.access().bits() | IBV_ACCESS_ON_DEMAND
     } else {
         old.access().bits()
     };
@@ -282,6 +303,7 @@ pub(crate) unsafe extern "C" fn ibv_rereg_mr(
     }
     m.ibv.addr = new_addr;
     m.ibv.length = new_len;
+    m.on_demand = new_access & IBV_ACCESS_ON_DEMAND != 0;
     // The keys stay (as on rxe and mlx5); written again all the same, as rdma-core does with
     // the kernel's answer.
     m.ibv.lkey = region.lkey();
@@ -309,8 +331,10 @@ unsafe fn reregister_memory(
 ) -> Result<MemoryRegion, c_int> {
     let flags = access_flags(access)?;
     // New rights over the same memory are checked too: write access to read-only pages is
-    // EFAULT, as for a new registration.
-    crate::mapping::check_buffer(addr as usize, length, access)?;
+    // EFAULT, as for a new registration (not for on-demand paging, whose pages come later).
+    if access & IBV_ACCESS_ON_DEMAND == 0 {
+        crate::mapping::check_buffer(addr as usize, length, access)?;
+    }
     let iova = if access & IBV_ACCESS_ZERO_BASED != 0 {
         0
     } else {
@@ -351,5 +375,64 @@ pub(crate) unsafe extern "C" fn ibv_dereg_mr(mr: *mut ibv_mr) -> c_int {
     // SAFETY: the MR's PD cannot be deallocated while the MR counts as its user.
     unsafe { &*m.pd }.users.fetch_sub(1, Ordering::AcqRel);
     drop(m);
+    0
+}
+
+/// `ibv_advise_mr` (the `advise_mr` slot of `verbs_context`): prefetches the pages of
+/// on-demand regions, as a NIC with on-demand paging maps them ahead of use. Every SGE must
+/// lie in an on-demand region of `pd` (`EINVAL` otherwise, as mlx5); `PREFETCH` and
+/// `PREFETCH_WRITE` fault the pages in for reading or writing (`EFAULT` if one cannot be),
+/// `PREFETCH_NO_FAULT` maps nothing new and always succeeds. The `FLUSH` flag (wait until
+/// done) is how softrdma always does it.
+pub(crate) unsafe extern "C" fn advise_mr(
+    pd: *mut ibv_pd,
+    advice: u32,
+    flags: u32,
+    sg_list: *mut ibv_sge,
+    num_sge: u32,
+) -> c_int {
+    const PREFETCH: u32 = 0;
+    const PREFETCH_WRITE: u32 = 1;
+    const PREFETCH_NO_FAULT: u32 = 2;
+    const FLAG_FLUSH: u32 = 1;
+    let p = match Pd::from_handle(pd) {
+        Ok(p) => p,
+        Err(e) => return e,
+    };
+    // Fault the pages in for writing (Some(true)), for reading (Some(false)), or not at all.
+    let fault_in = match advice {
+        PREFETCH => Some(false),
+        PREFETCH_WRITE => Some(true),
+        PREFETCH_NO_FAULT => None,
+        _ => return libc::EINVAL,
+    };
+    if flags & !FLAG_FLUSH != 0 || num_sge == 0 || sg_list.is_null() {
+        return libc::EINVAL;
+    }
+    // SAFETY: the caller passes `num_sge` SGEs.
+    let sges = unsafe { std::slice::from_raw_parts(sg_list, num_sge as usize) };
+    let regions = crate::util::owned_by(p.ibv.context, Kind::Mr);
+    for sge in sges {
+        let end = sge.addr.checked_add(u64::from(sge.length));
+        let inside = regions.iter().any(|&h| {
+            // SAFETY: live MR handles are boxed `Mr`s.
+            let m = unsafe { &*(h as *const Mr) };
+            let start = m.ibv.addr as u64;
+            m.on_demand
+                && m.ibv.lkey == sge.lkey
+                && std::ptr::eq(m.pd, p)
+                && sge.addr >= start
+                && end.is_some_and(|e| e - start <= m.ibv.length as u64)
+        });
+        if !inside || end.is_none() {
+            return libc::EINVAL;
+        }
+        if let (Some(write), true) = (fault_in, sge.length > 0) {
+            if let Err(e) = crate::mapping::prefetch(sge.addr as usize, sge.length as usize, write)
+            {
+                return e;
+            }
+        }
+    }
     0
 }

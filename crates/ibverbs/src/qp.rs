@@ -315,7 +315,8 @@ fn qp_attr(ctx: &Context, qp: &Qp, attr: &ibv_qp_attr, mask: c_int) -> Result<Qp
         a.qp_state = Some(qp_state_of(attr.qp_state)?);
     }
     if has(IBV_QP_ACCESS_FLAGS) {
-        if attr.qp_access_flags & !(0xf | IBV_ACCESS_MW_BIND) != 0 {
+        // ON_DEMAND is a region's property; mlx5 and the kernel take it here and ignore it.
+        if attr.qp_access_flags & !(0xf | IBV_ACCESS_MW_BIND | IBV_ACCESS_ON_DEMAND) != 0 {
             return Err(libc::EINVAL);
         }
         a.qp_access_flags = Some(AccessFlags::from_bits_truncate(attr.qp_access_flags & 0xf));

@@ -105,11 +105,13 @@ pub(crate) unsafe extern "C" fn query_device_ex(
     let ex = ibv_device_attr_ex {
         orig_attr: orig,
         comp_mask: 0,
+        // softrdma pins nothing, so every region is on demand, the implicit one included
+        // (see `pd::access_flags`); every operation of each transport may touch such memory.
         odp_caps: ibv_odp_caps {
-            general_caps: 0,
-            rc_odp_caps: 0,
-            uc_odp_caps: 0,
-            ud_odp_caps: 0,
+            general_caps: ODP_SUPPORT | ODP_SUPPORT_IMPLICIT,
+            rc_odp_caps: ODP_SEND | ODP_RECV | ODP_WRITE | ODP_READ | ODP_ATOMIC | ODP_SRQ_RECV,
+            uc_odp_caps: ODP_SEND | ODP_RECV | ODP_WRITE | ODP_SRQ_RECV,
+            ud_odp_caps: ODP_SEND | ODP_RECV | ODP_SRQ_RECV,
         },
         completion_timestamp_mask: 0,
         hca_core_clock: 0,
@@ -363,3 +365,13 @@ pub(crate) unsafe extern "C" fn ibv_get_pkey_index(
         fail_minus_one(libc::ENOENT)
     }
 }
+
+// `enum ibv_odp_general_caps` and `enum ibv_odp_transport_cap_bits`.
+const ODP_SUPPORT: u64 = 1 << 0;
+const ODP_SUPPORT_IMPLICIT: u64 = 1 << 1;
+const ODP_SEND: u32 = 1 << 0;
+const ODP_RECV: u32 = 1 << 1;
+const ODP_WRITE: u32 = 1 << 2;
+const ODP_READ: u32 = 1 << 3;
+const ODP_ATOMIC: u32 = 1 << 4;
+const ODP_SRQ_RECV: u32 = 1 << 5;

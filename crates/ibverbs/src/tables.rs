@@ -20,7 +20,7 @@ pub(crate) fn verbs_context_for(
 ) -> verbs_context {
     verbs_context {
         query_port: Some(crate::query::query_port_ex),
-        advise_mr: None,
+        advise_mr: Some(crate::pd::advise_mr),
         alloc_null_mr: None,
         read_counters: None,
         attach_counters_point_flow: None,

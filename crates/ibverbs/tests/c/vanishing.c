@@ -1,8 +1,10 @@
 /* Registered memory that the program unmaps or protects while it is still registered: the
  * operations that touch it end with the completion statuses a NIC gives for memory it cannot
- * reach, and the process lives (softrdma pins nothing; its copies catch the fault). Two RC QPs
- * of one device, as in verbs.c. Exit status 0 and a last line "vanishing: all checks passed".
- */
+ * reach, and the process lives (softrdma pins nothing; its copies catch the fault). Then
+ * on-demand paging, which rests on the same: regions whose pages come later, the implicit
+ * region, ibv_advise_mr. Two RC QPs of one device, as in verbs.c. Exit status 0 and a last
+ * line "vanishing: all checks passed". */
+#include <errno.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <string.h>
@@ -126,6 +128,49 @@ int main(void)
 	CHECK(mprotect(p + PAGE, PAGE, PROT_READ | PROT_WRITE) == 0, "mprotect");
 	memset(local, 0x55, 256); /* the READ above filled it with the page's zeros */
 	CHECK(run(&w2) == IBV_WC_SUCCESS && p[PAGE + 255] == 0x55, "WRITE once writable");
+
+	/* On-demand paging: the caps, a region over pages not accessible yet, the implicit
+	 * region, and ibv_advise_mr. */
+	struct ibv_device_attr_ex dx;
+	CHECK(ibv_query_device_ex(ctx, NULL, &dx) == 0, "query_device_ex");
+	CHECK(dx.odp_caps.general_caps == (IBV_ODP_SUPPORT | IBV_ODP_SUPPORT_IMPLICIT) &&
+		      (dx.odp_caps.per_transport_caps.rc_odp_caps & IBV_ODP_SUPPORT_WRITE) &&
+		      (dx.odp_caps.per_transport_caps.ud_odp_caps & IBV_ODP_SUPPORT_SEND),
+	      "ODP caps");
+	uint8_t *q = mmap(NULL, PAGE, PROT_NONE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+	CHECK(q != MAP_FAILED, "mmap");
+	int rw = IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_REMOTE_WRITE | IBV_ACCESS_REMOTE_READ;
+	CHECK(!ibv_reg_mr(pd, q, PAGE, rw) && errno == EFAULT, "pinned: an inaccessible page");
+	struct ibv_mr *odp = ibv_reg_mr(pd, q, PAGE, rw | IBV_ACCESS_ON_DEMAND);
+	CHECK(odp, "on demand: an inaccessible page is registered");
+	struct ibv_sge pre = { (uintptr_t)q, PAGE, odp->lkey };
+	CHECK(ibv_advise_mr(pd, IBV_ADVISE_MR_ADVICE_PREFETCH_WRITE, IBV_ADVISE_MR_FLAG_FLUSH,
+			    &pre, 1) == EFAULT,
+	      "prefetch of an inaccessible page");
+	CHECK(ibv_advise_mr(pd, IBV_ADVISE_MR_ADVICE_PREFETCH_NO_FAULT, 0, &pre, 1) == 0,
+	      "prefetch without faults");
+	struct ibv_send_wr wq = { .wr_id = 9, .sg_list = &sge, .num_sge = 1,
+				  .opcode = IBV_WR_RDMA_WRITE, .wr.rdma = { (uintptr_t)q, odp->rkey } };
+	CHECK(run(&wq) == IBV_WC_REM_ACCESS_ERR, "WRITE before the page is there");
+	CHECK(mprotect(q, PAGE, PROT_READ | PROT_WRITE) == 0, "mprotect");
+	CHECK(ibv_advise_mr(pd, IBV_ADVISE_MR_ADVICE_PREFETCH_WRITE, IBV_ADVISE_MR_FLAG_FLUSH,
+			    &pre, 1) == 0,
+	      "prefetch");
+	memset(local, 0x66, 256);
+	wq.wr_id = 10;
+	CHECK(run(&wq) == IBV_WC_SUCCESS && q[255] == 0x66, "WRITE once the page is there");
+	struct ibv_sge not_odp = { (uintptr_t)local, 64, lmr->lkey };
+	CHECK(ibv_advise_mr(pd, IBV_ADVISE_MR_ADVICE_PREFETCH, 0, &not_odp, 1) == EINVAL,
+	      "prefetch of a region not on demand");
+	struct ibv_mr *all = ibv_reg_mr(pd, NULL, SIZE_MAX, rw | IBV_ACCESS_ON_DEMAND);
+	CHECK(all && all->addr == NULL && all->length == SIZE_MAX, "the implicit region");
+	static uint8_t anywhere[512];
+	wq.wr_id = 11;
+	wq.wr.rdma.remote_addr = (uintptr_t)anywhere;
+	wq.wr.rdma.rkey = all->rkey;
+	CHECK(run(&wq) == IBV_WC_SUCCESS && anywhere[255] == 0x66,
+	      "WRITE anywhere through the implicit region");
+	CHECK(ibv_dereg_mr(all) == 0 && ibv_dereg_mr(odp) == 0, "dereg on demand");
 
 	CHECK(ibv_dereg_mr(mr) == 0 && ibv_dereg_mr(mr2) == 0 && ibv_dereg_mr(lmr) == 0, "dereg");
 	CHECK(ibv_destroy_cq(cq) == 0 && ibv_dealloc_pd(pd) == 0, "destroy");
