@@ -15,7 +15,8 @@
 # target/lab/ibverbs), GUEST_TIMEOUT (default 120), LAB_NS (default rxe-ibverbs), LAB_TAPS,
 # IBV_EXEC_FLAGS (more `softrdma exec` flags, e.g. "--loss 0.05 --seed 3 --counters": the
 # host's device injects those faults, and rxe must still complete every run), IBV_TOOLS
-# (which of the three, default all).
+# (which of ib_write_bw, ibv_rc_pingpong, odp — both with --odp on the host — and
+# ibv_srq_pingpong; default all).
 # Needs Debian's perftest and ibverbs-utils on this host. Exit: 0 pass, 1 fail, 2 setup.
 set -uo pipefail
 
@@ -31,7 +32,7 @@ done
 GUEST=${LAB_TAPS%% *}
 ITERS=${IBV_ITERS:-100}
 EXEC_FLAGS=${IBV_EXEC_FLAGS:-}
-TOOLS=${IBV_TOOLS:-ib_write_bw ibv_rc_pingpong ibv_srq_pingpong}
+TOOLS=${IBV_TOOLS:-ib_write_bw ibv_rc_pingpong odp ibv_srq_pingpong}
 OUT=${IBV_OUT:-$ROOT/target/lab/ibverbs}
 HOST_IP=10.88.0.1
 GUEST_IP=10.88.0.11
@@ -88,6 +89,14 @@ fi
 if wanted ibv_rc_pingpong; then
   run host-client-ibv_rc_pingpong client "$PP $GUEST_IP" "$PP -d rxe0"
   run host-server-ibv_rc_pingpong server "$PP" "$PP -d rxe0 $HOST_IP"
+fi
+if wanted odp; then
+  # On-demand paging on softrdma's side only (rxe 6.1 has none): ibv_rc_pingpong --odp, and
+  # ib_write_bw --odp, against the plain tools on rxe.
+  run host-client-ibv_rc_pingpong-odp client "$PP --odp $GUEST_IP" "$PP -d rxe0"
+  run host-server-ibv_rc_pingpong-odp server "$PP --odp" "$PP -d rxe0 $HOST_IP"
+  run host-client-ib_write_bw-odp client "$BW --odp $GUEST_IP" "$BW -d rxe0"
+  run host-server-ib_write_bw-odp server "$BW --odp" "$BW -d rxe0 $HOST_IP"
 fi
 if wanted ibv_srq_pingpong; then
   run host-client-ibv_srq_pingpong client "$SRQ $GUEST_IP" "$SRQ -d rxe0"
