@@ -360,3 +360,36 @@ fn exec_total_loss_ends_the_peer_in_retry_exceeded() {
     assert!(took > Duration::from_millis(500), "gave up after {took:?}");
     assert!(took < Duration::from_secs(10), "took {took:?}");
 }
+
+/// On-demand paging through the library: perftest's `--odp` registers its buffers with
+/// `IBV_ACCESS_ON_DEMAND` after checking the device's ODP caps, on both sides.
+#[test]
+fn perftest_write_bw_with_on_demand_paging() {
+    check_setup();
+    let prog = [
+        "ib_write_bw",
+        "-x",
+        "1",
+        "--odp",
+        "-n",
+        "200",
+        "-p",
+        "18719",
+    ];
+    let (s, c) = pair(
+        exec("127.0.14.19", &prog),
+        exec("127.0.14.20", &[&prog[..], &["127.0.14.19"]].concat()),
+        18719,
+        "ib_write_bw --odp",
+    );
+    assert!(
+        String::from_utf8_lossy(&s.stdout).contains("#bytes"),
+        "{}",
+        show(&s)
+    );
+    assert!(
+        String::from_utf8_lossy(&c.stdout).contains("#bytes"),
+        "{}",
+        show(&c)
+    );
+}

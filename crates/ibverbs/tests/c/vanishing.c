@@ -170,6 +170,21 @@ int main(void)
 	wq.wr.rdma.rkey = all->rkey;
 	CHECK(run(&wq) == IBV_WC_SUCCESS && anywhere[255] == 0x66,
 	      "WRITE anywhere through the implicit region");
+	memset(local, 0, 256);
+	anywhere[7] = 0x42;
+	wq.wr_id = 12;
+	wq.opcode = IBV_WR_RDMA_READ;
+	CHECK(run(&wq) == IBV_WC_SUCCESS && local[7] == 0x42 && local[255] == 0x66,
+	      "READ anywhere through the implicit region");
+	/* A page unmapped just now (the hole above may have been mapped again since). */
+	uint8_t *gone = mmap(NULL, PAGE, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+	CHECK(gone != MAP_FAILED && munmap(gone, PAGE) == 0, "mmap, munmap");
+	wq.wr_id = 13;
+	wq.wr.rdma.remote_addr = (uintptr_t)gone;
+	CHECK(run(&wq) == IBV_WC_REM_ACCESS_ERR, "READ of an unmapped page through it");
+	wq.wr_id = 14;
+	wq.opcode = IBV_WR_RDMA_WRITE;
+	CHECK(run(&wq) == IBV_WC_REM_ACCESS_ERR, "WRITE of an unmapped page through it");
 	CHECK(ibv_dereg_mr(all) == 0 && ibv_dereg_mr(odp) == 0, "dereg on demand");
 
 	CHECK(ibv_dereg_mr(mr) == 0 && ibv_dereg_mr(mr2) == 0 && ibv_dereg_mr(lmr) == 0, "dereg");
