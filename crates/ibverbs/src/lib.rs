@@ -34,10 +34,12 @@
 //! `softrdma exec [--ip ADDR] -- PROGRAM ARGS…` sets these and `LD_LIBRARY_PATH`.
 //!
 //! # Provider libraries
-//! Debian's perftest also links `libmlx5.so.1` and `libefa.so.1` (vendor extensions). The
-//! build places stand-ins for both next to `libibverbs.so.1` (`providers/*.c`): every entry
-//! point answers truthfully that the device is not an mlx5 or EFA device, so the program
-//! loads and takes its generic path.
+//! Debian's perftest, UCX's `libuct_ib.so` and pyverbs' vendor modules also link
+//! `libmlx5.so.1` and `libefa.so.1` (vendor extensions), some with BIND_NOW. The build places
+//! stand-ins for both next to `libibverbs.so.1` (`providers/*.c`, written by
+//! `providers/gen.py`): every function and version node of rdma-core 44's libraries is there,
+//! and every entry point answers truthfully that the device is not an mlx5 or EFA device, so
+//! the program loads and takes its generic path.
 //!
 //! # What is not there
 //! XRC, TSO, flow steering, counters and the other vendor-leaning verbs:
