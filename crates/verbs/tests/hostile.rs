@@ -13,19 +13,6 @@ use common::*;
 use softrdma::{wr, ConnectOptions, DropReason, Mtu, WcStatus};
 use softrdma_wire::{Aeth, AtomicEth, Bth, ExtHeaders, Opcode, Psn, Reth, Syndrome};
 
-struct Rng(u64);
-impl Rng {
-    fn next(&mut self) -> u64 {
-        self.0 ^= self.0 << 13;
-        self.0 ^= self.0 >> 7;
-        self.0 ^= self.0 << 17;
-        self.0
-    }
-    fn below(&mut self, n: u64) -> u64 {
-        self.next() % n
-    }
-}
-
 /// What the attacker knows: the QPNs, the initial PSNs, a valid rkey and a canary address.
 #[derive(Clone, Copy)]
 struct Target {

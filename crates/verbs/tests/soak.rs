@@ -15,7 +15,7 @@ mod common;
 
 use std::time::{Duration, Instant};
 
-use common::{all_access, open, pattern};
+use common::{all_access, open, pattern, Rng};
 use softrdma::{
     wr, CompletionQueue, Device, DeviceConfig, DeviceStats, FaultConfig, MemoryRegion, QpInitAttr,
     QpState, QueuePair, WcOpcode, WcStatus, WorkCompletion,
@@ -81,20 +81,6 @@ fn split_wr_id(id: u64) -> (u64, usize, Kind) {
     )
 }
 
-struct Rng(u64);
-
-impl Rng {
-    fn next(&mut self) -> u64 {
-        self.0 ^= self.0 << 13;
-        self.0 ^= self.0 >> 7;
-        self.0 ^= self.0 << 17;
-        self.0
-    }
-    fn below(&mut self, n: usize) -> usize {
-        (self.next() % n as u64) as usize
-    }
-}
-
 /// One QP pair's round in flight, and what its results must be.
 struct Round {
     round: u64,
@@ -152,9 +138,9 @@ impl Soak {
         p.next_round += 1;
         let base = i * SLOT;
         let seed = (i as u64) << 40 | round;
-        let write = pattern(1 + p.rng.below(MAX_RDMA), seed * 3 + 1);
-        let read = pattern(1 + p.rng.below(MAX_RDMA), seed * 3 + 2);
-        let send = pattern(1 + p.rng.below(MAX_SEND), seed * 3 + 3);
+        let write = pattern(1 + p.rng.below(MAX_RDMA as u64) as usize, seed * 3 + 1);
+        let read = pattern(1 + p.rng.below(MAX_RDMA as u64) as usize, seed * 3 + 2);
+        let send = pattern(1 + p.rng.below(MAX_SEND as u64) as usize, seed * 3 + 3);
         // Sources in place; destinations overwritten, so nothing left from the last round
         // passes for this one's result.
         mr_a.write(base + WRITE_AT, &write).unwrap();

@@ -95,6 +95,23 @@ pub fn wait_one(cq: &CompletionQueue) -> WorkCompletion {
     wait_wcs(cq, 1)[0]
 }
 
+/// A small deterministic generator (xorshift64) for the tests' random choices.
+pub struct Rng(pub u64);
+
+impl Rng {
+    pub fn next(&mut self) -> u64 {
+        self.0 ^= self.0 << 13;
+        self.0 ^= self.0 >> 7;
+        self.0 ^= self.0 << 17;
+        self.0
+    }
+
+    /// A number below `n`.
+    pub fn below(&mut self, n: u64) -> u64 {
+        self.next() % n
+    }
+}
+
 /// Deterministic pseudo-random bytes.
 pub fn pattern(len: usize, seed: u64) -> Vec<u8> {
     let mut x = seed.wrapping_mul(0x9E37_79B9_7F4A_7C15) | 1;
