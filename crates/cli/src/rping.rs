@@ -245,19 +245,12 @@ impl Side {
 /// An event as rping reports one it did not expect: `cma event NAME, error STATUS`
 /// (`rdma_event_str` and `event->status`: the REJ's reason, or ETIMEDOUT).
 fn unexpected(kind: &CmEventKind) -> String {
-    let (name, status) = match kind {
-        CmEventKind::AddrResolved => ("RDMA_CM_EVENT_ADDR_RESOLVED", 0),
-        CmEventKind::RouteResolved => ("RDMA_CM_EVENT_ROUTE_RESOLVED", 0),
-        CmEventKind::ConnectRequest { .. } => ("RDMA_CM_EVENT_CONNECT_REQUEST", 0),
-        CmEventKind::Established { .. } => ("RDMA_CM_EVENT_ESTABLISHED", 0),
-        CmEventKind::Rejected { reason, .. } => {
-            ("RDMA_CM_EVENT_REJECTED", i32::from(reason.code()))
-        }
-        CmEventKind::Unreachable => ("RDMA_CM_EVENT_UNREACHABLE", -ETIMEDOUT),
-        CmEventKind::ConnectError => ("RDMA_CM_EVENT_CONNECT_ERROR", 0),
-        CmEventKind::Disconnected => ("RDMA_CM_EVENT_DISCONNECTED", 0),
-        CmEventKind::TimewaitExit => ("RDMA_CM_EVENT_TIMEWAIT_EXIT", 0),
+    let status = match kind {
+        CmEventKind::Rejected { reason, .. } => i32::from(reason.code()),
+        CmEventKind::Unreachable => -ETIMEDOUT,
+        _ => 0,
     };
+    let name = kind.name();
     format!("cma event {name}, error {status}")
 }
 

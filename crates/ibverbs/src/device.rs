@@ -335,7 +335,8 @@ pub(crate) unsafe extern "C" fn ibv_close_device(context: *mut ibv_context) -> c
                     Kind::Channel => {
                         crate::cq::ibv_destroy_comp_channel(p as *mut ibv_comp_channel)
                     }
-                    Kind::Pd | Kind::Context => crate::pd::ibv_dealloc_pd(p as *mut ibv_pd),
+                    Kind::Pd => crate::pd::ibv_dealloc_pd(p as *mut ibv_pd),
+                    _ => continue,
                 }
             };
         }

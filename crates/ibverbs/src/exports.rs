@@ -9,6 +9,7 @@
 use std::ffi::{c_char, c_int, c_void};
 
 use crate::abi::*;
+use crate::cm::abi::*;
 use crate::layout::LayoutEntry;
 
 macro_rules! exports {
@@ -104,4 +105,91 @@ exports! {
     "IBVERBS_1.9" fn ibv_get_device_index(device: *mut ibv_device) -> c_int = crate::device::ibv_get_device_index;
     "IBVERBS_PRIVATE_34" fn ibv_query_gid_type(context: *mut ibv_context, port: u8, index: u32, gid_type: *mut c_int) -> c_int = crate::query::ibv_query_gid_type;
     "SOFTRDMA_1.0" fn softrdma_abi_layout() -> *const LayoutEntry = crate::layout::softrdma_abi_layout;
+    "SOFTRDMA_1.0" fn softrdma_rdma_accept(id: *mut rdma_cm_id, conn_param: *mut rdma_conn_param) -> c_int = crate::cm::connect::rdma_accept;
+    "SOFTRDMA_1.0" fn softrdma_rdma_ack_cm_event(event: *mut rdma_cm_event) -> c_int = crate::cm::events::rdma_ack_cm_event;
+    "SOFTRDMA_1.0" fn softrdma_rdma_bind_addr(id: *mut rdma_cm_id, addr: *mut libc::sockaddr) -> c_int = crate::cm::connect::rdma_bind_addr;
+    "SOFTRDMA_1.0" fn softrdma_rdma_connect(id: *mut rdma_cm_id, conn_param: *mut rdma_conn_param) -> c_int = crate::cm::connect::rdma_connect;
+    "SOFTRDMA_1.0" fn softrdma_rdma_create_ep(id: *mut *mut rdma_cm_id, res: *mut rdma_addrinfo, pd: *mut ibv_pd, qp_init_attr: *mut ibv_qp_init_attr) -> c_int = crate::cm::ep::rdma_create_ep;
+    "SOFTRDMA_1.0" fn softrdma_rdma_create_event_channel() -> *mut rdma_event_channel = crate::cm::events::rdma_create_event_channel;
+    "SOFTRDMA_1.0" fn softrdma_rdma_create_id(channel: *mut rdma_event_channel, id: *mut *mut rdma_cm_id, context: *mut c_void, ps: c_int) -> c_int = crate::cm::connect::rdma_create_id;
+    "SOFTRDMA_1.0" fn softrdma_rdma_create_qp(id: *mut rdma_cm_id, pd: *mut ibv_pd, attr: *mut ibv_qp_init_attr) -> c_int = crate::cm::qp::rdma_create_qp;
+    "SOFTRDMA_1.0" fn softrdma_rdma_create_qp_ex(id: *mut rdma_cm_id, attr: *mut ibv_qp_init_attr_ex) -> c_int = crate::cm::qp::rdma_create_qp_ex;
+    "SOFTRDMA_1.0" fn softrdma_rdma_create_srq(id: *mut rdma_cm_id, pd: *mut ibv_pd, attr: *mut ibv_srq_init_attr) -> c_int = crate::cm::qp::rdma_create_srq;
+    "SOFTRDMA_1.0" fn softrdma_rdma_create_srq_ex(id: *mut rdma_cm_id, attr: *mut c_void) -> c_int = crate::cm::qp::rdma_create_srq_ex;
+    "SOFTRDMA_1.0" fn softrdma_rdma_destroy_ep(id: *mut rdma_cm_id) = crate::cm::ep::rdma_destroy_ep;
+    "SOFTRDMA_1.0" fn softrdma_rdma_destroy_event_channel(channel: *mut rdma_event_channel) = crate::cm::events::rdma_destroy_event_channel;
+    "SOFTRDMA_1.0" fn softrdma_rdma_destroy_id(id: *mut rdma_cm_id) -> c_int = crate::cm::connect::rdma_destroy_id;
+    "SOFTRDMA_1.0" fn softrdma_rdma_destroy_qp(id: *mut rdma_cm_id) = crate::cm::qp::rdma_destroy_qp;
+    "SOFTRDMA_1.0" fn softrdma_rdma_destroy_srq(id: *mut rdma_cm_id) = crate::cm::qp::rdma_destroy_srq;
+    "SOFTRDMA_1.0" fn softrdma_rdma_disconnect(id: *mut rdma_cm_id) -> c_int = crate::cm::connect::rdma_disconnect;
+    "SOFTRDMA_1.0" fn softrdma_rdma_event_str(event: c_int) -> *const c_char = crate::cm::ep::rdma_event_str;
+    "SOFTRDMA_1.0" fn softrdma_rdma_free_devices(list: *mut *mut ibv_context) = crate::cm::ep::rdma_free_devices;
+    "SOFTRDMA_1.0" fn softrdma_rdma_freeaddrinfo(res: *mut rdma_addrinfo) = crate::cm::ep::rdma_freeaddrinfo;
+    "SOFTRDMA_1.0" fn softrdma_rdma_get_cm_event(channel: *mut rdma_event_channel, event: *mut *mut rdma_cm_event) -> c_int = crate::cm::events::rdma_get_cm_event;
+    "SOFTRDMA_1.0" fn softrdma_rdma_get_devices(num: *mut c_int) -> *mut *mut ibv_context = crate::cm::ep::rdma_get_devices;
+    "SOFTRDMA_1.0" fn softrdma_rdma_get_dst_port(id: *mut rdma_cm_id) -> u16 = crate::cm::connect::rdma_get_dst_port;
+    "SOFTRDMA_1.0" fn softrdma_rdma_get_request(listen: *mut rdma_cm_id, id: *mut *mut rdma_cm_id) -> c_int = crate::cm::ep::rdma_get_request;
+    "SOFTRDMA_1.0" fn softrdma_rdma_get_src_port(id: *mut rdma_cm_id) -> u16 = crate::cm::connect::rdma_get_src_port;
+    "SOFTRDMA_1.0" fn softrdma_rdma_getaddrinfo(node: *const c_char, service: *const c_char, hints: *const rdma_addrinfo, res: *mut *mut rdma_addrinfo) -> c_int = crate::cm::ep::rdma_getaddrinfo;
+    "SOFTRDMA_1.0" fn softrdma_rdma_listen(id: *mut rdma_cm_id, backlog: c_int) -> c_int = crate::cm::connect::rdma_listen;
+    "SOFTRDMA_1.0" fn softrdma_rdma_migrate_id(id: *mut rdma_cm_id, channel: *mut rdma_event_channel) -> c_int = crate::cm::connect::rdma_migrate_id;
+    "SOFTRDMA_1.0" fn softrdma_rdma_notify(id: *mut rdma_cm_id, event: c_int) -> c_int = crate::cm::connect::rdma_notify;
+    "SOFTRDMA_1.0" fn softrdma_rdma_reject(id: *mut rdma_cm_id, private_data: *const c_void, private_data_len: u8) -> c_int = crate::cm::connect::rdma_reject;
+    "SOFTRDMA_1.0" fn softrdma_rdma_resolve_addr(id: *mut rdma_cm_id, src: *mut libc::sockaddr, dst: *mut libc::sockaddr, timeout_ms: c_int) -> c_int = crate::cm::connect::rdma_resolve_addr;
+    "SOFTRDMA_1.0" fn softrdma_rdma_resolve_route(id: *mut rdma_cm_id, timeout_ms: c_int) -> c_int = crate::cm::connect::rdma_resolve_route;
+    "SOFTRDMA_1.0" fn softrdma_rdma_set_option(id: *mut rdma_cm_id, level: c_int, optname: c_int, optval: *mut c_void, optlen: usize) -> c_int = crate::cm::connect::rdma_set_option;
+    "SOFTRDMA_1.0" fn softrdma_rdma_join_multicast(id: *mut rdma_cm_id, addr: *mut libc::sockaddr, context: *mut c_void) -> c_int = crate::cm::multicast::rdma_join_multicast;
+    "SOFTRDMA_1.0" fn softrdma_rdma_join_multicast_ex(id: *mut rdma_cm_id, attr: *mut rdma_cm_join_mc_attr_ex, context: *mut c_void) -> c_int = crate::cm::multicast::rdma_join_multicast_ex;
+    "SOFTRDMA_1.0" fn softrdma_rdma_leave_multicast(id: *mut rdma_cm_id, addr: *mut libc::sockaddr) -> c_int = crate::cm::multicast::rdma_leave_multicast;
+    "SOFTRDMA_1.0" fn softrdma_rdma_establish(id: *mut rdma_cm_id) -> c_int = crate::cm::connect::rdma_establish;
+    "SOFTRDMA_1.0" fn softrdma_rdma_init_qp_attr(id: *mut rdma_cm_id, qp_attr: *mut ibv_qp_attr, qp_attr_mask: *mut c_int) -> c_int = crate::cm::qp::rdma_init_qp_attr;
+}
+
+/// librdmacm's calls that softrdma does not do (`cm/unsupported.rs`). The caller's arguments
+/// are not named: nothing reads them, and under the C calling conventions of the platforms
+/// softrdma runs on (System V x86-64, AAPCS64) a callee may ignore any number of them.
+macro_rules! unsupported_exports {
+    ($($what:literal fn $name:ident -> $ret:ty = $imp:ident;)*) => {
+        $(
+            #[doc = concat!("`", $what, "`: not supported.")]
+            #[no_mangle]
+            extern "C" fn $name() -> $ret {
+                crate::cm::unsupported::$imp($what) as $ret
+            }
+        )*
+        std::arch::global_asm!($(concat!(".symver ", stringify!($name), ", ", stringify!($name), "@@SOFTRDMA_1.0")),*);
+    };
+}
+
+unsupported_exports! {
+    "raccept" fn softrdma_raccept -> c_int = rsocket_call;
+    "rbind" fn softrdma_rbind -> c_int = rsocket_call;
+    "rclose" fn softrdma_rclose -> c_int = rsocket_call;
+    "rconnect" fn softrdma_rconnect -> c_int = rsocket_call;
+    "rfcntl" fn softrdma_rfcntl -> c_int = rsocket_call;
+    "rgetpeername" fn softrdma_rgetpeername -> c_int = rsocket_call;
+    "rgetsockname" fn softrdma_rgetsockname -> c_int = rsocket_call;
+    "rgetsockopt" fn softrdma_rgetsockopt -> c_int = rsocket_call;
+    "riomap" fn softrdma_riomap -> i64 = rsocket_call;
+    "riounmap" fn softrdma_riounmap -> c_int = rsocket_call;
+    "riowrite" fn softrdma_riowrite -> isize = rsocket_call;
+    "rlisten" fn softrdma_rlisten -> c_int = rsocket_call;
+    "rpoll" fn softrdma_rpoll -> c_int = rsocket_call;
+    "rread" fn softrdma_rread -> isize = rsocket_call;
+    "rreadv" fn softrdma_rreadv -> isize = rsocket_call;
+    "rrecv" fn softrdma_rrecv -> isize = rsocket_call;
+    "rrecvfrom" fn softrdma_rrecvfrom -> isize = rsocket_call;
+    "rrecvmsg" fn softrdma_rrecvmsg -> isize = rsocket_call;
+    "rselect" fn softrdma_rselect -> c_int = rsocket_call;
+    "rsend" fn softrdma_rsend -> isize = rsocket_call;
+    "rsendmsg" fn softrdma_rsendmsg -> isize = rsocket_call;
+    "rsendto" fn softrdma_rsendto -> isize = rsocket_call;
+    "rsetsockopt" fn softrdma_rsetsockopt -> c_int = rsocket_call;
+    "rshutdown" fn softrdma_rshutdown -> c_int = rsocket_call;
+    "rsocket" fn softrdma_rsocket -> c_int = rsocket_call;
+    "rwrite" fn softrdma_rwrite -> isize = rsocket_call;
+    "rwritev" fn softrdma_rwritev -> isize = rsocket_call;
+    "rdma_get_remote_ece" fn softrdma_rdma_get_remote_ece -> c_int = unsupported;
+    "rdma_reject_ece" fn softrdma_rdma_reject_ece -> c_int = unsupported;
+    "rdma_set_local_ece" fn softrdma_rdma_set_local_ece -> c_int = unsupported;
 }

@@ -50,6 +50,7 @@
 
 mod abi;
 mod ah;
+mod cm;
 mod context;
 mod cq;
 mod device;

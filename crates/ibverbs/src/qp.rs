@@ -19,7 +19,7 @@ use crate::qp_object::{Qp, WrBatch, DEFAULT_SEND_OPS};
 use crate::util::{creating_user, fail_errno, fail_null, is_live, register, unregister, Kind};
 
 /// The `ibv_qp_state` of a softrdma state, and back.
-fn qp_state_code(s: QpState) -> c_int {
+pub(crate) fn qp_state_code(s: QpState) -> c_int {
     match s {
         QpState::Reset => 0,
         QpState::Init => 1,
@@ -31,7 +31,7 @@ fn qp_state_code(s: QpState) -> c_int {
     }
 }
 
-fn qp_state_of(code: c_int) -> Result<QpState, c_int> {
+pub(crate) fn qp_state_of(code: c_int) -> Result<QpState, c_int> {
     Ok(match code {
         0 => QpState::Reset,
         1 => QpState::Init,

@@ -43,6 +43,11 @@ pub(crate) enum Kind {
     Ah,
     Srq,
     Mw,
+    /// librdmacm's objects (`cm/`).
+    CmId,
+    CmChannel,
+    CmEvent,
+    AddrInfo,
 }
 
 /// Every handle this library has given out and not yet destroyed, by address. Non-hot-path

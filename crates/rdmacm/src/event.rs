@@ -22,6 +22,14 @@ pub enum CmEventKind {
         /// Our address (the listener's port).
         local: SocketAddr,
     },
+    /// RDMA_CM_EVENT_CONNECT_RESPONSE: the peer's REP reached an id whose QP the consumer
+    /// made itself (it connected with `ConnParam::qp_num` and no [`crate::CmId::create_qp`]):
+    /// the consumer readies its QP with [`crate::CmId::qp_attr`] and completes the connection
+    /// with [`crate::CmId::establish`], as with librdmacm.
+    ConnectResponse {
+        /// The peer's parameters and the REP's private data.
+        param: ConnParam,
+    },
     /// RDMA_CM_EVENT_ESTABLISHED (for UD: the remote QPN and Q_Key).
     Established {
         /// UD only.
@@ -42,4 +50,22 @@ pub enum CmEventKind {
     Disconnected,
     /// RDMA_CM_EVENT_TIMEWAIT_EXIT.
     TimewaitExit,
+}
+
+impl CmEventKind {
+    /// The event's name as `rdma_event_str` gives it.
+    pub fn name(&self) -> &'static str {
+        match self {
+            CmEventKind::AddrResolved => "RDMA_CM_EVENT_ADDR_RESOLVED",
+            CmEventKind::RouteResolved => "RDMA_CM_EVENT_ROUTE_RESOLVED",
+            CmEventKind::ConnectRequest { .. } => "RDMA_CM_EVENT_CONNECT_REQUEST",
+            CmEventKind::ConnectResponse { .. } => "RDMA_CM_EVENT_CONNECT_RESPONSE",
+            CmEventKind::Established { .. } => "RDMA_CM_EVENT_ESTABLISHED",
+            CmEventKind::Rejected { .. } => "RDMA_CM_EVENT_REJECTED",
+            CmEventKind::Unreachable => "RDMA_CM_EVENT_UNREACHABLE",
+            CmEventKind::ConnectError => "RDMA_CM_EVENT_CONNECT_ERROR",
+            CmEventKind::Disconnected => "RDMA_CM_EVENT_DISCONNECTED",
+            CmEventKind::TimewaitExit => "RDMA_CM_EVENT_TIMEWAIT_EXIT",
+        }
+    }
 }

@@ -230,6 +230,14 @@ impl PartialEq for CmId {
 }
 impl Eq for CmId {}
 
+/// By identity, as equality: a consumer keys its own per-id state (a C library's
+/// `struct rdma_cm_id`) by the id.
+impl std::hash::Hash for CmId {
+    fn hash<H: std::hash::Hasher>(&self, state: &mut H) {
+        Arc::as_ptr(&self.inner).hash(state);
+    }
+}
+
 pub(crate) struct IdInner {
     channel: EventChannel,
     ps: PortSpace,
@@ -361,6 +369,10 @@ impl Endpoint for IdInner {
 
     fn qp_to_error(&self) {
         IdInner::qp_to_error(self);
+    }
+
+    fn has_qp(&self) -> bool {
+        lock(&self.state).qp.is_some()
     }
 }
 
@@ -536,16 +548,70 @@ impl CmId {
         pd: &ProtectionDomain,
         init: &QpInitAttr,
     ) -> Result<QueuePair, CmError> {
-        let (service, rid) = self.service()?;
+        self.service()?;
         let qp = pd.create_qp(init).map_err(|e| CmError::Qp(e.to_string()))?;
-        service.with_cm(|st, _| move_qp(&qp, &st.cm, rid, &[QpState::Init]))?;
+        self.adopt_qp(&qp)?;
+        Ok(qp)
+    }
+
+    /// Makes `qp` (new, in RESET, of the id's device) the id's QP, moved as
+    /// [`CmId::create_qp`] moves the QPs it creates: how a library that creates QPs its own
+    /// way (the C `rdma_create_qp`) hands them to rdma_cm.
+    pub fn adopt_qp(&self, qp: &QueuePair) -> Result<(), CmError> {
+        let (service, rid) = self.service()?;
+        if lock(&self.inner.state).qp.is_some() {
+            return Err(CmError::InvalidState("the id has a QP already"));
+        }
+        service.with_cm(|st, _| move_qp(qp, &st.cm, rid, &[QpState::Init]))?;
         if self.inner.qp_type == RdmaQpType::Ud {
             qp.modify(&QpAttr::ud_rtr())
                 .and_then(|()| qp.modify(&QpAttr::unreliable_rts(softrdma::Psn::new(0))))
                 .map_err(|e| CmError::Qp(e.to_string()))?;
         }
         lock(&self.inner.state).qp = Some(qp.clone());
-        Ok(qp)
+        Ok(())
+    }
+
+    /// Forgets the id's QP (`rdma_destroy_qp`): rdma_cm moves it no more.
+    pub fn release_qp(&self) -> Option<QueuePair> {
+        lock(&self.inner.state).qp.take()
+    }
+
+    /// The attributes that move a QP of this connection to `target` (`rdma_init_qp_attr`):
+    /// for a consumer that created its QP itself and moves it with them.
+    pub fn qp_attr(&self, target: QpState) -> Result<QpAttr, CmError> {
+        let (service, rid) = self.service()?;
+        Ok(service.with_cm(|st, _| st.cm.qp_attr(rid, target))?)
+    }
+
+    /// Completes an active connection whose QP the consumer readied after
+    /// [`CmEventKind::ConnectResponse`] (`rdma_establish`): the RTU leaves and `Established`
+    /// follows.
+    pub fn establish(&self) -> Result<(), CmError> {
+        let (service, rid) = self.service()?;
+        Ok(service.with_cm(|st, now| st.cm.complete_connect(now, rid))?)
+    }
+
+    /// A passive connection's QP received traffic before the RTU (`rdma_notify` with
+    /// `IBV_EVENT_COMM_EST`): the connection is established without waiting for it.
+    pub fn notify_established(&self) -> Result<(), CmError> {
+        let (service, rid) = self.service()?;
+        Ok(service.with_cm(|st, now| st.cm.established(now, rid))?)
+    }
+
+    /// The port space the id was created in.
+    pub fn port_space(&self) -> PortSpace {
+        self.inner.ps
+    }
+
+    /// The QP type the id carries.
+    pub fn qp_type(&self) -> RdmaQpType {
+        self.inner.qp_type
+    }
+
+    /// The route, once resolved (or, for an id of a connect request, once accepted).
+    pub fn route(&self) -> Option<Route> {
+        lock(&self.inner.state).route
     }
 
     /// Listens for connect requests (`rdma_listen`) on the bound address.
@@ -560,14 +626,18 @@ impl CmId {
     pub fn connect(&self, param: &ConnParam) -> Result<(), CmError> {
         let (service, rid) = self.service()?;
         let s = lock(&self.inner.state);
-        let (Some(dst), Some(route), Some(qp)) = (s.dst, s.route, s.qp.clone()) else {
-            return Err(CmError::InvalidState(
-                "connect needs a resolved route and a QP",
-            ));
+        let (Some(dst), Some(route)) = (s.dst, s.route) else {
+            return Err(CmError::InvalidState("connect needs a resolved route"));
+        };
+        // The id's QP, or the consumer's own, named by `param.qp_num`.
+        let qp_num = match &s.qp {
+            Some(qp) => qp.qp_num(),
+            None if param.qp_num != 0 => param.qp_num,
+            None => return Err(CmError::InvalidState("connect needs a QP")),
         };
         drop(s);
         let param = ConnParam {
-            qp_num: qp.qp_num(),
+            qp_num,
             ..param.clone()
         };
         service.with_cm(|st, now| st.cm.connect(now, rid, dst, route, &param))?;
@@ -579,18 +649,22 @@ impl CmId {
     /// number and Q_Key (`param.qkey`, 0 for rdma_cm's), and the id is ready at once.
     pub fn accept(&self, param: &ConnParam) -> Result<(), CmError> {
         let (service, rid) = self.service()?;
-        let Some(qp) = self.qp() else {
-            return Err(CmError::InvalidState("accept needs the id's QP"));
+        let qp = self.qp();
+        let qp_num = match &qp {
+            Some(qp) => qp.qp_num(),
+            None if param.qp_num != 0 => param.qp_num,
+            None => return Err(CmError::InvalidState("accept needs a QP")),
         };
         let param = ConnParam {
-            qp_num: qp.qp_num(),
+            qp_num,
             ..param.clone()
         };
         let ud = self.inner.qp_type == RdmaQpType::Ud;
         service.with_cm(|st, now| {
-            if !ud {
+            // rdma_cm readies its own QP; the consumer readied its own with `qp_attr`.
+            if let (false, Some(qp)) = (ud, &qp) {
                 let steps = [QpState::Init, QpState::Rtr, QpState::Rts];
-                move_qp(&qp, &st.cm, rid, &steps)?;
+                move_qp(qp, &st.cm, rid, &steps)?;
             }
             st.cm.accept(now, rid, &param).map_err(CmError::from)
         })

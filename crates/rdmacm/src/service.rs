@@ -46,6 +46,9 @@ pub(crate) trait Endpoint: Send + Sync {
     /// The active side's QP on the REP: INIT again with the CM's rights, RTR, RTS (what
     /// librdmacm's `ucma_modify_qp_rtr`/`_rts` do before completing the connection).
     fn ready_active_qp(&self, cm: &RdmaCm) -> Result<(), CmError>;
+    /// Whether rdma_cm moves the id's QP (one given to [`crate::CmId::create_qp`] or
+    /// [`crate::CmId::adopt_qp`]); a consumer's own QP it leaves alone.
+    fn has_qp(&self) -> bool;
     /// Moves the id's QP to the error state.
     fn qp_to_error(&self);
 }
@@ -335,6 +338,11 @@ impl Service {
             return;
         };
         match e.kind {
+            RdmaEventKind::ConnectResponse { param } if !id.has_qp() => {
+                id.set_peer_param(param.clone());
+                st.pending
+                    .push_back((id, CmEventKind::ConnectResponse { param }));
+            }
             RdmaEventKind::ConnectResponse { param } => match id.ready_active_qp(&st.cm) {
                 Ok(()) => {
                     let _ = st.cm.complete_connect(now, e.id);

@@ -1,0 +1,61 @@
+//! The device rdma_cm works on: the process's one softrdma device, opened once through this
+//! library's own `ibv_open_device`, so `id->verbs` is a context of the same device the
+//! program's `ibv_get_device_list` shows (and `rdma_get_devices` returns that very context,
+//! as librdmacm returns the contexts it opened), and one stack owns `<ip>:4791`.
+
+use std::ffi::c_int;
+use std::net::IpAddr;
+use std::sync::OnceLock;
+
+use crate::abi::{ibv_context, ibv_pd};
+use crate::context::Context;
+
+/// rdma_cm's context and protection domain (`id->verbs`, `id->pd`).
+pub(crate) struct CmDevice {
+    pub ctx: *mut ibv_context,
+    pub pd: *mut ibv_pd,
+    pub device: softrdma::Device,
+}
+
+// SAFETY: the context and PD handles are never freed (they live as long as the process, as
+// librdmacm's do) and are used through the verbs, which are thread-safe.
+unsafe impl Send for CmDevice {}
+// SAFETY: as above.
+unsafe impl Sync for CmDevice {}
+
+impl CmDevice {
+    pub(crate) fn ip(&self) -> IpAddr {
+        self.device.ip()
+    }
+}
+
+/// The device, opened on first use; the errno of the failure otherwise (the reason is on
+/// stderr, from `ibv_open_device`).
+pub(crate) fn cm_device() -> Result<&'static CmDevice, c_int> {
+    static DEVICE: OnceLock<Result<CmDevice, c_int>> = OnceLock::new();
+    DEVICE
+        .get_or_init(|| {
+            let mut n = 0;
+            // SAFETY: our own verbs, called as a program calls them; the list is freed below.
+            unsafe {
+                let list = crate::device::ibv_get_device_list(&mut n);
+                if list.is_null() || n < 1 {
+                    return Err(libc::ENODEV);
+                }
+                let ctx = crate::device::ibv_open_device(*list);
+                let errno = *libc::__errno_location();
+                crate::device::ibv_free_device_list(list);
+                if ctx.is_null() {
+                    return Err(errno);
+                }
+                let pd = crate::pd::ibv_alloc_pd(ctx);
+                if pd.is_null() {
+                    return Err(libc::ENOMEM);
+                }
+                let device = Context::from_handle(ctx)?.device.clone();
+                Ok(CmDevice { ctx, pd, device })
+            }
+        })
+        .as_ref()
+        .map_err(|e| *e)
+}
