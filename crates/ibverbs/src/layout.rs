@@ -9,6 +9,7 @@ use std::ffi::c_char;
 use std::mem::{offset_of, size_of};
 
 use crate::abi::*;
+use crate::cm::abi::*;
 
 /// One entry of the table: a NUL-terminated C expression and its value on the Rust side.
 #[repr(C)]
@@ -331,6 +332,38 @@ fn entries() -> Vec<LayoutEntry> {
             off!(ib_uverbs_ah_attr, dlid),
             off!(ib_uverbs_ah_attr, port_num)
         ],
+        // <rdma/rdma_cma.h>: the unions are named by a member the Rust side stands for.
+        struct_layout!(rdma_ib_addr; sgid, dgid, pkey),
+        [
+            size!(rdma_addr),
+            off!(rdma_addr, "src_addr", offset_of!(rdma_addr, src_storage)),
+            off!(rdma_addr, "dst_addr", offset_of!(rdma_addr, dst_storage)),
+            off!(rdma_addr, "addr.ibaddr", offset_of!(rdma_addr, ibaddr)),
+        ],
+        struct_layout!(rdma_route; addr, path_rec, num_paths),
+        struct_layout!(rdma_event_channel; fd),
+        struct_layout!(rdma_cm_id; verbs, channel, context, qp, route, ps, port_num, event,
+            send_cq_channel, send_cq, recv_cq_channel, recv_cq, srq, pd, qp_type),
+        struct_layout!(rdma_conn_param; private_data, private_data_len, responder_resources,
+            initiator_depth, flow_control, retry_count, rnr_retry_count, srq, qp_num),
+        struct_layout!(rdma_ud_param; private_data, private_data_len, ah_attr, qp_num, qkey),
+        struct_layout!(rdma_cm_event; id, listen_id, event, status, param),
+        [
+            off!(
+                rdma_cm_event,
+                "param.conn.qp_num",
+                offset_of!(rdma_cm_event, param) + offset_of!(rdma_conn_param, qp_num)
+            ),
+            off!(
+                rdma_cm_event,
+                "param.ud.qkey",
+                offset_of!(rdma_cm_event, param) + offset_of!(rdma_ud_param, qkey)
+            ),
+        ],
+        struct_layout!(rdma_addrinfo; ai_flags, ai_family, ai_qp_type, ai_port_space,
+            ai_src_len, ai_dst_len, ai_src_addr, ai_dst_addr, ai_src_canonname,
+            ai_dst_canonname, ai_route_len, ai_route, ai_connect_len, ai_connect, ai_next),
+        struct_layout!(rdma_cm_join_mc_attr_ex; comp_mask, join_flags, addr),
     ]
 }
 

@@ -13,13 +13,19 @@
 //!   unmapped or protected while registered: WRITE, READ and atomics on it end in
 //!   `IBV_WC_REM_ACCESS_ERR`, a gather from it in `IBV_WC_LOC_PROT_ERR`, and the process
 //!   lives. Address 127.0.12.3.
+//! - `librdmacm_from_c`: `tests/c/rdmacm.c` — librdmacm's API on softrdma's `librdmacm.so.1`:
+//!   one device, event channel descriptors (poll, epoll, `O_NONBLOCK`), synchronous ids, a
+//!   connection through `<rdma/rdma_verbs.h>`'s inline helpers with private data both ways,
+//!   a REJECTED with status 8, and misuse (EINVAL, EBUSY, ENOSYS). Address 127.0.12.6.
+//! - `librdmacm_exports_what_rdma_core_exports`: the forwarder's exports against the
+//!   system's librdmacm, and every one bound at load. Address 127.0.12.7.
 
 mod common;
 
 use std::ffi::{c_char, CStr};
 use std::process::Command;
 
-use common::{compile_c, lib_dir, run_with_softrdma};
+use common::{compile_c, exports, lib_dir, run_with_softrdma};
 
 #[repr(C)]
 struct LayoutEntry {
@@ -79,25 +85,91 @@ fn layout() {
 
 #[test]
 fn verbs_from_c() {
-    run_c_program("verbs", "127.0.12.1");
+    run_c_program("verbs", "127.0.12.1", &[]);
+}
+
+#[test]
+fn librdmacm_from_c() {
+    run_c_program("rdmacm", "127.0.12.6", &["-lrdmacm"]);
+}
+
+/// `librdmacm.so.1` exports rdma-core 44's functions under their versions (compared with the
+/// system's library, Debian's librdmacm1), and each forwards to a function the verbs library
+/// has: loading it with every symbol bound at once (`RTLD_NOW`, as a BIND_NOW program does)
+/// succeeds.
+#[test]
+fn librdmacm_exports_what_rdma_core_exports() {
+    let ours_path = lib_dir().join("librdmacm.so.1");
+    let Some(ours) = exports(&ours_path) else {
+        eprintln!("objdump is not installed: skipping the comparison");
+        return;
+    };
+    // 68 functions and the 4 version nodes.
+    assert_eq!(ours.len(), 72, "{ours:?}");
+    let system = std::path::Path::new("/usr/lib/x86_64-linux-gnu/librdmacm.so.1");
+    if system.exists() {
+        let theirs = exports(system).unwrap();
+        let missing: Vec<_> = theirs.difference(&ours).collect();
+        let extra: Vec<_> = ours.difference(&theirs).collect();
+        assert!(
+            missing.is_empty() && extra.is_empty(),
+            "librdmacm.so.1: missing {missing:?}, not in rdma-core's {extra:?}"
+        );
+    } else {
+        eprintln!(
+            "{} is not installed: skipping the comparison",
+            system.display()
+        );
+    }
+    let dir = std::env::temp_dir().join(format!("softrdma-rdmacm-now-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let src = dir.join("now.c");
+    std::fs::write(
+        &src,
+        "#include <dlfcn.h>\n#include <stdio.h>\nint main(void) {\n\
+         \tvoid *h = dlopen(\"librdmacm.so.1\", RTLD_NOW);\n\
+         \tif (!h) { printf(\"%s\\n\", dlerror()); return 1; }\n\
+         \tprintf(\"loaded\\n\");\n\treturn 0;\n}\n",
+    )
+    .unwrap();
+    let exe = dir.join("now");
+    let cc = std::env::var("CC").unwrap_or_else(|_| "cc".into());
+    let built = Command::new(&cc)
+        .arg("-o")
+        .arg(&exe)
+        .arg(&src)
+        .arg("-ldl")
+        .status()
+        .unwrap();
+    assert!(built.success(), "compiling the loader");
+    let out = run_with_softrdma(Command::new(&exe), "127.0.12.7");
+    assert!(
+        out.status.success() && String::from_utf8_lossy(&out.stdout).contains("loaded"),
+        "{}{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let _ = std::fs::remove_dir_all(&dir);
 }
 
 #[test]
 fn create_destroy_races_from_c() {
-    run_c_program("races", "127.0.12.2");
+    run_c_program("races", "127.0.12.2", &[]);
 }
 
 #[test]
 fn unmapped_and_protected_memory_from_c() {
-    run_c_program("vanishing", "127.0.12.3");
+    run_c_program("vanishing", "127.0.12.3", &[]);
 }
 
 /// Compiles `tests/c/<name>.c`, runs it on softrdma's library with the device on `ip`, and
 /// asserts that it exits 0 after printing "<name>: all checks passed".
-fn run_c_program(name: &str, ip: &str) {
+fn run_c_program(name: &str, ip: &str, libs: &[&str]) {
     let dir = std::env::temp_dir().join(format!("softrdma-{name}-{}", std::process::id()));
     std::fs::create_dir_all(&dir).unwrap();
-    let exe = compile_c(&format!("{name}.c"), &dir, &["-lpthread"]);
+    let mut flags = vec!["-lpthread"];
+    flags.extend_from_slice(libs);
+    let exe = compile_c(&format!("{name}.c"), &dir, &flags);
     let out = run_with_softrdma(Command::new(&exe), ip);
     let stdout = String::from_utf8_lossy(&out.stdout);
     assert!(

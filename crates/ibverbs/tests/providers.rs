@@ -6,28 +6,10 @@
 
 mod common;
 
-use std::collections::BTreeSet;
 use std::path::Path;
 use std::process::Command;
 
-use common::{lib_dir, run_with_softrdma};
-
-/// The defined functions and version nodes of `lib`, as `objdump -T` names them ("MLX5_1.2
-/// mlx5dv_init_obj", "(MLX5_1.0) mlx5dv_init_obj" for a non-default version).
-fn exports(lib: &Path) -> Option<BTreeSet<String>> {
-    let out = Command::new("objdump").arg("-T").arg(lib).output().ok()?;
-    assert!(out.status.success(), "objdump -T {}", lib.display());
-    let text = String::from_utf8_lossy(&out.stdout);
-    Some(
-        text.lines()
-            .filter(|l| !l.contains("*UND*") && (l.contains(" DF ") || l.contains(" DO ")))
-            .filter_map(|l| {
-                let f: Vec<&str> = l.split_whitespace().collect();
-                (f.len() >= 7).then(|| format!("{} {}", f[f.len() - 2], f[f.len() - 1]))
-            })
-            .collect(),
-    )
-}
+use common::{exports, lib_dir, run_with_softrdma};
 
 #[test]
 fn stand_ins_export_what_rdma_core_exports() {

@@ -1,6 +1,6 @@
 /* Checks softrdma's libibverbs against rdma-core's headers: for every entry of the table the
  * library exports (softrdma_abi_layout), the C expression that names it is evaluated here,
- * against the system <infiniband/verbs.h>, and the values must be equal.
+ * against the system <infiniband/verbs.h> and <rdma/rdma_cma.h>, and the values must be equal.
  *
  * The expressions themselves come from the library: tests/abi.rs writes them into
  * layout_entries.h as CHECK(...) lines, so a field the Rust side names wrongly does not
@@ -16,6 +16,7 @@
 #include <infiniband/verbs.h>
 #include <rdma/ib_user_sa.h>
 #include <rdma/ib_user_verbs.h>
+#include <rdma/rdma_cma.h>
 
 struct layout_entry {
 	const char *name;

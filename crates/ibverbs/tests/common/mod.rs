@@ -2,6 +2,7 @@
 //! headers, and running programs on softrdma's library.
 #![allow(dead_code, unreachable_pub)]
 
+use std::collections::BTreeSet;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
 use std::time::{Duration, Instant};
@@ -82,4 +83,21 @@ pub fn run_bounded(mut cmd: Command, limit: Duration) -> Output {
         }
         std::thread::sleep(Duration::from_millis(10));
     }
+}
+
+/// The defined functions and version nodes of `lib`, as `objdump -T` names them ("MLX5_1.2
+/// mlx5dv_init_obj", "(MLX5_1.0) mlx5dv_init_obj" for a non-default version).
+pub fn exports(lib: &Path) -> Option<BTreeSet<String>> {
+    let out = Command::new("objdump").arg("-T").arg(lib).output().ok()?;
+    assert!(out.status.success(), "objdump -T {}", lib.display());
+    let text = String::from_utf8_lossy(&out.stdout);
+    Some(
+        text.lines()
+            .filter(|l| !l.contains("*UND*") && (l.contains(" DF ") || l.contains(" DO ")))
+            .filter_map(|l| {
+                let f: Vec<&str> = l.split_whitespace().collect();
+                (f.len() >= 7).then(|| format!("{} {}", f[f.len() - 2], f[f.len() - 1]))
+            })
+            .collect(),
+    )
 }

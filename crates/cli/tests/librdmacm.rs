@@ -1,0 +1,306 @@
+//! Debian's unmodified librdmacm programs (rdmacm-utils: rping, ucmatose, udaddy, mckey,
+//! cmtime, rdma_server/rdma_client, riostream) and perftest's `-R` run through `softrdma exec`
+//! on softrdma's `librdmacm.so.1`, each against itself on loopback, checked by its own exit
+//! status and success output. Addresses 127.0.70.x.
+//!
+//! Needs `libibverbs.so.1` and `librdmacm.so.1` in the binary's directory (`cargo build
+//! --workspace`, which `cargo test --workspace` does), rdmacm-utils and perftest.
+
+use std::path::Path;
+use std::process::{Child, Command, Output, Stdio};
+use std::time::{Duration, Instant};
+
+const BIN: &str = env!("CARGO_BIN_EXE_softrdma");
+
+fn check_setup(tool: &str) {
+    let dir = Path::new(BIN).parent().expect("binary directory");
+    assert!(
+        dir.join("librdmacm.so.1").exists(),
+        "{} has no librdmacm.so.1: build the workspace (cargo build --workspace)",
+        dir.display()
+    );
+    let path = format!("/usr/bin/{tool}");
+    assert!(
+        Path::new(&path).exists(),
+        "{path} missing: install Debian's rdmacm-utils and perftest"
+    );
+}
+
+fn exec(ip: &str, program: &str, args: &[&str]) -> Command {
+    check_setup(program);
+    let mut cmd = Command::new(BIN);
+    cmd.args(["exec", "--ip", ip, "--", program]).args(args);
+    cmd.stdout(Stdio::piped()).stderr(Stdio::piped());
+    cmd
+}
+
+fn show(o: &Output) -> String {
+    format!(
+        "{}\n{}{}",
+        o.status,
+        String::from_utf8_lossy(&o.stdout),
+        String::from_utf8_lossy(&o.stderr)
+    )
+}
+
+fn finish(mut child: Child, what: &str, limit: Duration) -> Output {
+    let deadline = Instant::now() + limit;
+    loop {
+        if child.try_wait().expect("wait").is_some() {
+            return child.wait_with_output().expect("output");
+        }
+        if Instant::now() > deadline {
+            let _ = child.kill();
+            let out = child.wait_with_output().expect("output");
+            panic!("{what} did not finish:\n{}", show(&out));
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    }
+}
+
+/// Whether a process has UDP port 4791 of `ip` (its softrdma device is open).
+fn device_open(ip: &str) -> bool {
+    let octets: Vec<u8> = ip.split('.').map(|o| o.parse().unwrap()).collect();
+    let needle = format!(
+        "{:02X}{:02X}{:02X}{:02X}:12B7",
+        octets[3], octets[2], octets[1], octets[0]
+    );
+    std::fs::read_to_string("/proc/net/udp").is_ok_and(|s| {
+        s.lines()
+            .skip(1)
+            .any(|l| l.split_whitespace().nth(1) == Some(needle.as_str()))
+    })
+}
+
+/// Starts `server` on `server_ip`, waits until its device is open (it binds and listens
+/// right after), runs `client`: returns both outputs. `server_exits`: whether the server
+/// ends by itself (cmtime's never does; it is killed once the client is done).
+fn pair(
+    server: Command,
+    server_ip: &str,
+    client: Command,
+    what: &str,
+    server_exits: bool,
+) -> (Output, Output) {
+    let mut server = server;
+    let mut client = client;
+    let limit = Duration::from_secs(90);
+    let s = server.spawn().expect("spawn server");
+    let start = Instant::now();
+    while !device_open(server_ip) {
+        assert!(
+            start.elapsed() < Duration::from_secs(20),
+            "{what}: the server never opened its device"
+        );
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    std::thread::sleep(Duration::from_millis(300));
+    let c = finish(client.spawn().expect("spawn client"), what, limit);
+    let s = if server_exits {
+        finish(s, what, limit)
+    } else {
+        let mut s = s;
+        let _ = s.kill();
+        s.wait_with_output().expect("server output")
+    };
+    (s, c)
+}
+
+fn assert_ok(o: &Output, what: &str, marker: &str) {
+    let text =
+        String::from_utf8_lossy(&o.stdout).into_owned() + &String::from_utf8_lossy(&o.stderr);
+    assert!(
+        o.status.success() && text.contains(marker),
+        "{what}: expected exit 0 and {marker:?}:\n{}",
+        show(o)
+    );
+}
+
+#[test]
+fn rping_verbose_validated() {
+    let (s, c) = pair(
+        exec(
+            "127.0.70.1",
+            "rping",
+            &["-s", "-a", "127.0.70.1", "-v", "-V", "-C", "10"],
+        ),
+        "127.0.70.1",
+        exec(
+            "127.0.70.2",
+            "rping",
+            &["-c", "-a", "127.0.70.1", "-v", "-V", "-C", "10"],
+        ),
+        "rping -v -V -C 10",
+        true,
+    );
+    assert_ok(&c, "rping client", "ping data: rdma-ping-9: ");
+    assert_ok(&s, "rping server", "server ping data: rdma-ping-9: ");
+}
+
+#[test]
+fn rping_large_messages() {
+    let (s, c) = pair(
+        exec(
+            "127.0.70.3",
+            "rping",
+            &["-s", "-a", "127.0.70.3", "-V", "-S", "65000", "-C", "5"],
+        ),
+        "127.0.70.3",
+        exec(
+            "127.0.70.4",
+            "rping",
+            &["-c", "-a", "127.0.70.3", "-V", "-S", "65000", "-C", "5"],
+        ),
+        "rping -S 65000",
+        true,
+    );
+    assert!(
+        s.status.success() && c.status.success(),
+        "{}\n{}",
+        show(&s),
+        show(&c)
+    );
+}
+
+#[test]
+fn ucmatose_four_connections() {
+    let (s, c) = pair(
+        exec("127.0.70.5", "ucmatose", &["-b", "127.0.70.5", "-c", "4"]),
+        "127.0.70.5",
+        exec("127.0.70.6", "ucmatose", &["-s", "127.0.70.5", "-c", "4"]),
+        "ucmatose -c 4",
+        true,
+    );
+    assert_ok(&c, "ucmatose client", "return status 0");
+    assert_ok(&s, "ucmatose server", "return status 0");
+}
+
+#[test]
+fn udaddy_datagrams() {
+    let (s, c) = pair(
+        exec("127.0.70.7", "udaddy", &["-b", "127.0.70.7"]),
+        "127.0.70.7",
+        exec("127.0.70.8", "udaddy", &["-s", "127.0.70.7"]),
+        "udaddy",
+        true,
+    );
+    assert_ok(&c, "udaddy client", "return status 0");
+    assert_ok(&s, "udaddy server", "return status 0");
+}
+
+#[test]
+fn mckey_sender_and_receiver() {
+    let (r, s) = pair(
+        exec(
+            "127.0.70.9",
+            "mckey",
+            &["-m", "239.70.0.9", "-b", "127.0.70.9", "-C", "20"],
+        ),
+        "127.0.70.9",
+        exec(
+            "127.0.70.10",
+            "mckey",
+            &["-m", "239.70.0.9", "-s", "-b", "127.0.70.10", "-C", "20"],
+        ),
+        "mckey",
+        true,
+    );
+    assert_ok(&s, "mckey sender", "return status 0");
+    assert_ok(&r, "mckey receiver", "joined dgid: ::ffff:239.70.0.9");
+    assert_ok(&r, "mckey receiver", "return status 0");
+}
+
+#[test]
+fn cmtime_hundred_connections() {
+    let (_, c) = pair(
+        exec("127.0.70.11", "cmtime", &["-b", "127.0.70.11", "-c", "100"]),
+        "127.0.70.11",
+        exec("127.0.70.12", "cmtime", &["-s", "127.0.70.11", "-c", "100"]),
+        "cmtime -c 100",
+        false,
+    );
+    assert_ok(&c, "cmtime client", "connect");
+    let text = String::from_utf8_lossy(&c.stdout);
+    assert!(!text.contains("error"), "cmtime reported an error:\n{text}");
+}
+
+#[test]
+fn rdma_server_and_rdma_client() {
+    let (s, c) = pair(
+        exec("127.0.70.13", "rdma_server", &["-s", "127.0.70.13"]),
+        "127.0.70.13",
+        exec("127.0.70.14", "rdma_client", &["-s", "127.0.70.13"]),
+        "rdma_server/rdma_client",
+        true,
+    );
+    assert_ok(&c, "rdma_client", "rdma_client: end 0");
+    assert_ok(&s, "rdma_server", "rdma_server: end 0");
+}
+
+/// perftest's `-R` (connection through librdmacm): both sides exit 0 and print a result.
+fn perftest_r(tool: &str, server_ip: &str, client_ip: &str, extra: &[&str]) {
+    let mut args = vec!["-R", "-d", "softrdma0"];
+    args.extend_from_slice(extra);
+    let mut client_args = args.clone();
+    client_args.push(server_ip);
+    let (s, c) = pair(
+        exec(server_ip, tool, &args),
+        server_ip,
+        exec(client_ip, tool, &client_args),
+        tool,
+        true,
+    );
+    // Latency tests report on the client only.
+    let server_reports = tool.contains("_bw");
+    for (o, side, reports) in [(&s, "server", server_reports), (&c, "client", true)] {
+        let out = String::from_utf8_lossy(&o.stdout);
+        assert!(
+            o.status.success() && (!reports || out.contains("#bytes")),
+            "{tool} -R {side}:\n{}",
+            show(o)
+        );
+    }
+}
+
+#[test]
+fn perftest_write_bw_over_rdma_cm() {
+    perftest_r("ib_write_bw", "127.0.70.15", "127.0.70.16", &["-n", "500"]);
+}
+
+#[test]
+fn perftest_read_lat_over_rdma_cm() {
+    perftest_r("ib_read_lat", "127.0.70.17", "127.0.70.18", &["-n", "200"]);
+}
+
+#[test]
+fn perftest_send_bw_over_rdma_cm() {
+    perftest_r("ib_send_bw", "127.0.70.19", "127.0.70.20", &["-n", "500"]);
+}
+
+#[test]
+fn perftest_atomic_bw_over_rdma_cm() {
+    perftest_r("ib_atomic_bw", "127.0.70.21", "127.0.70.22", &["-n", "500"]);
+}
+
+/// rsockets are not there: riostream says so at once and fails, instead of hanging.
+#[test]
+fn riostream_fails_at_once_with_a_clear_message() {
+    let out = finish(
+        exec("127.0.70.23", "riostream", &["-s", "127.0.70.24"])
+            .spawn()
+            .expect("spawn"),
+        "riostream",
+        Duration::from_secs(20),
+    );
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        !out.status.success(),
+        "riostream succeeded:\n{}",
+        show(&out)
+    );
+    assert!(
+        err.contains("is not supported by softrdma's librdmacm"),
+        "no clear message:\n{}",
+        show(&out)
+    );
+}
