@@ -426,12 +426,19 @@ impl CmId {
         }))
     }
 
+    /// The id's service, for a call on the id. What the device's data path holds back goes
+    /// out first ([`softrdma::Device::progress`]): the call's MADs must not overtake it.
     fn service(&self) -> Result<(Arc<Service>, RdmaId), CmError> {
         let s = lock(&self.inner.state);
-        match (&s.service, s.rid) {
+        let r = match (&s.service, s.rid) {
             (Some(svc), Some(rid)) => Ok((svc.clone(), rid)),
             _ => Err(CmError::InvalidState("the id is not bound to an address")),
+        };
+        drop(s);
+        if let Ok((svc, _)) = &r {
+            svc.device.progress();
         }
+        r
     }
 
     /// Binds the id to a local address (`rdma_bind_addr`): the softrdma device on that IP
@@ -485,6 +492,8 @@ impl CmId {
             };
             self.bind_addr(src)?;
         }
+        // What the data path holds back goes out first (see `service`).
+        self.service()?;
         lock(&self.inner.state).dst = Some(dst);
         IdInner::post_event(&self.inner, CmEventKind::AddrResolved);
         Ok(())

@@ -57,6 +57,7 @@ mod simple;
 pub use error::CmError;
 pub use event::CmEventKind;
 pub use id::{CmEvent, CmId, EventChannel};
+pub use service::CmService;
 pub use simple::{connect, Connection, Listener};
 pub use softrdma_cm::rdma::{ConnParam, RdmaQpType, Route, UdParam};
 pub use softrdma_wire::mad::cm::RejectReason;

@@ -506,6 +506,33 @@ impl Service {
     }
 }
 
+/// Keeps a device's connection manager running while held. Without one, the manager stops
+/// with the last id bound on the device and starts again with the next: a program that closes
+/// one connection's ids and listens again at once (perftest's `-R` does, between its
+/// parameter exchange and its test connection) would be without a listener while it restarts,
+/// and a peer's REQ in that moment is rejected. A library that owns the device for the
+/// process's lifetime (the C `librdmacm.so.1`) holds one.
+pub struct CmService {
+    _service: Arc<Service>,
+}
+
+impl CmService {
+    /// Starts (or joins) the connection manager of `device`.
+    pub fn start(device: &Device) -> Result<CmService, CmError> {
+        Ok(CmService {
+            _service: Service::for_device(device)?,
+        })
+    }
+}
+
+impl std::fmt::Debug for CmService {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("CmService")
+            .field("device", &self._service.device.ip())
+            .finish()
+    }
+}
+
 impl Drop for Service {
     fn drop(&mut self) {
         // Let the last MADs leave (their completions come through the thread, or are polled

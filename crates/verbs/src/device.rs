@@ -606,6 +606,19 @@ impl Device {
             .map_or(0, |e| e.index)
     }
 
+    /// One round of progress on the calling thread: what arrived is received and what the
+    /// device holds back goes out now. An application thread that busy-polls a CQ leaves the
+    /// replies to what completed (the ACK of the message it just got) queued, to send them
+    /// with its answer at its next post or poll, and the progress thread sends them when the
+    /// poller's lease ends (2 ms). A thread that stops polling to do something else on the
+    /// wire first calls this: the connection manager does before each of its calls, so that
+    /// its MADs never overtake the data path's ACKs — a peer waiting for its last send to
+    /// complete before it listens again (perftest's `-R`) is not still waiting when the next
+    /// REQ arrives.
+    pub fn progress(&self) {
+        self.inner().drive();
+    }
+
     /// Counters.
     pub fn stats(&self) -> DeviceStats {
         let inner = &self.shared.inner;

@@ -5,8 +5,11 @@
 pub const MAX_MSG_SZ: u32 = 0x80_0000;
 /// Most scatter/gather elements per work request (rxe's `max_sge`).
 pub const MAX_SGE: u32 = 32;
-/// Most entries of one completion queue (rxe's `max_cqe`).
-pub const MAX_CQE: u32 = 32767;
+/// Most entries of one completion queue: mlx5's `max_cqe`, not rxe's 32 767. Entries take
+/// memory only as completions wait, so the bound costs nothing, and libfabric's `ofi_rxm`
+/// sizes its CQ as (receive + send queue) × universe size (98 560 with its defaults), which
+/// rxe's bound refuses.
+pub const MAX_CQE: u32 = 0x3f_ffff;
 /// Most outstanding work requests per queue (rxe's `max_qp_wr`).
 pub const MAX_QP_WR: u32 = 1 << 20;
 /// Most work requests one shared receive queue holds (rxe's `max_srq_wr`).

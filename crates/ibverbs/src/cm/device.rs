@@ -15,6 +15,8 @@ pub(crate) struct CmDevice {
     pub ctx: *mut ibv_context,
     pub pd: *mut ibv_pd,
     pub device: softrdma::Device,
+    /// The device's connection manager, kept running for the process's lifetime.
+    _cm: softrdma_rdmacm::CmService,
 }
 
 // SAFETY: the context and PD handles are never freed (they live as long as the process, as
@@ -53,7 +55,16 @@ pub(crate) fn cm_device() -> Result<&'static CmDevice, c_int> {
                     return Err(libc::ENOMEM);
                 }
                 let device = Context::from_handle(ctx)?.device.clone();
-                Ok(CmDevice { ctx, pd, device })
+                let cm = softrdma_rdmacm::CmService::start(&device).map_err(|e| {
+                    eprintln!("softrdma: cannot start rdma_cm on {}: {e}", device.ip());
+                    libc::ENOMEM
+                })?;
+                Ok(CmDevice {
+                    ctx,
+                    pd,
+                    device,
+                    _cm: cm,
+                })
             }
         })
         .as_ref()
