@@ -520,7 +520,7 @@ fn out_of_range_arguments_are_usage_errors() {
         &["-n", "0"],
         &["-s", "8388609"],
         &["-r", "0"],
-        &["-r", "32767"],
+        &["-r", "4194303"],
         &["-r", "4294967295"],
     ] {
         let o = Command::new(BIN)

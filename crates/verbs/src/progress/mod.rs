@@ -48,6 +48,15 @@ use self::spin::AdaptiveSpin;
 /// How long a busy-polling application thread keeps the socket after its last poll.
 const SPIN_LEASE: Duration = Duration::from_millis(2);
 
+/// Longest the replies a spinner held back (see [`Inner::drive_inner`]) wait for it to come
+/// back: then the progress thread sends them. A spinner that got its completion and went on
+/// to something else (a parameter exchange's last message, then a connect) left the peer's
+/// send unacknowledged for the whole lease before, and the peer, waiting for that send to
+/// complete, was not listening yet when the next connection's REQ came (perftest's `-R`).
+/// While a spinner holds the socket the progress thread looks this often (without the device
+/// mutex unless replies are overdue).
+const HOLD_MAX: Duration = Duration::from_micros(250);
+
 /// How long the progress thread yields to threads waiting for the device mutex.
 const YIELD_MAX: Duration = Duration::from_micros(200);
 
@@ -72,6 +81,9 @@ pub(crate) struct Inner {
     /// non-blocking poll ([`Inner::drive_from_poll`]): while such a spinner is recent, the
     /// progress thread leaves the socket to it, as to a waiter.
     last_spin_ns: AtomicU64,
+    /// When a spinner first held replies back that are still queued (ns since `epoch`), 0
+    /// when none are: the progress thread sends them once they are [`HOLD_MAX`] old.
+    held_since_ns: AtomicU64,
     /// When (ns since `epoch`) the progress thread looks at the device next unless woken:
     /// `u64::MAX` while it sleeps with no timeout, 0 while it runs. See
     /// [`Inner::progress_by`].
@@ -113,6 +125,7 @@ impl Inner {
             epoch,
             pollers: AtomicUsize::new(0),
             last_spin_ns: AtomicU64::new(0),
+            held_since_ns: AtomicU64::new(0),
             progress_looks_ns: AtomicU64::new(0),
             wakeups: AtomicU64::new(0),
             lock_waiters: AtomicUsize::new(0),
@@ -203,6 +216,8 @@ impl Inner {
             if core.receive_pending(now) > 0 {
                 core.flush(now);
             }
+            // What a spinner held back went out with the post.
+            self.held_since_ns.store(0, Ordering::SeqCst);
         }
         core.notify_cqs(&mut wakers);
         core.flush_tap();
@@ -216,14 +231,27 @@ impl Inner {
         // Nor while a spinner holds its lease: it runs the timers on every poll, and the
         // progress thread looks again when the lease ends (a wake-up per post would cost the
         // spinner a context switch per message).
+        let waiters = self.pollers.load(Ordering::Acquire) != 0;
+        let lease = self.spin_lease_left();
         let wake_thread = !self.busy_poll
-            && (!self.inline_transmit
-                || (earlier_timer
-                    && self.pollers.load(Ordering::Acquire) == 0
-                    && self.spin_lease_left().is_none()));
+            && (!self.inline_transmit || (earlier_timer && !waiters && lease.is_none()));
+        // But the thread must look when the lease ends: it may have gone to sleep on the
+        // socket with no timer before the spinner came, and a spinner that stops polling (to
+        // block in `ibv_get_cq_event`, as rping does) runs no timer at all. Then the timer of
+        // a send whose ACK was lost never fired, and the QP waited forever for an answer (or,
+        // its peer dead, never noticed). `progress_by` wakes the thread only if it would look
+        // later, once per sleep.
+        let look_at_lease_end =
+            !self.busy_poll && self.inline_transmit && earlier_timer && !waiters && lease.is_some();
         drop(core);
         if wake_thread {
             self.wake.signal();
+        } else if look_at_lease_end {
+            let end = self
+                .last_spin_ns
+                .load(Ordering::SeqCst)
+                .saturating_add(SPIN_LEASE.as_nanos() as u64);
+            self.progress_by(end);
         }
         for w in wakers {
             w.wake();
@@ -352,6 +380,16 @@ impl Inner {
         let hold = hold_replies && got > 0 && core.has_fresh_completions();
         let unsent =
             !hold && core.flush_while(now, || round != Round::Progress || !self.lock_wanted());
+        if hold {
+            let _ = self.held_since_ns.compare_exchange(
+                0,
+                now.as_nanos().max(1),
+                Ordering::SeqCst,
+                Ordering::SeqCst,
+            );
+        } else if !unsent {
+            self.held_since_ns.store(0, Ordering::SeqCst);
+        }
         // What a spinner leaves behind (held replies, datagrams after its completion) waits
         // for its next poll or post; if it stops, for the progress thread at the lease's end.
         let left_behind = hold || until_completion && core.has_pending_datagrams();
@@ -368,7 +406,9 @@ impl Inner {
             w.wake();
         }
         if left_behind {
-            self.progress_by(now.as_nanos().saturating_add(SPIN_LEASE.as_nanos() as u64));
+            // Held replies wait at most HOLD_MAX; datagrams after the completion, the lease.
+            let within = if hold { HOLD_MAX } else { SPIN_LEASE };
+            self.progress_by(now.as_nanos().saturating_add(within.as_nanos() as u64));
         }
         Driven {
             got: got > 0,
@@ -396,6 +436,12 @@ impl Inner {
             self.progress_looks_ns.store(deadline_ns, Ordering::SeqCst);
             self.wake.signal();
         }
+    }
+
+    /// Whether replies a spinner held back have waited [`HOLD_MAX`].
+    fn held_overdue(&self) -> bool {
+        let since = self.held_since_ns.load(Ordering::SeqCst);
+        since != 0 && self.now_ns().saturating_sub(since) >= HOLD_MAX.as_nanos() as u64
     }
 
     /// Application threads driving the device while they wait (see `pollers`).
@@ -509,7 +555,8 @@ pub(crate) fn run(inner: Arc<Inner>) {
         // preempted while holding it, this thread would keep the spinner waiting.)
         let idle = std::mem::take(&mut timed_out)
             && inner.spin_lease_left().is_some()
-            && !inner.until_next_timer().is_some_and(|t| t.is_zero());
+            && !inner.until_next_timer().is_some_and(|t| t.is_zero())
+            && !inner.held_overdue();
         #[cfg(test)]
         if idle {
             let ns = inner.pause_after_skip_ns.load(Ordering::Relaxed);
@@ -570,7 +617,9 @@ pub(crate) fn run(inner: Arc<Inner>) {
             }
             continue;
         }
-        // A spinner's lease ends by itself: look again then.
+        // A spinner's lease ends by itself: look again then, and meanwhile every
+        // [`HOLD_MAX`] for replies it held back and left.
+        let lease = lease.map(|l| l.min(HOLD_MAX));
         let timeout = match (inner.until_next_timer(), lease) {
             (Some(a), Some(b)) => Some(a.min(b)),
             (a, b) => a.or(b),
