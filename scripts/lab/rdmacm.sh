@@ -37,7 +37,7 @@
 # Environment: SOFTRDMA_LAB (required), RDMACM_OUT (default target/lab/rdmacm), RDMACM_CASES
 # (a subset of: rping rping-S65000 ucmatose udaddy mckey cmtime rdma_server ib_write_bw
 # ib_read_lat ib_send_bw ib_atomic_bw loss; default all), RDMACM_LOSS (default 3),
-# RDMACM_ITERS (perftest -n, default 200), GUEST_TIMEOUT (default 120), LAB_NS (default
+# RDMACM_ITERS (perftest -n, default 200), GUEST_TIMEOUT (default 150), LAB_NS (default
 # rxe-rdmacm), LAB_TAPS (default "c1 c2"), CARGO_TARGET_DIR, CARGO_BUILD_JOBS.
 # LAB_LOSS is not used (the loss applies to the loss runs only).
 # Needs Debian's rdmacm-utils and perftest on this host, tshark and nft.
@@ -47,6 +47,8 @@ set -uo pipefail
 export LAB_NS=${LAB_NS:-rxe-rdmacm}
 export LAB_TAPS=${LAB_TAPS:-c1 c2}
 LOSS=${RDMACM_LOSS:-3}
+# Room for a guest server's 80 s grace after its client (see run).
+export GUEST_TIMEOUT=${GUEST_TIMEOUT:-150}
 unset LAB_LOSS
 # shellcheck source=common.sh
 . "$(dirname "$0")/common.sh"
@@ -189,7 +191,7 @@ run() {
     # Not through nsx (a backgrounded function is a subshell): $! is the host program's
     # timeout, so that killing it frees 10.88.0.1:4791 for the next run.
     # shellcheck disable=SC2086
-    ip netns exec "$NS" timeout -k 5 "$HTIMEOUT" "$BIN" exec --ip "$HOST_IP" -- $hcmd \
+    ip netns exec "$NS" timeout -k 5 "$HTIMEOUT" "$BIN" exec --ip "$HOST_IP" -- stdbuf -oL -eL $hcmd \
       > "$OUT/$TAG.host.log" 2>&1 &
     hpid=$!
     GUEST_SHARE=$SHARE "$LAB/guest.sh" "$GUEST" "$G" "rxe-retry 60 $gcmd; $FOOT" \
@@ -211,11 +213,15 @@ run() {
   else
     : > "$CONSOLE"  # no marker of the last run
     # The marker is spelled apart in the command, which the console may echo. The server
-    # runs in the background: when the host client is done (the stop file), it has 20 s to
-    # end by itself, else it is killed (its status then fails the run) — a server whose
-    # client failed would otherwise wait for the whole guest timeout.
-    local gwrap="$gcmd"
-    [ "$case" = cmtime ] || gwrap="$gcmd & s=\$!; while kill -0 \$s 2>/dev/null && [ ! -e /mnt/share/stop ]; do sleep 0.3; done; for i in \$(seq 40); do kill -0 \$s 2>/dev/null || break; sleep 0.5; done; kill \$s 2>/dev/null && echo 'rdmacm.sh: server still running 20 s after its client ended: killed'; wait \$s"
+    # runs in the background: when the host client is done (the stop file), it has GRACE s
+    # to end by itself, else it is killed (its status then fails the run) — a server whose
+    # client failed would otherwise wait for the whole guest timeout. 80 s but for perftest
+    # (15 s): the kernel's CM resends an unanswered DREQ 15 times about 4.4 s apart before
+    # it reports the disconnect, and softrdma's CM, which lives in the host process, answers
+    # nothing once that process has exited (a DREP lost under LAB loss is not resent).
+    local gwrap="$gcmd" grace=160
+    case $case in ib_*) grace=30 ;; esac
+    [ "$case" = cmtime ] || gwrap="$gcmd & s=\$!; while kill -0 \$s 2>/dev/null && [ ! -e /mnt/share/stop ]; do sleep 0.3; done; for i in \$(seq $grace); do kill -0 \$s 2>/dev/null || break; sleep 0.5; done; kill \$s 2>/dev/null && echo 'rdmacm.sh: server still running $((grace / 2)) s after its client ended: killed'; wait \$s"
     GUEST_SHARE=$SHARE "$LAB/guest.sh" "$GUEST" "$G" "echo ${READY%-*}''-${READY##*-}; $gwrap; $FOOT" \
       > "$OUT/$TAG.guest.log" 2>&1 &
     gpid=$!
@@ -225,7 +231,7 @@ run() {
       while :; do
         tries=$((tries + 1))
         # shellcheck disable=SC2086
-        nsx timeout -k 5 "$HTIMEOUT" "$BIN" exec --ip "$HOST_IP" -- $hcmd > "$OUT/$TAG.host.log" 2>&1
+        nsx timeout -k 5 "$HTIMEOUT" "$BIN" exec --ip "$HOST_IP" -- stdbuf -oL -eL $hcmd > "$OUT/$TAG.host.log" 2>&1
         hrc=$?
         # Retried only while the guest's CM has accepted nothing (no REP from it on the wire):
         # once its server took a connection, a second client would meet it mid-test.
