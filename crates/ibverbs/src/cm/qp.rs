@@ -257,79 +257,39 @@ pub(crate) unsafe extern "C" fn rdma_destroy_srq(id: *mut rdma_cm_id) {
 /// `attr` in `ibv_qp_attr` form, with the mask of what it sets.
 fn c_qp_attr(attr: &QpAttr, out: &mut ibv_qp_attr) -> c_int {
     let mut mask = 0;
-    let mut set = |bit: c_int, present: bool| {
-        if present {
-            mask |= bit;
-        }
-    };
-    if let Some(s) = attr.qp_state {
-        out.qp_state = crate::qp::qp_state_code(s);
+    // Each field the CM set: its value in C form, and its mask bit.
+    macro_rules! field {
+        ($($rust:ident => $c:ident, $bit:ident, |$v:ident| $conv:expr;)*) => {$(
+            if let Some($v) = attr.$rust {
+                out.$c = $conv;
+                mask |= $bit;
+            }
+        )*};
     }
-    set(IBV_QP_STATE, attr.qp_state.is_some());
-    if let Some(a) = attr.qp_access_flags {
-        out.qp_access_flags = a.bits();
+    field! {
+        qp_state => qp_state, IBV_QP_STATE, |s| crate::qp::qp_state_code(s);
+        qp_access_flags => qp_access_flags, IBV_QP_ACCESS_FLAGS, |a| a.bits();
+        pkey_index => pkey_index, IBV_QP_PKEY_INDEX, |p| p;
+        port_num => port_num, IBV_QP_PORT, |p| p;
+        qkey => qkey, IBV_QP_QKEY, |q| q;
+        path_mtu => path_mtu, IBV_QP_PATH_MTU, |m| c_int::from(m.ibv_enum());
+        dest_qp_num => dest_qp_num, IBV_QP_DEST_QPN, |n| n;
+        rq_psn => rq_psn, IBV_QP_RQ_PSN, |p| p.value();
+        max_dest_rd_atomic => max_dest_rd_atomic, IBV_QP_MAX_DEST_RD_ATOMIC, |n| n;
+        min_rnr_timer => min_rnr_timer, IBV_QP_MIN_RNR_TIMER, |n| n;
+        sq_psn => sq_psn, IBV_QP_SQ_PSN, |p| p.value();
+        timeout => timeout, IBV_QP_TIMEOUT, |n| n;
+        retry_cnt => retry_cnt, IBV_QP_RETRY_CNT, |n| n;
+        rnr_retry => rnr_retry, IBV_QP_RNR_RETRY, |n| n;
+        max_rd_atomic => max_rd_atomic, IBV_QP_MAX_QP_RD_ATOMIC, |n| n;
     }
-    set(IBV_QP_ACCESS_FLAGS, attr.qp_access_flags.is_some());
-    if let Some(p) = attr.pkey_index {
-        out.pkey_index = p;
-    }
-    set(IBV_QP_PKEY_INDEX, attr.pkey_index.is_some());
-    if let Some(p) = attr.port_num {
-        out.port_num = p;
-    }
-    set(IBV_QP_PORT, attr.port_num.is_some());
-    if let Some(q) = attr.qkey {
-        out.qkey = q;
-    }
-    set(IBV_QP_QKEY, attr.qkey.is_some());
-    if let Some(m) = attr.path_mtu {
-        out.path_mtu = c_int::from(m.ibv_enum());
-    }
-    set(IBV_QP_PATH_MTU, attr.path_mtu.is_some());
     if let Some(av) = attr.ah_attr {
         let dgid = ibv_gid {
             raw: softrdma::Gid::from_ip(av.dest_ip).0,
         };
-        let ah = super::id::global_ah(dgid, av.hop_limit, av.traffic_class);
-        out.ah_attr = ah;
+        out.ah_attr = super::id::global_ah(dgid, av.hop_limit, av.traffic_class);
+        mask |= IBV_QP_AV;
     }
-    set(IBV_QP_AV, attr.ah_attr.is_some());
-    if let Some(n) = attr.dest_qp_num {
-        out.dest_qp_num = n;
-    }
-    set(IBV_QP_DEST_QPN, attr.dest_qp_num.is_some());
-    if let Some(p) = attr.rq_psn {
-        out.rq_psn = p.value();
-    }
-    set(IBV_QP_RQ_PSN, attr.rq_psn.is_some());
-    if let Some(n) = attr.max_dest_rd_atomic {
-        out.max_dest_rd_atomic = n;
-    }
-    set(IBV_QP_MAX_DEST_RD_ATOMIC, attr.max_dest_rd_atomic.is_some());
-    if let Some(n) = attr.min_rnr_timer {
-        out.min_rnr_timer = n;
-    }
-    set(IBV_QP_MIN_RNR_TIMER, attr.min_rnr_timer.is_some());
-    if let Some(p) = attr.sq_psn {
-        out.sq_psn = p.value();
-    }
-    set(IBV_QP_SQ_PSN, attr.sq_psn.is_some());
-    if let Some(n) = attr.timeout {
-        out.timeout = n;
-    }
-    set(IBV_QP_TIMEOUT, attr.timeout.is_some());
-    if let Some(n) = attr.retry_cnt {
-        out.retry_cnt = n;
-    }
-    set(IBV_QP_RETRY_CNT, attr.retry_cnt.is_some());
-    if let Some(n) = attr.rnr_retry {
-        out.rnr_retry = n;
-    }
-    set(IBV_QP_RNR_RETRY, attr.rnr_retry.is_some());
-    if let Some(n) = attr.max_rd_atomic {
-        out.max_rd_atomic = n;
-    }
-    set(IBV_QP_MAX_QP_RD_ATOMIC, attr.max_rd_atomic.is_some());
     mask
 }
 
