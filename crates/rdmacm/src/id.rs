@@ -261,6 +261,10 @@ struct IdState {
     destroyed: bool,
     /// Made for a connect request and not yet read: no handle yet, and not destroyed for it.
     unclaimed: bool,
+    /// `RDMA_OPTION_ID_TOS`: the route's traffic class.
+    tos: Option<u8>,
+    /// `RDMA_OPTION_ID_ACK_TIMEOUT`: the QP's local ACK timeout, instead of the CM's.
+    ack_timeout: Option<u8>,
 }
 
 impl IdInner {
@@ -363,8 +367,10 @@ impl Endpoint for IdInner {
         let (Some(qp), Some(rid)) = (s.qp.clone(), s.rid) else {
             return Err(CmError::InvalidState("no QP on the id"));
         };
+        let ack_timeout = s.ack_timeout;
         drop(s);
-        move_qp(&qp, cm, rid, &[QpState::Init, QpState::Rtr, QpState::Rts])
+        let steps = [QpState::Init, QpState::Rtr, QpState::Rts];
+        move_qp(&qp, cm, rid, &steps, ack_timeout)
     }
 
     fn qp_to_error(&self) {
@@ -404,9 +410,29 @@ impl IdInner {
     }
 }
 
-fn move_qp(qp: &QueuePair, cm: &RdmaCm, rid: RdmaId, steps: &[QpState]) -> Result<(), CmError> {
+/// The CM's attributes for `target`, with the id's own ACK timeout at RTS if it set one.
+fn qp_attr_for(
+    cm: &RdmaCm,
+    rid: RdmaId,
+    target: QpState,
+    ack_timeout: Option<u8>,
+) -> Result<QpAttr, CmError> {
+    let mut attr = cm.qp_attr(rid, target)?;
+    if let (QpState::Rts, Some(t)) = (target, ack_timeout) {
+        attr.timeout = Some(t);
+    }
+    Ok(attr)
+}
+
+fn move_qp(
+    qp: &QueuePair,
+    cm: &RdmaCm,
+    rid: RdmaId,
+    steps: &[QpState],
+    ack_timeout: Option<u8>,
+) -> Result<(), CmError> {
     for &target in steps {
-        let attr = cm.qp_attr(rid, target)?;
+        let attr = qp_attr_for(cm, rid, target, ack_timeout)?;
         qp.modify(&attr)
             .map_err(|e| CmError::Qp(format!("to {}: {e}", target.name())))?;
     }
@@ -514,6 +540,7 @@ impl CmId {
         }
         s.route = Some(Route {
             mtu: mtu.ibv_enum(),
+            traffic_class: s.tos.unwrap_or(0),
             ..Route::default()
         });
         drop(s);
@@ -571,7 +598,7 @@ impl CmId {
         if lock(&self.inner.state).qp.is_some() {
             return Err(CmError::InvalidState("the id has a QP already"));
         }
-        service.with_cm(|st, _| move_qp(qp, &st.cm, rid, &[QpState::Init]))?;
+        service.with_cm(|st, _| move_qp(qp, &st.cm, rid, &[QpState::Init], None))?;
         if self.inner.qp_type == RdmaQpType::Ud {
             qp.modify(&QpAttr::ud_rtr())
                 .and_then(|()| qp.modify(&QpAttr::unreliable_rts(softrdma::Psn::new(0))))
@@ -590,7 +617,8 @@ impl CmId {
     /// for a consumer that created its QP itself and moves it with them.
     pub fn qp_attr(&self, target: QpState) -> Result<QpAttr, CmError> {
         let (service, rid) = self.service()?;
-        Ok(service.with_cm(|st, _| st.cm.qp_attr(rid, target))?)
+        let ack_timeout = lock(&self.inner.state).ack_timeout;
+        service.with_cm(|st, _| qp_attr_for(&st.cm, rid, target, ack_timeout))
     }
 
     /// Completes an active connection whose QP the consumer readied after
@@ -606,6 +634,19 @@ impl CmId {
     pub fn notify_established(&self) -> Result<(), CmError> {
         let (service, rid) = self.service()?;
         Ok(service.with_cm(|st, now| st.cm.established(now, rid))?)
+    }
+
+    /// Sets the type of service (`RDMA_OPTION_ID_TOS`): the traffic class of the route
+    /// resolved after it, hence of the connection's packets.
+    pub fn set_tos(&self, tos: u8) {
+        lock(&self.inner.state).tos = Some(tos);
+    }
+
+    /// Sets the local ACK timeout of the id's QP (`RDMA_OPTION_ID_ACK_TIMEOUT`: 4.096 µs ×
+    /// 2^`timeout`), used instead of the one the CM derives from the path when the QP moves
+    /// to RTS (and in [`CmId::qp_attr`]).
+    pub fn set_ack_timeout(&self, timeout: u8) {
+        lock(&self.inner.state).ack_timeout = Some(timeout.min(31));
     }
 
     /// The port space the id was created in.
@@ -659,6 +700,7 @@ impl CmId {
     pub fn accept(&self, param: &ConnParam) -> Result<(), CmError> {
         let (service, rid) = self.service()?;
         let qp = self.qp();
+        let ack_timeout = lock(&self.inner.state).ack_timeout;
         let qp_num = match &qp {
             Some(qp) => qp.qp_num(),
             None if param.qp_num != 0 => param.qp_num,
@@ -673,7 +715,7 @@ impl CmId {
             // rdma_cm readies its own QP; the consumer readied its own with `qp_attr`.
             if let (false, Some(qp)) = (ud, &qp) {
                 let steps = [QpState::Init, QpState::Rtr, QpState::Rts];
-                move_qp(qp, &st.cm, rid, &steps)?;
+                move_qp(qp, &st.cm, rid, &steps, ack_timeout)?;
             }
             st.cm.accept(now, rid, &param).map_err(CmError::from)
         })

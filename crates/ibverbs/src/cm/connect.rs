@@ -393,8 +393,8 @@ pub(crate) unsafe extern "C" fn rdma_migrate_id(
     })())
 }
 
-/// `rdma_set_option`: the type of service (the route's traffic class) and ACK timeout are
-/// kept; REUSEADDR and AFONLY are accepted (ports are per device here, and the device has
+/// `rdma_set_option`: the type of service (the route's traffic class) and the QP's ACK
+/// timeout apply to the connection made after them; REUSEADDR and AFONLY are accepted (ports are per device here, and the device has
 /// one family); IB path records are accepted and unused (RoCE resolves no paths).
 pub(crate) unsafe extern "C" fn rdma_set_option(
     id: *mut rdma_cm_id,
@@ -415,10 +415,11 @@ pub(crate) unsafe extern "C" fn rdma_set_option(
         unsafe { *optval.cast::<u8>() }
     };
     match (level, optname, optlen) {
-        (RDMA_OPTION_ID, RDMA_OPTION_ID_TOS, 1) => lock(&i.extra).tos = Some(byte()),
-        (RDMA_OPTION_ID, RDMA_OPTION_ID_ACK_TIMEOUT, 1) => {
-            lock(&i.extra).ack_timeout = Some(byte())
+        (RDMA_OPTION_ID, RDMA_OPTION_ID_TOS, 1) => {
+            lock(&i.extra).tos = Some(byte());
+            i.cm.set_tos(byte());
         }
+        (RDMA_OPTION_ID, RDMA_OPTION_ID_ACK_TIMEOUT, 1) => i.cm.set_ack_timeout(byte()),
         (RDMA_OPTION_ID, RDMA_OPTION_ID_REUSEADDR | RDMA_OPTION_ID_AFONLY, 4) => {}
         (RDMA_OPTION_IB, RDMA_OPTION_IB_PATH, n) if n > 0 => {}
         (RDMA_OPTION_ID | RDMA_OPTION_IB, _, _) => return fail_minus_one(libc::EINVAL),

@@ -49,8 +49,8 @@ pub(crate) struct Extra {
     pub own_cqs: bool,
     /// Multicast groups joined, and whether the QP was attached to each.
     pub groups: Vec<(IpAddr, bool)>,
+    /// `RDMA_OPTION_ID_TOS`, for the path record's traffic class.
     pub tos: Option<u8>,
-    pub ack_timeout: Option<u8>,
 }
 
 // SAFETY: the raw pointers in the C struct name library objects that are thread-safe, and

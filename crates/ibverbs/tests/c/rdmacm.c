@@ -181,13 +181,17 @@ static void connection(const char *ip)
 	char cbuf[64] = "hello from the client", sbuf[64];
 	const char hello[] = "private data, client";
 	const char reply[] = "private data, server";
-	uint8_t tos = 32;
+	uint8_t tos = 32, ack_timeout = 16;
+	struct ibv_qp_attr qattr;
+	struct ibv_qp_init_attr qinit;
 
 	CHECK(rdma_create_id(ch, &listener, (void *)0x1234, RDMA_PS_TCP) == 0, "listener");
 	CHECK(rdma_bind_addr(listener, (struct sockaddr *)&at) == 0, "bind");
 	CHECK(rdma_listen(listener, 8) == 0, "rdma_listen");
 	CHECK(rdma_create_id(ch, &client, NULL, RDMA_PS_TCP) == 0, "client");
 	CHECK(rdma_set_option(client, RDMA_OPTION_ID, RDMA_OPTION_ID_TOS, &tos, 1) == 0, "TOS");
+	CHECK(rdma_set_option(client, RDMA_OPTION_ID, RDMA_OPTION_ID_ACK_TIMEOUT, &ack_timeout, 1) ==
+		      0, "ACK_TIMEOUT");
 	errno = 0;
 	CHECK(rdma_set_option(client, RDMA_OPTION_ID, RDMA_OPTION_ID_TOS, &tos, 4) == -1 &&
 		      errno == EINVAL, "TOS of the wrong size");
@@ -245,6 +249,16 @@ static void connection(const char *ip)
 		ack(e);
 	}
 
+	/* The options reached the connection: the client's QP times out as set, and both QPs
+	 * send with the traffic class (the server's from the REQ's path). */
+	CHECK(ibv_query_qp(client->qp, &qattr, IBV_QP_TIMEOUT | IBV_QP_AV, &qinit) == 0, "query");
+	CHECK(qattr.timeout == ack_timeout, "the client QP's timeout is %d", qattr.timeout);
+	CHECK(qattr.ah_attr.grh.traffic_class == tos, "client traffic class %d",
+	      qattr.ah_attr.grh.traffic_class);
+	CHECK(client->route.path_rec->traffic_class == tos, "the path record's traffic class");
+	CHECK(ibv_query_qp(server->qp, &qattr, IBV_QP_AV, &qinit) == 0, "query");
+	CHECK(qattr.ah_attr.grh.traffic_class == tos, "server traffic class %d",
+	      qattr.ah_attr.grh.traffic_class);
 	CHECK(rdma_post_send(client, NULL, cbuf, sizeof cbuf, cmr, 0) == 0, "rdma_post_send");
 	CHECK(rdma_get_send_comp(client, &wc) == 1 && wc.status == IBV_WC_SUCCESS, "send comp");
 	CHECK(rdma_get_recv_comp(server, &wc) == 1 && wc.status == IBV_WC_SUCCESS &&
