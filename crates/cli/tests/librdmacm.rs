@@ -75,6 +75,22 @@ fn device_open(ip: &str) -> bool {
     })
 }
 
+/// Starts `server` and waits until its device on `ip` is open (and a moment more: it binds
+/// and listens right after).
+fn start_server(mut server: Command, ip: &str, what: &str) -> Child {
+    let s = server.spawn().expect("spawn server");
+    let start = Instant::now();
+    while !device_open(ip) {
+        assert!(
+            start.elapsed() < Duration::from_secs(20),
+            "{what}: the server never opened its device"
+        );
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    std::thread::sleep(Duration::from_millis(300));
+    s
+}
+
 /// Whether a client failed only because its server was not listening yet (its REQ was
 /// rejected with reason 8, invalid service ID): the server opens its device some time before
 /// it listens (perftest queries the device first), and nothing outside the process shows
@@ -98,19 +114,9 @@ fn pair(
     what: &str,
     server_exits: bool,
 ) -> (Output, Output) {
-    let mut server = server;
     let mut client = client;
     let limit = Duration::from_secs(90);
-    let mut s = server.spawn().expect("spawn server");
-    let start = Instant::now();
-    while !device_open(server_ip) {
-        assert!(
-            start.elapsed() < Duration::from_secs(20),
-            "{what}: the server never opened its device"
-        );
-        std::thread::sleep(Duration::from_millis(20));
-    }
-    std::thread::sleep(Duration::from_millis(300));
+    let mut s = start_server(server, server_ip, what);
     let mut tries = 0;
     let c = loop {
         let c = finish(client.spawn().expect("spawn client"), what, limit);
@@ -318,18 +324,7 @@ fn perftest_r(tool: &str, server_ip: &str, client_ip: &str, extra: &[&str]) {
     let mut attempt = 0;
     let (s, c) = loop {
         attempt += 1;
-        let server = exec(server_ip, tool, &args);
-        let mut server = server;
-        let mut sp = server.spawn().expect("spawn server");
-        let start = Instant::now();
-        while !device_open(server_ip) {
-            assert!(
-                start.elapsed() < Duration::from_secs(20),
-                "{tool}: no device"
-            );
-            std::thread::sleep(Duration::from_millis(20));
-        }
-        std::thread::sleep(Duration::from_millis(300));
+        let mut sp = start_server(exec(server_ip, tool, &args), server_ip, tool);
         let c = finish(
             exec(client_ip, tool, &client_args)
                 .spawn()
