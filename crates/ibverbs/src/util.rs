@@ -11,6 +11,13 @@ pub(crate) fn set_errno(e: c_int) {
     unsafe { *libc::__errno_location() = e };
 }
 
+/// The calling thread's `errno` (after a verb of this library failed).
+pub(crate) fn last_errno() -> c_int {
+    // SAFETY: __errno_location returns the calling thread's errno slot, valid for the thread's
+    // lifetime.
+    unsafe { *libc::__errno_location() }
+}
+
 /// Sets `errno` and returns a null pointer: how the creating verbs fail.
 pub(crate) fn fail_null<T>(e: c_int) -> *mut T {
     set_errno(e);

@@ -143,15 +143,13 @@ pub(crate) unsafe extern "C" fn rdma_bind_addr(
     id: *mut rdma_cm_id,
     addr: *mut libc::sockaddr,
 ) -> c_int {
-    let i = match Id::from_handle(id) {
-        Ok(i) => i,
-        Err(e) => return fail_minus_one(e),
-    };
-    // SAFETY: the caller passes a socket address or NULL.
-    let Some(a) = (unsafe { read_sockaddr(addr) }) else {
-        return fail_minus_one(libc::EAFNOSUPPORT);
-    };
-    result(bind(i, a))
+    Id::call(id, |i| {
+        // SAFETY: the caller passes a socket address or NULL.
+        let Some(a) = (unsafe { read_sockaddr(addr) }) else {
+            return Err(libc::EAFNOSUPPORT);
+        };
+        bind(i, a)
+    })
 }
 
 /// `rdma_resolve_addr`: binds first if the id is not bound (to `src`, or the device's
@@ -162,16 +160,12 @@ pub(crate) unsafe extern "C" fn rdma_resolve_addr(
     dst: *mut libc::sockaddr,
     _timeout_ms: c_int,
 ) -> c_int {
-    let i = match Id::from_handle(id) {
-        Ok(i) => i,
-        Err(e) => return fail_minus_one(e),
-    };
-    // SAFETY: the caller passes socket addresses or NULL.
-    let (src, dst) = unsafe { (read_sockaddr(src), read_sockaddr(dst)) };
-    let Some(dst) = dst else {
-        return fail_minus_one(libc::EINVAL);
-    };
-    result((|| {
+    Id::call(id, |i| {
+        // SAFETY: the caller passes socket addresses or NULL.
+        let (src, dst) = unsafe { (read_sockaddr(src), read_sockaddr(dst)) };
+        let Some(dst) = dst else {
+            return Err(libc::EINVAL);
+        };
         let dev = cm_device()?;
         if i.cm.addrs().0.is_none() {
             bind(i, src.unwrap_or(SocketAddr::new(dev.ip(), 0)))?;
@@ -181,7 +175,7 @@ pub(crate) unsafe extern "C" fn rdma_resolve_addr(
         i.set_addrs(i.cm.addrs().0, Some(dst));
         i.cm.resolve_addr(None, dst).map_err(|e| cm_errno(&e))?;
         complete(i)
-    })())
+    })
 }
 
 /// `rdma_resolve_route`: the port's MTU; then `RDMA_CM_EVENT_ROUTE_RESOLVED`.
@@ -189,11 +183,7 @@ pub(crate) unsafe extern "C" fn rdma_resolve_route(
     id: *mut rdma_cm_id,
     _timeout_ms: c_int,
 ) -> c_int {
-    let i = match Id::from_handle(id) {
-        Ok(i) => i,
-        Err(e) => return fail_minus_one(e),
-    };
-    result((|| {
+    Id::call(id, |i| {
         let dev = cm_device()?;
         if i.cm.addrs().1.is_none() {
             return Err(libc::EINVAL);
@@ -208,16 +198,12 @@ pub(crate) unsafe extern "C" fn rdma_resolve_route(
         i.set_route(mtu, 64, tos);
         i.cm.resolve_route().map_err(|e| cm_errno(&e))?;
         complete(i)
-    })())
+    })
 }
 
 /// `rdma_listen` (the backlog is not bounded).
 pub(crate) unsafe extern "C" fn rdma_listen(id: *mut rdma_cm_id, _backlog: c_int) -> c_int {
-    let i = match Id::from_handle(id) {
-        Ok(i) => i,
-        Err(e) => return fail_minus_one(e),
-    };
-    result(i.cm.listen().map_err(|e| cm_errno(&e)))
+    Id::call(id, |i| i.cm.listen().map_err(|e| cm_errno(&e)))
 }
 
 /// The READ/atomic depth softrdma's QPs take (what `ibv_query_device` reports).
@@ -268,17 +254,13 @@ pub(crate) unsafe extern "C" fn rdma_connect(
     id: *mut rdma_cm_id,
     conn_param: *mut rdma_conn_param,
 ) -> c_int {
-    let i = match Id::from_handle(id) {
-        Ok(i) => i,
-        Err(e) => return fail_minus_one(e),
-    };
-    // SAFETY: the caller passes a conn_param or NULL.
-    let p = unsafe { rust_param(conn_param) };
-    result(
+    Id::call(id, |i| {
+        // SAFETY: the caller passes a conn_param or NULL.
+        let p = unsafe { rust_param(conn_param) };
         i.cm.connect(&p)
             .map_err(|e| cm_errno(&e))
-            .and_then(|()| complete(i)),
-    )
+            .and_then(|()| complete(i))
+    })
 }
 
 /// `rdma_accept`: the id's QP goes to RTR and RTS and the REP leaves (a UD id's SIDR_REP);
@@ -287,21 +269,21 @@ pub(crate) unsafe extern "C" fn rdma_accept(
     id: *mut rdma_cm_id,
     conn_param: *mut rdma_conn_param,
 ) -> c_int {
-    let i = match Id::from_handle(id) {
-        Ok(i) => i,
-        Err(e) => return fail_minus_one(e),
-    };
-    // SAFETY: the caller passes a conn_param or NULL.
-    let p = unsafe { rust_param(conn_param) };
-    ack_kept(i);
-    let ud = i.cm.qp_type() == RdmaQpType::Ud;
-    result(i.cm.accept(&p).map_err(|e| cm_errno(&e)).and_then(|()| {
-        if ud {
-            Ok(())
-        } else {
-            complete(i)
-        }
-    }))
+    Id::call(id, |i| {
+        // SAFETY: the caller passes a conn_param or NULL.
+        let p = unsafe { rust_param(conn_param) };
+        ack_kept(i);
+        let ud = i.cm.qp_type() == RdmaQpType::Ud;
+        i.cm.accept(&p).map_err(|e| cm_errno(&e)).and_then(
+            |()| {
+                if ud {
+                    Ok(())
+                } else {
+                    complete(i)
+                }
+            },
+        )
+    })
 }
 
 /// `rdma_reject` with private data.
@@ -310,41 +292,33 @@ pub(crate) unsafe extern "C" fn rdma_reject(
     private_data: *const c_void,
     private_data_len: u8,
 ) -> c_int {
-    let i = match Id::from_handle(id) {
-        Ok(i) => i,
-        Err(e) => return fail_minus_one(e),
-    };
-    let data = if private_data.is_null() {
-        &[][..]
-    } else {
-        // SAFETY: the caller passes `private_data_len` readable bytes.
-        unsafe { std::slice::from_raw_parts(private_data.cast::<u8>(), private_data_len.into()) }
-    };
-    ack_kept(i);
-    result(i.cm.reject(data).map_err(|e| cm_errno(&e)))
+    Id::call(id, |i| {
+        let data = if private_data.is_null() {
+            &[][..]
+        } else {
+            // SAFETY: the caller passes `private_data_len` readable bytes.
+            unsafe {
+                std::slice::from_raw_parts(private_data.cast::<u8>(), private_data_len.into())
+            }
+        };
+        ack_kept(i);
+        i.cm.reject(data).map_err(|e| cm_errno(&e))
+    })
 }
 
 /// `rdma_disconnect`: the QP goes to the error state and the DREQ (or DREP) leaves.
 pub(crate) unsafe extern "C" fn rdma_disconnect(id: *mut rdma_cm_id) -> c_int {
-    let i = match Id::from_handle(id) {
-        Ok(i) => i,
-        Err(e) => return fail_minus_one(e),
-    };
-    result(i.cm.disconnect().map_err(|e| cm_errno(&e)))
+    Id::call(id, |i| i.cm.disconnect().map_err(|e| cm_errno(&e)))
 }
 
 /// `rdma_establish`: after `CONNECT_RESPONSE`, with the program's QP readied, the RTU leaves.
 pub(crate) unsafe extern "C" fn rdma_establish(id: *mut rdma_cm_id) -> c_int {
-    let i = match Id::from_handle(id) {
-        Ok(i) => i,
-        Err(e) => return fail_minus_one(e),
-    };
-    ack_kept(i);
-    result(
+    Id::call(id, |i| {
+        ack_kept(i);
         i.cm.establish()
             .map_err(|e| cm_errno(&e))
-            .and_then(|()| complete(i)),
-    )
+            .and_then(|()| complete(i))
+    })
 }
 
 /// `IBV_EVENT_COMM_EST`.
@@ -353,14 +327,12 @@ const IBV_EVENT_COMM_EST: c_int = 6;
 /// `rdma_notify`: `IBV_EVENT_COMM_EST` establishes a passive connection whose QP received
 /// before the RTU; the kernel ignores other events, and so does this.
 pub(crate) unsafe extern "C" fn rdma_notify(id: *mut rdma_cm_id, event: c_int) -> c_int {
-    let i = match Id::from_handle(id) {
-        Ok(i) => i,
-        Err(e) => return fail_minus_one(e),
-    };
-    if event != IBV_EVENT_COMM_EST {
-        return 0;
-    }
-    result(i.cm.notify_established().map_err(|e| cm_errno(&e)))
+    Id::call(id, |i| {
+        if event != IBV_EVENT_COMM_EST {
+            return Ok(());
+        }
+        i.cm.notify_established().map_err(|e| cm_errno(&e))
+    })
 }
 
 /// `rdma_migrate_id`: the id's next events (and those queued) go to `channel`; NULL makes the
@@ -369,11 +341,7 @@ pub(crate) unsafe extern "C" fn rdma_migrate_id(
     id: *mut rdma_cm_id,
     channel: *mut rdma_event_channel,
 ) -> c_int {
-    let i = match Id::from_handle(id) {
-        Ok(i) => i,
-        Err(e) => return fail_minus_one(e),
-    };
-    result((|| {
+    Id::call(id, |i| {
         let old = i.raw().channel;
         let old_private = i.is_sync();
         let to = if channel.is_null() {
@@ -390,7 +358,7 @@ pub(crate) unsafe extern "C" fn rdma_migrate_id(
             super::channel::destroy_private(old);
         }
         Ok(())
-    })())
+    })
 }
 
 /// `rdma_set_option`: the type of service (the route's traffic class) and the QP's ACK

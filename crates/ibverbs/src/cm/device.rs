@@ -45,7 +45,7 @@ pub(crate) fn cm_device() -> Result<&'static CmDevice, c_int> {
                     return Err(libc::ENODEV);
                 }
                 let ctx = crate::device::ibv_open_device(*list);
-                let errno = *libc::__errno_location();
+                let errno = crate::util::last_errno();
                 crate::device::ibv_free_device_list(list);
                 if ctx.is_null() {
                     return Err(errno);

@@ -218,8 +218,7 @@ pub(crate) unsafe extern "C" fn rdma_create_ep(
     if r.ai_flags & RAI_PASSIVE != 0 {
         // SAFETY: our own call with the caller's address.
         if unsafe { super::connect::rdma_bind_addr(new, r.ai_src_addr) } != 0 {
-            // SAFETY: reads errno.
-            return fail(unsafe { *libc::__errno_location() });
+            return fail(crate::util::last_errno());
         }
         if !qp_init_attr.is_null() {
             // SAFETY: the caller passes readable init attributes.
@@ -234,8 +233,7 @@ pub(crate) unsafe extern "C" fn rdma_create_ep(
                 && super::connect::rdma_resolve_route(new, 2000) == 0
         };
         if !ok {
-            // SAFETY: reads errno.
-            return fail(unsafe { *libc::__errno_location() });
+            return fail(crate::util::last_errno());
         }
         if !qp_init_attr.is_null() {
             // SAFETY: the caller passes writable init attributes.

@@ -96,6 +96,15 @@ impl Id {
         Ok(unsafe { &*id.cast::<Id>() })
     }
 
+    /// Runs a call on the live id `id` (`EINVAL` otherwise) in librdmacm's convention: 0, or
+    /// -1 and `errno`.
+    pub(crate) fn call(id: *mut rdma_cm_id, f: impl FnOnce(&Id) -> Result<(), c_int>) -> c_int {
+        match Id::from_handle(id).and_then(f) {
+            Ok(()) => 0,
+            Err(e) => crate::util::fail_minus_one(e),
+        }
+    }
+
     /// A new id on `channel`, registered and routed.
     pub(crate) fn create(
         channel: *mut rdma_event_channel,

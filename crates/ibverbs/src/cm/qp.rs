@@ -21,10 +21,7 @@ fn own_cq(
     id: *mut rdma_cm_id,
     cqe: u32,
 ) -> Result<(*mut ibv_comp_channel, *mut ibv_cq), c_int> {
-    let errno = || {
-        // SAFETY: reads the calling thread's errno.
-        unsafe { *libc::__errno_location() }
-    };
+    let errno = crate::util::last_errno;
     // SAFETY: our own verbs on our own context.
     unsafe {
         let ch = crate::cq::ibv_create_comp_channel(ctx);
@@ -140,8 +137,7 @@ pub(crate) fn create_qp(i: &Id, pd: *mut ibv_pd, a: &mut ibv_qp_init_attr) -> Re
     // SAFETY: our own verb with writable attributes.
     let qp = unsafe { crate::qp::ibv_create_qp(pd, &mut own) };
     if qp.is_null() {
-        // SAFETY: reads the calling thread's errno.
-        let e = unsafe { *libc::__errno_location() };
+        let e = crate::util::last_errno();
         drop_own_cqs(i);
         return Err(e);
     }
@@ -179,8 +175,7 @@ pub(crate) unsafe extern "C" fn rdma_create_qp_ex(
         // SAFETY: our own verb with writable attributes.
         let qp = unsafe { crate::qp::create_qp_ex(dev.ctx, a) };
         if qp.is_null() {
-            // SAFETY: reads the calling thread's errno.
-            let e = unsafe { *libc::__errno_location() };
+            let e = crate::util::last_errno();
             drop_own_cqs(i);
             return Err(e);
         }
@@ -219,8 +214,7 @@ pub(crate) unsafe extern "C" fn rdma_create_srq(
         // SAFETY: our own verb; the caller passes init attributes.
         let srq = unsafe { crate::srq::ibv_create_srq(pd, attr) };
         if srq.is_null() {
-            // SAFETY: reads the calling thread's errno.
-            return Err(unsafe { *libc::__errno_location() });
+            return Err(crate::util::last_errno());
         }
         let raw = i.raw_mut();
         raw.pd = pd;
