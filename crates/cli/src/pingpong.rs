@@ -120,8 +120,8 @@ pub(crate) struct Args {
     /// Sleep on completion events instead of busy polling.
     #[arg(short = 'e', long = "events")]
     pub(crate) events: bool,
-    /// Local GID index to advertise: 1 is the IPv4-mapped GID as on rxe, 0 the link-local one;
-    /// -1 advertises no GID (all zeros) like ibv_rc_pingpong without -g. Default 1, because
+    /// Local GID index to advertise: 0 and 1 are both the device's address (1 is the
+    /// IPv4-mapped GID's index on rxe); -1 advertises no GID (all zeros) like ibv_rc_pingpong without -g. Default 1, because
     /// RoCE cannot work without a GID.
     #[arg(
         short = 'g',

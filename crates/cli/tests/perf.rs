@@ -643,15 +643,24 @@ fn argument_errors_are_clean() {
             "invalid value",
         );
     }
-    // Issue 15, item 5: -x 0 passed, then always failed (the link-local GID is unreachable).
+    // A device on an IPv6 link-local address has GID index 0 only.
     usage_error(
-        &["write-bw", "-x", "0", "--loopback"],
-        "-x 0 is the link-local GID",
+        &["write-bw", "-x", "1", "--bind", "fe80::1"],
+        "has one GID, index 0",
     );
-    usage_error(
-        &["write-bw", "-x", "0", "--bind", "10.0.0.1"],
-        "Use -x 1, the IPv4-mapped GID",
+}
+
+/// GID index 0 is the device's address, as index 1 is (issue 15, item 5 refused `-x 0`, which
+/// was the link-local GID the device cannot send from; issue 34 made index 0 usable).
+#[test]
+fn write_bw_from_gid_index_0() {
+    let (out, _) = loopback(&["write-bw", "-x", "0", "-s", "4096", "-n", "100"]);
+    assert!(out.contains(" GID index       : 0"), "{out}");
+    assert!(
+        out.contains(" GID: 00:00:00:00:00:00:00:00:00:00:255:255:127:00:00:01"),
+        "{out}"
     );
+    checks_ok(&out);
 }
 
 #[test]

@@ -419,7 +419,7 @@ impl Device {
         let active_mtu = config
             .active_mtu
             .unwrap_or_else(|| active_mtu_for(if_mtu, config.ip.is_ipv6()));
-        let gids = gid_table(config.ip, mac);
+        let gids = gid_table(config.ip);
         let guid = u64::from_be_bytes(eui64(mac));
 
         let mut ecfg = EngineConfig::new(config.ip);
@@ -589,14 +589,13 @@ impl Device {
         &self.shared.gids
     }
 
-    /// The GID other hosts reach this device by: the IPv4-mapped GID (index 1) for IPv4, the
-    /// address itself for IPv6.
+    /// The GID other hosts reach this device by: the IPv4-mapped GID for IPv4, the address
+    /// itself for IPv6 (indices 0 and 1 of the table).
     pub fn gid(&self) -> Gid {
         Gid::from_ip(self.ip())
     }
 
-    /// The index of [`Device::gid`] in the table (1 like rxe, or 0 for a link-local IPv6
-    /// address).
+    /// The first index of [`Device::gid`] in the table: 0.
     pub fn gid_index(&self) -> u32 {
         let g = self.gid();
         self.shared
@@ -673,18 +672,18 @@ fn os_random_u64() -> u64 {
     std::collections::hash_map::RandomState::new().hash_one(std::time::Instant::now())
 }
 
-/// The GID table rxe would have on an interface with `ip` and `mac` (see [`crate::gid`]).
-fn gid_table(ip: IpAddr, mac: [u8; 6]) -> Vec<GidEntry> {
-    let entry = |index, gid| GidEntry {
-        gid,
+/// The GID table of a device on `ip` (see [`crate::gid`]): the device's own address at index
+/// 0 and, for rxe's numbering, again at index 1; a device on an IPv6 link-local address has
+/// that one entry.
+fn gid_table(ip: IpAddr) -> Vec<GidEntry> {
+    let entry = |index| GidEntry {
+        gid: Gid::from_ip(ip),
         index,
         gid_type: GidType::RoceV2,
     };
-    let link_local = Gid::link_local_from_mac(mac);
     match ip {
-        IpAddr::V4(_) => vec![entry(0, link_local), entry(1, Gid::from_ip(ip))],
-        IpAddr::V6(v6) if v6.segments()[0] & 0xffc0 == 0xfe80 => vec![entry(0, Gid::from_ip(ip))],
-        IpAddr::V6(_) => vec![entry(0, link_local), entry(1, Gid::from_ip(ip))],
+        IpAddr::V6(v6) if v6.segments()[0] & 0xffc0 == 0xfe80 => vec![entry(0)],
+        _ => vec![entry(0), entry(1)],
     }
 }
 

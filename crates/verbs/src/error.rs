@@ -234,8 +234,8 @@ pub enum CreateAhError {
     /// The source GID index is not in the table.
     #[error("no GID at index {0}")]
     NoSuchGid(u8),
-    /// The source GID is not the address this device sends from (on an IPv4 device, GID 0 is
-    /// the IPv6 link-local GID: use index 1).
+    /// The source GID is not the address this device sends from (every entry of a softrdma
+    /// device's table is its address, see [`crate::gid`]).
     #[error(
         "source GID {index} ({gid}) is not the device's address {local}; use the GID of {local}"
     )]

@@ -181,8 +181,8 @@ pub(crate) struct Args {
     /// Completion moderation: request a completion every N sends (bandwidth tests).
     #[arg(short = 'Q', long = "cq-mod", default_value_t = 100)]
     pub cq_mod: u32,
-    /// GID index to advertise: 1 is the IPv4-mapped GID (as on rxe); 0, the link-local one,
-    /// only with --bind on an IPv6 link-local address (the device answers on no other).
+    /// GID index to advertise: 0 and 1 are both the device's address (1 is the IPv4-mapped
+    /// GID's index on rxe); a device on an IPv6 link-local address has index 0 only.
     #[arg(short = 'x', long = "gid-index", default_value_t = 1)]
     pub gid_index: u32,
     /// Path MTU in bytes (256..4096); the smaller of both sides' is used.
@@ -589,27 +589,18 @@ impl Args {
             }
         };
         if self.gid_index > 1 {
-            return usage("-x must be 0 (link-local GID) or 1 (IPv4-mapped GID, as on rxe)");
+            return usage(
+                "-x must be 0 or 1 (both the device's address; 1 is the IPv4-mapped GID's index \
+                 on rxe)",
+            );
         }
-        // A device answers on the one address it is bound to: GID 0 (link-local) is that
-        // address only for a device bound to an IPv6 link-local address, whose table has no
-        // index 1.
+        // The GID table of a device bound to an IPv6 link-local address has index 0 only.
         let link_local =
             matches!(self.bind, Some(IpAddr::V6(v6)) if v6.segments()[0] & 0xffc0 == 0xfe80);
-        match (self.gid_index, link_local) {
-            (0, false) => {
-                return usage(
-                    "-x 0 is the link-local GID (fe80::...), which a softrdma device answers only \
-                     when --bind is that IPv6 link-local address: the peer could not reach it. \
-                     Use -x 1, the IPv4-mapped GID (index 1, as on rxe)",
-                )
-            }
-            (1, true) => {
-                return usage(
-                    "a device bound to an IPv6 link-local address has one GID, index 0: use -x 0",
-                )
-            }
-            _ => {}
+        if self.gid_index == 1 && link_local {
+            return usage(
+                "a device bound to an IPv6 link-local address has one GID, index 0: use -x 0",
+            );
         }
         if self.port == Some(0) {
             return usage("-p must not be 0");
