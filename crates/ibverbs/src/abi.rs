@@ -122,6 +122,8 @@ pub(crate) type AdviseMrFn =
 
 pub(crate) type QueryPortFn =
     unsafe extern "C" fn(*mut ibv_context, u8, *mut ibv_port_attr, usize) -> c_int;
+pub(crate) type QueryRtValuesFn =
+    unsafe extern "C" fn(*mut ibv_context, *mut ibv_values_ex) -> c_int;
 pub(crate) type CreateCqExFn =
     unsafe extern "C" fn(*mut ibv_context, *mut ibv_cq_init_attr_ex) -> *mut ibv_cq_ex;
 pub(crate) type QueryDeviceExFn = unsafe extern "C" fn(
@@ -162,7 +164,7 @@ pub(crate) struct verbs_context {
     pub destroy_wq: Slot,
     pub modify_wq: Slot,
     pub create_wq: Slot,
-    pub query_rt_values: Slot,
+    pub query_rt_values: Option<QueryRtValuesFn>,
     pub create_cq_ex: Option<CreateCqExFn>,
     pub priv_: *mut c_void,
     pub query_device_ex: Option<QueryDeviceExFn>,
@@ -313,6 +315,17 @@ pub(crate) struct ibv_port_attr {
 /// Size of `struct _compat_ibv_port_attr`, what the exported `ibv_query_port` symbol fills
 /// (the port attributes without `port_cap_flags2`).
 pub(crate) const COMPAT_PORT_ATTR_SIZE: usize = 48;
+
+/// `struct ibv_values_ex` (`ibv_query_rt_values_ex`).
+#[repr(C)]
+#[derive(Clone, Copy)]
+pub(crate) struct ibv_values_ex {
+    pub comp_mask: u32,
+    pub raw_clock: libc::timespec,
+}
+
+/// `IBV_VALUES_MASK_RAW_CLOCK`: the one value `ibv_values_ex` has.
+pub(crate) const IBV_VALUES_MASK_RAW_CLOCK: u32 = 1 << 0;
 
 /// `struct ibv_gid_entry`.
 #[repr(C)]

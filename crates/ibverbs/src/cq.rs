@@ -47,6 +47,21 @@ pub(crate) struct Cq {
     async_reported: AtomicU32,
     /// The completion the `ibv_start_poll` API is positioned on.
     current: Mutex<Option<WorkCompletion>>,
+    /// The `sl` of a receive that came with a GRH area (see [`grh_sl`]).
+    grh_sl: u8,
+}
+
+/// The `sl` of a UD receive on a device bound to `ip`: the network header the GRH area holds,
+/// coded as RoCE NICs code it there for UD (bits 2..0: 1 IPv6, 2 IPv4; mlx5's CQE). RoCE has
+/// no service level on the wire, and UCX's `ud_verbs` reads this field to know where the
+/// destination address sits in the area: the last 16 bytes for IPv6, the last 4 for IPv4.
+/// Other receives have `sl` 0.
+fn grh_sl(ip: std::net::IpAddr) -> u8 {
+    if ip.is_ipv4() {
+        2
+    } else {
+        1
+    }
 }
 
 impl Cq {
@@ -170,7 +185,7 @@ fn create(
             read_src_qp: Some(read_src_qp),
             read_wc_flags: Some(read_wc_flags),
             read_slid: Some(read_zero_u32),
-            read_sl: Some(read_zero_u8),
+            read_sl: Some(read_sl),
             read_dlid_path_bits: Some(read_zero_u8),
             read_completion_ts: None,
             read_cvlan: None,
@@ -185,6 +200,7 @@ fn create(
         acked: Condvar::new(),
         async_reported: AtomicU32::new(0),
         current: Mutex::new(None),
+        grh_sl: grh_sl(ctx.device.ip()),
     }));
     // SAFETY: just allocated.
     let c = unsafe { &mut *p };
@@ -213,8 +229,7 @@ pub(crate) unsafe extern "C" fn ibv_create_cq(
     channel: *mut ibv_comp_channel,
     comp_vector: c_int,
 ) -> *mut ibv_cq {
-    if comp_vector != 0 {
-        // One completion vector (num_comp_vectors is 1).
+    if !(0..crate::tables::comp_vectors()).contains(&comp_vector) {
         return fail_null(libc::EINVAL);
     }
     match create(context, cqe, cq_context, channel) {
@@ -252,7 +267,7 @@ pub(crate) unsafe extern "C" fn create_cq_ex(
     {
         return fail_null(libc::EOPNOTSUPP);
     }
-    if a.comp_vector != 0 {
+    if !u32::try_from(crate::tables::comp_vectors()).is_ok_and(|n| a.comp_vector < n) {
         return fail_null(libc::EINVAL);
     }
     let Ok(cqe) = c_int::try_from(a.cqe) else {
@@ -384,8 +399,17 @@ fn flags_and_imm(wc: &WorkCompletion) -> (u32, u32) {
     }
 }
 
-/// The `ibv_wc` of a completion.
-fn to_ibv_wc(wc: &WorkCompletion) -> ibv_wc {
+/// The `sl` of a completion of `c`.
+fn sl_of(c: &Cq, wc: &WorkCompletion) -> u8 {
+    if wc.grh {
+        c.grh_sl
+    } else {
+        0
+    }
+}
+
+/// The `ibv_wc` of a completion of `c`.
+fn to_ibv_wc(c: &Cq, wc: &WorkCompletion) -> ibv_wc {
     let (wc_flags, imm_data) = flags_and_imm(wc);
     ibv_wc {
         wr_id: wc.wr_id,
@@ -399,7 +423,7 @@ fn to_ibv_wc(wc: &WorkCompletion) -> ibv_wc {
         wc_flags,
         pkey_index: 0,
         slid: 0,
-        sl: 0,
+        sl: sl_of(c, wc),
         dlid_path_bits: 0,
     }
 }
@@ -468,7 +492,7 @@ pub(crate) unsafe extern "C" fn poll_cq(
         let n = poll_spinning(c, num_entries as usize, &mut s);
         for (i, w) in s.iter().enumerate() {
             // SAFETY: the program's array holds `num_entries` >= n entries.
-            unsafe { wc.add(i).write(to_ibv_wc(w)) };
+            unsafe { wc.add(i).write(to_ibv_wc(c, w)) };
         }
         n as c_int
     })
@@ -627,6 +651,10 @@ unsafe extern "C" fn read_wc_flags(cq: *mut ibv_cq_ex) -> u32 {
 }
 unsafe extern "C" fn read_zero_u32(_cq: *mut ibv_cq_ex) -> u32 {
     0
+}
+unsafe extern "C" fn read_sl(cq: *mut ibv_cq_ex) -> u8 {
+    let c = cq_of(cq);
+    with_current(cq, |w| sl_of(c, w))
 }
 unsafe extern "C" fn read_zero_u8(_cq: *mut ibv_cq_ex) -> u8 {
     0

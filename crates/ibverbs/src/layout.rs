@@ -125,6 +125,7 @@ fn entries() -> Vec<LayoutEntry> {
             max_vl_num, sm_sl, subnet_timeout, init_type_reply, active_width, active_speed,
             phys_state, link_layer, flags, port_cap_flags2),
         struct_layout!(ibv_gid_entry; gid, gid_index, port_num, gid_type, ndev_ifindex),
+        struct_layout!(ibv_values_ex; comp_mask, raw_clock),
         struct_layout!(ibv_pd; context, handle),
         struct_layout!(ibv_mr; context, pd, addr, length, handle, lkey, rkey),
         struct_layout!(ibv_comp_channel; context, fd, refcnt),

@@ -13,6 +13,12 @@
 //!   unmapped or protected while registered: WRITE, READ and atomics on it end in
 //!   `IBV_WC_REM_ACCESS_ERR`, a gather from it in `IBV_WC_LOC_PROT_ERR`, and the process
 //!   lives. Address 127.0.12.3.
+//! - `what_middleware_reads_from_c`: `tests/c/middleware.c` — what UCX, libfabric and Open
+//!   MPI read: the GID table (index 0 and 1 the IPv4-mapped address, RoCE v2), atomic_cap,
+//!   max_qp_rd_atom, max_srq, a completion vector per CPU, a UD receive through an extended
+//!   CQ (`ibv_start_poll`, the `read_*` functions) and through `ibv_poll_cq` (GRH flag,
+//!   source QP, sl 2 for an IPv4 header), `ibv_query_rt_values_ex`, a non-blocking
+//!   `async_fd`. Address 127.0.12.8.
 //! - `librdmacm_from_c`: `tests/c/rdmacm.c` — librdmacm's API on softrdma's `librdmacm.so.1`:
 //!   one device, event channel descriptors (poll, epoll, `O_NONBLOCK`), synchronous ids, a
 //!   connection through `<rdma/rdma_verbs.h>`'s inline helpers with private data both ways,
@@ -86,6 +92,11 @@ fn layout() {
 #[test]
 fn verbs_from_c() {
     run_c_program("verbs", "127.0.12.1", &[]);
+}
+
+#[test]
+fn what_middleware_reads_from_c() {
+    run_c_program("middleware", "127.0.12.8", &[]);
 }
 
 #[test]
