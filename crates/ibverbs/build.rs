@@ -17,6 +17,8 @@
 //!    prefix `softrdma_` in `libibverbs.so.1`, where rdma_cm lives beside the verbs (one
 //!    device per process). It is linked against a stand-in `libibverbs.so.1` that only
 //!    defines those names, for its `DT_NEEDED`; the real library is the one found at run time.
+//! 5. `libsoftrdma-devnode.so` (`preload/devnode.c`), which `softrdma exec` preloads: the
+//!    device node `/dev/infiniband/softrdma0` that UCX checks for before it uses a device.
 
 use std::env;
 use std::path::{Path, PathBuf};
@@ -29,6 +31,7 @@ fn main() {
     println!("cargo:rerun-if-changed=libibverbs.map");
     println!("cargo:rerun-if-changed=providers");
     println!("cargo:rerun-if-changed=librdmacm");
+    println!("cargo:rerun-if-changed=preload");
     if target_os != "linux" {
         return;
     }
@@ -76,6 +79,30 @@ fn main() {
         }
     }
     build_librdmacm(&cc, &manifest, &out, &profile_dir);
+    build_devnode(&cc, &manifest, &out, &profile_dir);
+}
+
+fn build_devnode(cc: &str, manifest: &Path, out: &Path, profile_dir: &Path) {
+    let lib = "libsoftrdma-devnode.so";
+    let built = out.join(lib);
+    let src = manifest.join("preload").join("devnode.c");
+    let soname = format!("-Wl,-soname,{lib}");
+    let args: Vec<&std::ffi::OsStr> = vec![
+        "-shared".as_ref(),
+        "-fPIC".as_ref(),
+        "-O2".as_ref(),
+        "-Wall".as_ref(),
+        "-Werror".as_ref(),
+        soname.as_ref(),
+        "-o".as_ref(),
+        built.as_os_str(),
+        src.as_os_str(),
+        "-ldl".as_ref(),
+    ];
+    compile(cc, &args, lib);
+    if let Err(e) = std::fs::copy(&built, profile_dir.join(lib)) {
+        println!("cargo:warning=cannot install {lib}: {e}");
+    }
 }
 
 /// The global names of a version script.

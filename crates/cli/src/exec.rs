@@ -3,8 +3,12 @@
 //!
 //! The program is executed (it replaces this process: its exit status and signals are its
 //! own) with `LD_LIBRARY_PATH` starting with the directory of the `softrdma` binary, where
-//! `cargo build --release --workspace` puts `libibverbs.so.1` and the provider stubs, and with
-//! `SOFTRDMA_IP` set to the device's address. Before that, the address's UDP port 4791 is
+//! `cargo build --release --workspace` puts `libibverbs.so.1` and the provider stubs, with
+//! `SOFTRDMA_IP` set to the device's address, and with `LD_PRELOAD` starting with
+//! `libsoftrdma-devnode.so` from that directory: the device node
+//! `/dev/infiniband/softrdma0` that UCX requires of a device before it uses it (see
+//! `crates/ibverbs/preload/devnode.c`; it answers `stat`/`access` for that one path as for
+//! `/dev/null` and leaves every other path alone). Before that, the address's UDP port 4791 is
 //! probed: if it is taken (another softrdma process, or the kernel's rdma_rxe, on the same
 //! address), `exec` says so instead of letting the program fail later.
 //!
@@ -21,6 +25,10 @@ use std::process::{Command, ExitCode};
 
 use clap::Args as ClapArgs;
 use softrdma::FaultConfig;
+
+/// The library that gives softrdma's device its node in `/dev/infiniband` (see the module
+/// docs), built next to `libibverbs.so.1`.
+const DEVNODE_LIB: &str = "libsoftrdma-devnode.so";
 
 /// Arguments of `softrdma exec`.
 #[derive(Debug, ClapArgs)]
@@ -145,6 +153,16 @@ pub(crate) fn run(args: &Args) -> ExitCode {
     cmd.args(rest)
         .env("LD_LIBRARY_PATH", path)
         .env("SOFTRDMA_IP", ip.to_string());
+    let devnode = lib_dir.join(DEVNODE_LIB);
+    if devnode.exists() {
+        // ld.so takes LD_PRELOAD's entries separated by spaces or colons.
+        let mut preload = OsString::from(devnode.as_os_str());
+        if let Some(old) = std::env::var_os("LD_PRELOAD").filter(|o| !o.is_empty()) {
+            preload.push(":");
+            preload.push(old);
+        }
+        cmd.env("LD_PRELOAD", preload);
+    }
     let faults = args.faults();
     if !faults.is_none() {
         cmd.env(FaultConfig::ENV, faults.to_string());

@@ -7,10 +7,12 @@
 
 use std::net::UdpSocket;
 use std::path::Path;
-use std::process::{Child, Command, Output, Stdio};
+use std::process::{Command, Output};
 use std::time::{Duration, Instant};
 
-const BIN: &str = env!("CARGO_BIN_EXE_softrdma");
+#[path = "common/programs.rs"]
+mod programs;
+use programs::{counter, exec, finish, listening, show, spawn, BIN};
 
 fn check_setup() {
     let dir = Path::new(BIN).parent().expect("binary directory");
@@ -25,54 +27,6 @@ fn check_setup() {
             "{tool} missing: install Debian's perftest and ibverbs-utils"
         );
     }
-}
-
-fn exec(ip: &str, program: &[&str]) -> Command {
-    let mut cmd = Command::new(BIN);
-    cmd.args(["exec", "--ip", ip, "--"]).args(program);
-    cmd
-}
-
-fn spawn(mut cmd: Command) -> Child {
-    cmd.stdout(Stdio::piped()).stderr(Stdio::piped());
-    cmd.spawn().expect("spawn")
-}
-
-fn finish(mut child: Child, what: &str, limit: Duration) -> Output {
-    let deadline = Instant::now() + limit;
-    loop {
-        if child.try_wait().expect("wait").is_some() {
-            return child.wait_with_output().expect("output");
-        }
-        if Instant::now() > deadline {
-            let _ = child.kill();
-            let out = child.wait_with_output().expect("output");
-            panic!("{what} did not finish:\n{}", show(&out));
-        }
-        std::thread::sleep(Duration::from_millis(20));
-    }
-}
-
-fn show(o: &Output) -> String {
-    format!(
-        "{}\n{}{}",
-        o.status,
-        String::from_utf8_lossy(&o.stdout),
-        String::from_utf8_lossy(&o.stderr)
-    )
-}
-
-/// Whether something listens on TCP `port`.
-fn listening(port: u16) -> bool {
-    let needle = format!(":{port:04X}");
-    ["/proc/net/tcp", "/proc/net/tcp6"].iter().any(|f| {
-        std::fs::read_to_string(f).is_ok_and(|s| {
-            s.lines().skip(1).any(|l| {
-                let cols: Vec<&str> = l.split_whitespace().collect();
-                cols.len() > 3 && cols[1].ends_with(&needle) && cols[3] == "0A"
-            })
-        })
-    })
 }
 
 /// Runs `server`, waits for it to listen on `port`, runs `client`; both must exit 0.
@@ -122,6 +76,19 @@ fn exec_sets_the_library_and_address() {
     let out = exec("127.0.14.1", &["ibv_devices"]).output().unwrap();
     assert!(out.status.success(), "{}", show(&out));
     assert!(String::from_utf8_lossy(&out.stdout).contains("softrdma0"));
+
+    // The device node UCX looks for comes first in LD_PRELOAD, before the caller's.
+    let out = exec("127.0.14.1", &["sh", "-c", "echo $LD_PRELOAD"])
+        .env("LD_PRELOAD", "/nonexistent/libcaller.so")
+        .output()
+        .unwrap();
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert_eq!(
+        text.trim(),
+        format!("{dir}/libsoftrdma-devnode.so:/nonexistent/libcaller.so"),
+        "{}",
+        show(&out)
+    );
 
     // The program's own exit status comes back.
     let out = exec("127.0.14.1", &["sh", "-c", "exit 7"])
@@ -259,18 +226,6 @@ fn perftest_and_softrdma_perf_send_lat_and_atomic_bw() {
         18716,
         "softrdma perf server, ib_read_bw client",
     );
-}
-
-/// The value of counter `name` in a `--counters` report (0 when absent: only non-zero ones
-/// are printed).
-fn counter(stderr: &[u8], name: &str) -> u64 {
-    let text = String::from_utf8_lossy(stderr);
-    text.lines()
-        .filter_map(|l| l.strip_prefix("softrdma:\t"))
-        .filter_map(|l| l.split_once(' '))
-        .find(|(k, _)| *k == name)
-        .and_then(|(_, v)| v.trim().parse().ok())
-        .unwrap_or(0)
 }
 
 /// `--loss 0.05` on the client of an unmodified `ib_write_bw` pair: the run completes, its

@@ -31,7 +31,10 @@
 //! - `SOFTRDMA_COUNTERS=1`: when the program closes the device, its non-zero counters go to
 //!   stderr.
 //!
-//! `softrdma exec [--ip ADDR] -- PROGRAM ARGS…` sets these and `LD_LIBRARY_PATH`.
+//! `softrdma exec [--ip ADDR] -- PROGRAM ARGS…` sets these and `LD_LIBRARY_PATH`, and
+//! preloads `libsoftrdma-devnode.so` (`preload/devnode.c`): the device node
+//! `/dev/infiniband/softrdma0` (the device's `dev_name`), which UCX requires to exist before
+//! it uses a device, seen by `stat`/`access` as `/dev/null`.
 //!
 //! # Provider libraries
 //! Debian's perftest, UCX's `libuct_ib.so` and pyverbs' vendor modules also link

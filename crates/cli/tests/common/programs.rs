@@ -1,0 +1,71 @@
+//! Running unmodified programs through `softrdma exec` in tests: the command, a child with
+//! its output captured, a bounded wait, and whether a server listens yet.
+
+use std::process::{Child, Command, Output, Stdio};
+use std::time::{Duration, Instant};
+
+pub(crate) const BIN: &str = env!("CARGO_BIN_EXE_softrdma");
+
+/// `softrdma exec --ip IP -- PROGRAM…`.
+pub(crate) fn exec(ip: &str, program: &[&str]) -> Command {
+    let mut cmd = Command::new(BIN);
+    cmd.args(["exec", "--ip", ip, "--"]).args(program);
+    cmd
+}
+
+/// Starts `cmd` with stdout and stderr captured.
+pub(crate) fn spawn(mut cmd: Command) -> Child {
+    cmd.stdout(Stdio::piped()).stderr(Stdio::piped());
+    cmd.spawn().expect("spawn")
+}
+
+/// Waits for `child` at most `limit`; past it, kills it and fails, naming `what`.
+pub(crate) fn finish(mut child: Child, what: &str, limit: Duration) -> Output {
+    let deadline = Instant::now() + limit;
+    loop {
+        if child.try_wait().expect("wait").is_some() {
+            return child.wait_with_output().expect("output");
+        }
+        if Instant::now() > deadline {
+            let _ = child.kill();
+            let out = child.wait_with_output().expect("output");
+            panic!("{what} did not finish:\n{}", show(&out));
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    }
+}
+
+/// Exit status, stdout and stderr, for a failure message.
+pub(crate) fn show(o: &Output) -> String {
+    format!(
+        "{}\n{}{}",
+        o.status,
+        String::from_utf8_lossy(&o.stdout),
+        String::from_utf8_lossy(&o.stderr)
+    )
+}
+
+/// Whether something listens on TCP `port`.
+pub(crate) fn listening(port: u16) -> bool {
+    let needle = format!(":{port:04X}");
+    ["/proc/net/tcp", "/proc/net/tcp6"].iter().any(|f| {
+        std::fs::read_to_string(f).is_ok_and(|s| {
+            s.lines().skip(1).any(|l| {
+                let cols: Vec<&str> = l.split_whitespace().collect();
+                cols.len() > 3 && cols[1].ends_with(&needle) && cols[3] == "0A"
+            })
+        })
+    })
+}
+
+/// The value of counter `name` in a `--counters` report (0 when absent: only non-zero ones
+/// are printed).
+pub(crate) fn counter(stderr: &[u8], name: &str) -> u64 {
+    let text = String::from_utf8_lossy(stderr);
+    text.lines()
+        .filter_map(|l| l.strip_prefix("softrdma:\t"))
+        .filter_map(|l| l.split_once(' '))
+        .find(|(k, _)| *k == name)
+        .and_then(|(_, v)| v.trim().parse().ok())
+        .unwrap_or(0)
+}

@@ -1,0 +1,168 @@
+//! UCX on softrdma: Debian's unmodified `ucx_info` and `ucx_perftest` (ucx-utils 1.13) run
+//! through `softrdma exec`, see softrdma0 and move their data over it. Addresses 127.0.16.x,
+//! TCP ports 18760–18763 (ucx_perftest's own rendezvous).
+//!
+//! Needs `libibverbs.so.1` in the binary's directory (`cargo build --workspace`). Without
+//! ucx-utils installed the tests say so and pass: there is nothing to run.
+
+use std::path::Path;
+use std::process::{Command, Output};
+use std::time::{Duration, Instant};
+
+#[path = "common/programs.rs"]
+mod programs;
+use programs::{counter, exec, finish, listening, show, spawn, BIN};
+
+/// Whether UCX's tools are installed (else the reason is printed); panics without
+/// softrdma's library, which a workspace build makes.
+fn ucx_present() -> bool {
+    let dir = Path::new(BIN).parent().expect("binary directory");
+    assert!(
+        dir.join("libibverbs.so.1").exists(),
+        "{} has no libibverbs.so.1: build the workspace (cargo build --workspace)",
+        dir.display()
+    );
+    let missing: Vec<&str> = ["/usr/bin/ucx_info", "/usr/bin/ucx_perftest"]
+        .into_iter()
+        .filter(|t| !Path::new(t).exists())
+        .collect();
+    if !missing.is_empty() {
+        eprintln!(
+            "skipped: {} not installed (apt-get install ucx-utils)",
+            missing.join(", ")
+        );
+    }
+    missing.is_empty()
+}
+
+/// `ucx_info -d` lists softrdma0 as a memory domain with the `rc_verbs` and `ud_verbs`
+/// transports on its port, `softrdma0:1`.
+#[test]
+fn ucx_info_lists_softrdma0_with_rc_and_ud_verbs() {
+    if !ucx_present() {
+        return;
+    }
+    let out = exec("127.0.16.1", &["ucx_info", "-d"]).output().unwrap();
+    assert!(out.status.success(), "{}", show(&out));
+    let text = String::from_utf8_lossy(&out.stdout);
+    let domain = text
+        .split("# Memory domain: ")
+        .find(|d| d.starts_with("softrdma0\n"))
+        .unwrap_or_else(|| panic!("no softrdma0 memory domain:\n{}", show(&out)));
+    for tl in ["rc_verbs", "ud_verbs"] {
+        let at = domain
+            .find(&format!("#      Transport: {tl}\n"))
+            .unwrap_or_else(|| panic!("no {tl} on softrdma0:\n{domain}"));
+        assert!(
+            domain[at..]
+                .lines()
+                .nth(1)
+                .is_some_and(|l| l.trim_end() == "#         Device: softrdma0:1"),
+            "{tl} is not on softrdma0:1:\n{domain}"
+        );
+    }
+}
+
+/// One `ucx_perftest` run between two processes on two addresses, restricted to softrdma's
+/// device and `tls` (UCX's own names: `rc_v` is rc_verbs with ud_verbs for its wire-up,
+/// `ud_v` ud_verbs). Returns the client's output; the client's `--counters` report is on
+/// its stderr.
+fn perftest(tls: &str, port: u16, args: &[&str]) -> Output {
+    let ucx = |mut cmd: Command| {
+        cmd.env("UCX_NET_DEVICES", "softrdma0:1")
+            .env("UCX_TLS", tls)
+            .env("UCX_WARN_UNUSED_ENV_VARS", "n");
+        cmd
+    };
+    let port_s = port.to_string();
+    let server = ucx(exec("127.0.16.2", &["ucx_perftest", "-p", &port_s]));
+    let mut client = Command::new(BIN);
+    client
+        .args(["exec", "--ip", "127.0.16.3", "--counters", "--"])
+        .args(["ucx_perftest", "-p", &port_s])
+        .args(args)
+        .arg("127.0.16.2");
+    let client = ucx(client);
+    let what = format!("ucx_perftest {args:?} over {tls}");
+    let limit = Duration::from_secs(120);
+    let start = Instant::now();
+    let s = spawn(server);
+    while !listening(port) {
+        assert!(start.elapsed() < limit, "{what}: the server never listened");
+        std::thread::sleep(Duration::from_millis(10));
+    }
+    let c = finish(spawn(client), &format!("{what}: client"), limit);
+    let s = finish(s, &format!("{what}: server"), limit);
+    assert!(
+        s.status.success() && c.status.success(),
+        "{what}\n--- server:\n{}\n--- client:\n{}",
+        show(&s),
+        show(&c)
+    );
+    for o in [&s, &c] {
+        let err = String::from_utf8_lossy(&o.stderr);
+        assert!(
+            !err.contains("UCX  ERROR") && !err.contains("not available"),
+            "{what}:\n{}",
+            show(o)
+        );
+    }
+    c
+}
+
+/// The fields of ucx_perftest's `Final:` line: iterations, then latency 50th percentile,
+/// average and overall (µs), bandwidth average and overall (MB/s), message rate average and
+/// overall.
+fn final_line(out: &Output) -> Vec<f64> {
+    let text = String::from_utf8_lossy(&out.stdout);
+    let line = text
+        .lines()
+        .find_map(|l| l.trim().strip_prefix("Final:"))
+        .unwrap_or_else(|| panic!("no Final: line:\n{}", show(out)));
+    line.split_whitespace()
+        .map(|f| f.parse().unwrap_or_else(|_| panic!("bad field {f:?}")))
+        .collect()
+}
+
+/// ucx_perftest's UCP tests between two processes, each on its own address: put bandwidth
+/// and get at 64 KiB and tag-matched latency at 8 B over rc_verbs, tag-matched bandwidth at
+/// 4 KiB over ud_verbs. Each run completes every iteration it was asked for, and the
+/// client's softrdma device carried at least the bytes the test moved.
+#[test]
+fn ucx_perftest_between_two_addresses() {
+    if !ucx_present() {
+        return;
+    }
+    // The last column: the fewest packets the client's device can have sent and received
+    // for the run, at most 4096 payload bytes a packet (the port MTU on loopback), and in
+    // the latency test at least one packet each way per iteration.
+    let runs: [(&str, u16, &str, u64, u64, u64); 4] = [
+        ("rc_v,self", 18760, "ucp_put_bw", 65536, 1000, 16000),
+        ("rc_v,self", 18761, "ucp_get", 65536, 1000, 16000),
+        ("rc_v,self", 18762, "tag_lat", 8, 1000, 2000),
+        ("ud_v,self", 18763, "tag_bw", 4096, 1000, 1000),
+    ];
+    for (tls, port, test, size, iters, least) in runs {
+        let (size_s, iters_s) = (size.to_string(), iters.to_string());
+        let c = perftest(tls, port, &["-t", test, "-s", &size_s, "-n", &iters_s]);
+        let f = final_line(&c);
+        assert_eq!(f.len(), 8, "{}", show(&c));
+        assert_eq!(f[0], iters as f64, "{test}: iterations\n{}", show(&c));
+        assert!(
+            f[2] > 0.0 && f[5] > 0.0 && f[7] > 0.0,
+            "{test}: figures\n{}",
+            show(&c)
+        );
+        // The data crossed softrdma's device.
+        let packets = counter(&c.stderr, "tx_packets") + counter(&c.stderr, "rx_packets");
+        assert!(
+            packets >= least,
+            "{test}: {packets} packets, fewer than {least}\n{}",
+            show(&c)
+        );
+        eprintln!(
+            "{test} {size} B over {tls}: {:.2} MB/s, {:.3} us typical latency, {packets} packets",
+            f[5], f[1]
+        );
+    }
+}
