@@ -1,9 +1,10 @@
-//! UCX on softrdma: Debian's unmodified `ucx_info` and `ucx_perftest` (ucx-utils 1.13) run
-//! through `softrdma exec`, see softrdma0 and move their data over it. Addresses 127.0.16.x,
-//! TCP ports 18760–18763 (ucx_perftest's own rendezvous).
+//! UCX on softrdma: Debian's unmodified `ucx_info` and `ucx_perftest` (ucx-utils 1.13), and
+//! Open MPI over UCX, run through `softrdma exec`, see softrdma0 and move their data over it.
+//! Addresses 127.0.16.x, TCP ports 18760–18763 (ucx_perftest's own rendezvous).
 //!
 //! Needs `libibverbs.so.1` in the binary's directory (`cargo build --workspace`). Without
-//! ucx-utils installed the tests say so and pass: there is nothing to run.
+//! ucx-utils (or, for the MPI test, Open MPI) installed the tests say so and pass: there is
+//! nothing to run.
 
 use std::path::Path;
 use std::process::{Command, Output};
@@ -165,4 +166,109 @@ fn ucx_perftest_between_two_addresses() {
             f[5], f[1]
         );
     }
+}
+
+/// Open MPI over UCX over softrdma: `mpirun -np 4 --mca pml ucx` runs `tests/c/mpi_allreduce.c`
+/// (a checked ping-pong between ranks 0 and 1, a checked `MPI_Allreduce` of 64 MiB), once
+/// with `rc_v` and once with `ud_v`. Each rank runs through `softrdma exec` on its own address
+/// (127.0.16.10 + rank: one address per process until processes can share one, issue 34
+/// item 3), and every UCX endpoint between two ranks is on softrdma0:1 (UCX's debug log
+/// names each lane's transport and device). Skipped when Open MPI is not installed.
+#[test]
+fn open_mpi_allreduce_over_ucx() {
+    if !ucx_present() {
+        return;
+    }
+    let missing: Vec<&str> = ["/usr/bin/mpicc", "/usr/bin/mpirun"]
+        .into_iter()
+        .filter(|t| !Path::new(t).exists())
+        .collect();
+    if !missing.is_empty() {
+        eprintln!(
+            "skipped: {} not installed (apt-get install openmpi-bin libopenmpi-dev)",
+            missing.join(", ")
+        );
+        return;
+    }
+    let dir = std::env::temp_dir().join(format!("softrdma-mpi-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let exe = dir.join("mpi_allreduce");
+    let src = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/c/mpi_allreduce.c");
+    let out = Command::new("mpicc")
+        .args(["-O2", "-Wall", "-Werror", "-o"])
+        .arg(&exe)
+        .arg(&src)
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "mpicc: {}", show(&out));
+    let rank_cmd = format!(
+        "exec {BIN} exec --ip 127.0.16.$((10 + OMPI_COMM_WORLD_RANK)) -- {}",
+        exe.display()
+    );
+    for (tl, tls) in [("rc_verbs", "rc_v,self"), ("ud_verbs", "ud_v,self")] {
+        let mut mpirun = Command::new("mpirun");
+        mpirun
+            // Open MPI refuses root unless told (CI runs as root).
+            .env("OMPI_ALLOW_RUN_AS_ROOT", "1")
+            .env("OMPI_ALLOW_RUN_AS_ROOT_CONFIRM", "1")
+            .args(["--oversubscribe", "-np", "4", "--mca", "pml", "ucx"])
+            // Open MPI's UCX component takes only mlx* devices unless told otherwise.
+            .args([
+                "--mca",
+                "pml_ucx_devices",
+                "any",
+                "--mca",
+                "btl",
+                "^openib,uct",
+            ])
+            .args([
+                "-x",
+                "UCX_NET_DEVICES=softrdma0:1",
+                "-x",
+                &format!("UCX_TLS={tls}"),
+            ])
+            // The debug log names each lane; to files, as it is too much for a pipe.
+            .args([
+                "-x",
+                "UCX_LOG_LEVEL=debug",
+                "-x",
+                "UCX_WARN_UNUSED_ENV_VARS=n",
+                "-x",
+                &format!("UCX_LOG_FILE={}/{tl}.%p.log", dir.display()),
+            ])
+            .args(["sh", "-c", &rank_cmd]);
+        let out = finish(
+            spawn(mpirun),
+            &format!("mpirun over {tls}"),
+            Duration::from_secs(300),
+        );
+        let stdout = String::from_utf8_lossy(&out.stdout);
+        assert!(
+            out.status.success() && stdout.contains("mpi: all checks passed (4 ranks)"),
+            "mpirun over {tls}: {}\n{stdout}",
+            out.status
+        );
+        // The lanes of every endpoint between two ranks (each rank has 3 peers).
+        let mut log = String::new();
+        for entry in std::fs::read_dir(&dir).unwrap() {
+            let path = entry.unwrap().path();
+            let name = path.file_name().unwrap().to_string_lossy().into_owned();
+            if name.starts_with(&format!("{tl}.")) && name.ends_with(".log") {
+                log.push_str(&std::fs::read_to_string(&path).unwrap());
+            }
+        }
+        let lanes: Vec<&str> = log
+            .lines()
+            .filter(|l| l.contains(": lane[") && !l.contains(":self/"))
+            .collect();
+        for l in &lanes {
+            assert!(l.contains("_verbs/softrdma0:1"), "{tls}: {l}");
+        }
+        let on_tl = lanes
+            .iter()
+            .filter(|l| l.contains(&format!("{tl}/softrdma0:1")))
+            .count();
+        assert!(on_tl >= 12, "{tls}: {on_tl} lanes on {tl}\n{stdout}");
+    }
+    let _ = std::fs::remove_dir_all(&dir);
 }
