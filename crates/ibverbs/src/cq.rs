@@ -229,7 +229,7 @@ pub(crate) unsafe extern "C" fn ibv_create_cq(
     channel: *mut ibv_comp_channel,
     comp_vector: c_int,
 ) -> *mut ibv_cq {
-    if !(0..crate::tables::comp_vectors()).contains(&comp_vector) {
+    if !(0..crate::util::comp_vectors()).contains(&comp_vector) {
         return fail_null(libc::EINVAL);
     }
     match create(context, cqe, cq_context, channel) {
@@ -267,7 +267,7 @@ pub(crate) unsafe extern "C" fn create_cq_ex(
     {
         return fail_null(libc::EOPNOTSUPP);
     }
-    if !u32::try_from(crate::tables::comp_vectors()).is_ok_and(|n| a.comp_vector < n) {
+    if !u32::try_from(crate::util::comp_vectors()).is_ok_and(|n| a.comp_vector < n) {
         return fail_null(libc::EINVAL);
     }
     let Ok(cqe) = c_int::try_from(a.cqe) else {

@@ -11,16 +11,6 @@ use std::mem::size_of;
 
 use crate::abi::*;
 
-/// How many completion vectors a context has: one per CPU the system may run, as rxe counts
-/// them. Programs pass a vector per thread or per CPU (UCX passes the CPU it runs on); every
-/// vector of softrdma delivers through the CQ's own completion channel, so they differ in
-/// name only.
-pub(crate) fn comp_vectors() -> i32 {
-    // SAFETY: sysconf reads a system value and takes no pointer.
-    let n = unsafe { libc::sysconf(libc::_SC_NPROCESSORS_CONF) };
-    i32::try_from(n).unwrap_or(1).max(1)
-}
-
 /// The tables of a new context on `device`, with `async_fd` as its event descriptor and
 /// `cmd_fd` as its command descriptor.
 pub(crate) fn verbs_context_for(
@@ -108,7 +98,7 @@ pub(crate) fn verbs_context_for(
             },
             cmd_fd,
             async_fd,
-            num_comp_vectors: comp_vectors(),
+            num_comp_vectors: crate::util::comp_vectors(),
             mutex: libc::PTHREAD_MUTEX_INITIALIZER,
             abi_compat: VERBS_ABI_IS_EXTENDED,
         },

@@ -143,3 +143,13 @@ pub(crate) unsafe fn copy_prefix<T>(src: &T, dst: *mut u8, len: usize) {
         std::ptr::write_bytes(dst.add(n), 0, len - n);
     }
 }
+
+/// How many completion vectors a context has: one per CPU the system may run, as rxe counts
+/// them. Programs pass a vector per thread or per CPU (UCX passes the CPU it runs on); every
+/// vector of softrdma delivers through the CQ's own completion channel, so they differ in
+/// name only.
+pub(crate) fn comp_vectors() -> i32 {
+    // SAFETY: sysconf reads a system value and takes no pointer.
+    let n = unsafe { libc::sysconf(libc::_SC_NPROCESSORS_CONF) };
+    i32::try_from(n).unwrap_or(1).max(1)
+}
