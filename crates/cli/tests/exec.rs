@@ -7,12 +7,12 @@
 
 use std::net::UdpSocket;
 use std::path::Path;
-use std::process::{Command, Output};
+use std::process::Command;
 use std::time::{Duration, Instant};
 
 #[path = "common/programs.rs"]
 mod programs;
-use programs::{counter, exec, finish, listening, show, spawn, BIN};
+use programs::{counter, exec, finish, listening, pair, show, spawn, BIN};
 
 fn check_setup() {
     let dir = Path::new(BIN).parent().expect("binary directory");
@@ -27,26 +27,6 @@ fn check_setup() {
             "{tool} missing: install Debian's perftest and ibverbs-utils"
         );
     }
-}
-
-/// Runs `server`, waits for it to listen on `port`, runs `client`; both must exit 0.
-fn pair(server: Command, client: Command, port: u16, what: &str) -> (Output, Output) {
-    let limit = Duration::from_secs(90);
-    let start = Instant::now();
-    let s = spawn(server);
-    while !listening(port) {
-        assert!(start.elapsed() < limit, "{what}: server never listened");
-        std::thread::sleep(Duration::from_millis(10));
-    }
-    let c = finish(spawn(client), &format!("{what} client"), limit);
-    let s = finish(s, &format!("{what} server"), limit);
-    assert!(
-        s.status.success() && c.status.success(),
-        "{what}\n--- server:\n{}\n--- client:\n{}",
-        show(&s),
-        show(&c)
-    );
-    (s, c)
 }
 
 fn perf(test: &str, bind: &str, port: u16, extra: &[&str], server: Option<&str>) -> Command {

@@ -13,7 +13,9 @@ use std::path::Path;
 use std::process::{Child, Command, Output, Stdio};
 use std::time::{Duration, Instant};
 
-const BIN: &str = env!("CARGO_BIN_EXE_softrdma");
+#[path = "common/programs.rs"]
+mod programs;
+use programs::{finish, show, BIN};
 
 fn check_setup(tool: &str) {
     let dir = Path::new(BIN).parent().expect("binary directory");
@@ -35,30 +37,6 @@ fn exec(ip: &str, program: &str, args: &[&str]) -> Command {
     cmd.args(["exec", "--ip", ip, "--", program]).args(args);
     cmd.stdout(Stdio::piped()).stderr(Stdio::piped());
     cmd
-}
-
-fn show(o: &Output) -> String {
-    format!(
-        "{}\n{}{}",
-        o.status,
-        String::from_utf8_lossy(&o.stdout),
-        String::from_utf8_lossy(&o.stderr)
-    )
-}
-
-fn finish(mut child: Child, what: &str, limit: Duration) -> Output {
-    let deadline = Instant::now() + limit;
-    loop {
-        if child.try_wait().expect("wait").is_some() {
-            return child.wait_with_output().expect("output");
-        }
-        if Instant::now() > deadline {
-            let _ = child.kill();
-            let out = child.wait_with_output().expect("output");
-            panic!("{what} did not finish:\n{}", show(&out));
-        }
-        std::thread::sleep(Duration::from_millis(20));
-    }
 }
 
 /// Whether a process has UDP port 4791 of `ip` (its softrdma device is open).

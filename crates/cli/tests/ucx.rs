@@ -8,11 +8,27 @@
 
 use std::path::Path;
 use std::process::{Command, Output};
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 #[path = "common/programs.rs"]
 mod programs;
-use programs::{counter, exec, finish, listening, show, spawn, BIN};
+use programs::{counter, exec, finish, pair, show, spawn, BIN};
+
+/// Whether `tools` are all installed; if not, says which are missing and what to install.
+fn installed(tools: &[&str], packages: &str) -> bool {
+    let missing: Vec<&str> = tools
+        .iter()
+        .copied()
+        .filter(|t| !Path::new(t).exists())
+        .collect();
+    if !missing.is_empty() {
+        eprintln!(
+            "skipped: {} not installed (apt-get install {packages})",
+            missing.join(", ")
+        );
+    }
+    missing.is_empty()
+}
 
 /// Whether UCX's tools are installed (else the reason is printed); panics without
 /// softrdma's library, which a workspace build makes.
@@ -23,17 +39,7 @@ fn ucx_present() -> bool {
         "{} has no libibverbs.so.1: build the workspace (cargo build --workspace)",
         dir.display()
     );
-    let missing: Vec<&str> = ["/usr/bin/ucx_info", "/usr/bin/ucx_perftest"]
-        .into_iter()
-        .filter(|t| !Path::new(t).exists())
-        .collect();
-    if !missing.is_empty() {
-        eprintln!(
-            "skipped: {} not installed (apt-get install ucx-utils)",
-            missing.join(", ")
-        );
-    }
-    missing.is_empty()
+    installed(&["/usr/bin/ucx_info", "/usr/bin/ucx_perftest"], "ucx-utils")
 }
 
 /// `ucx_info -d` lists softrdma0 as a memory domain with the `rc_verbs` and `ud_verbs`
@@ -85,21 +91,7 @@ fn perftest(tls: &str, port: u16, args: &[&str]) -> Output {
         .arg("127.0.16.2");
     let client = ucx(client);
     let what = format!("ucx_perftest {args:?} over {tls}");
-    let limit = Duration::from_secs(120);
-    let start = Instant::now();
-    let s = spawn(server);
-    while !listening(port) {
-        assert!(start.elapsed() < limit, "{what}: the server never listened");
-        std::thread::sleep(Duration::from_millis(10));
-    }
-    let c = finish(spawn(client), &format!("{what}: client"), limit);
-    let s = finish(s, &format!("{what}: server"), limit);
-    assert!(
-        s.status.success() && c.status.success(),
-        "{what}\n--- server:\n{}\n--- client:\n{}",
-        show(&s),
-        show(&c)
-    );
+    let (s, c) = pair(server, client, port, &what);
     for o in [&s, &c] {
         let err = String::from_utf8_lossy(&o.stderr);
         assert!(
@@ -179,15 +171,10 @@ fn open_mpi_allreduce_over_ucx() {
     if !ucx_present() {
         return;
     }
-    let missing: Vec<&str> = ["/usr/bin/mpicc", "/usr/bin/mpirun"]
-        .into_iter()
-        .filter(|t| !Path::new(t).exists())
-        .collect();
-    if !missing.is_empty() {
-        eprintln!(
-            "skipped: {} not installed (apt-get install openmpi-bin libopenmpi-dev)",
-            missing.join(", ")
-        );
+    if !installed(
+        &["/usr/bin/mpicc", "/usr/bin/mpirun"],
+        "openmpi-bin libopenmpi-dev",
+    ) {
         return;
     }
     let dir = std::env::temp_dir().join(format!("softrdma-mpi-{}", std::process::id()));

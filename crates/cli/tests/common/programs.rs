@@ -1,6 +1,9 @@
 //! Running unmodified programs through `softrdma exec` in tests: the command, a child with
 //! its output captured, a bounded wait, and whether a server listens yet.
 
+// Each test binary that includes this module uses a part of it.
+#![allow(dead_code)]
+
 use std::process::{Child, Command, Output, Stdio};
 use std::time::{Duration, Instant};
 
@@ -56,6 +59,27 @@ pub(crate) fn listening(port: u16) -> bool {
             })
         })
     })
+}
+
+/// Runs `server`, waits for it to listen on TCP `port`, runs `client`; both must exit 0
+/// within 120 s. Returns their outputs.
+pub(crate) fn pair(server: Command, client: Command, port: u16, what: &str) -> (Output, Output) {
+    let limit = Duration::from_secs(120);
+    let start = Instant::now();
+    let s = spawn(server);
+    while !listening(port) {
+        assert!(start.elapsed() < limit, "{what}: server never listened");
+        std::thread::sleep(Duration::from_millis(10));
+    }
+    let c = finish(spawn(client), &format!("{what} client"), limit);
+    let s = finish(s, &format!("{what} server"), limit);
+    assert!(
+        s.status.success() && c.status.success(),
+        "{what}\n--- server:\n{}\n--- client:\n{}",
+        show(&s),
+        show(&c)
+    );
+    (s, c)
 }
 
 /// The value of counter `name` in a `--counters` report (0 when absent: only non-zero ones

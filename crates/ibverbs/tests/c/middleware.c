@@ -223,15 +223,8 @@ int main(void)
 	CHECK(!memcmp(buf + GRH - 4, &v4, 4), "destination in the GRH area");
 
 	/* An RC receive: no GRH area, sl 0. */
-	struct ibv_qp_init_attr ria = {
-		.send_cq = scq,
-		.recv_cq = rcq,
-		.cap = { .max_send_wr = 8, .max_recv_wr = 8, .max_send_sge = 1, .max_recv_sge = 1 },
-		.qp_type = IBV_QPT_RC,
-	};
-	struct ibv_qp *ra = ibv_create_qp(pd, &ria), *rb = ibv_create_qp(pd, &ria);
-	CHECK(ra && rb, "RC pair");
-	connect_pair(ra, rb);
+	struct ibv_qp *ra, *rb;
+	rc_pair(pd, scq, rcq, 8, &ra, &rb);
 	post_recv(rb, 13, buf, MSG, mr->lkey);
 	struct ibv_sge sge = { .addr = (uintptr_t)(buf + 2048), .length = MSG, .lkey = mr->lkey };
 	struct ibv_send_wr sw = { .wr_id = 14, .sg_list = &sge, .num_sge = 1,

@@ -75,6 +75,25 @@ static inline void connect_pair(struct ibv_qp *a, struct ibv_qp *b)
 	CHECK(a->state == IBV_QPS_RTS, "ibv_modify_qp updates qp->state");
 }
 
+/* Two RC QPs of `pd` on `send_cq` and `recv_cq`, `depth` requests of one SGE each way,
+ * connected to each other. */
+static inline void rc_pair(struct ibv_pd *pd, struct ibv_cq *send_cq, struct ibv_cq *recv_cq,
+			   uint32_t depth, struct ibv_qp **a, struct ibv_qp **b)
+{
+	struct ibv_qp_init_attr ia = {
+		.send_cq = send_cq,
+		.recv_cq = recv_cq,
+		.cap = { .max_send_wr = depth, .max_recv_wr = depth, .max_send_sge = 1,
+			 .max_recv_sge = 1 },
+		.qp_type = IBV_QPT_RC,
+	};
+
+	*a = ibv_create_qp(pd, &ia);
+	*b = ibv_create_qp(pd, &ia);
+	CHECK(*a && *b, "create_qp");
+	connect_pair(*a, *b);
+}
+
 /* Polls `cq` (busy, through the inline ibv_poll_cq) until one completion arrives. */
 static inline struct ibv_wc poll_one(struct ibv_cq *cq)
 {

@@ -39,16 +39,9 @@ static uint8_t *pages(struct ibv_mr **mr)
  * and returns its completion's status. */
 static enum ibv_wc_status run(struct ibv_send_wr *wr)
 {
-	struct ibv_qp_init_attr ia = {
-		.send_cq = cq,
-		.recv_cq = cq,
-		.cap = { .max_send_wr = 4, .max_recv_wr = 4, .max_send_sge = 1, .max_recv_sge = 1 },
-		.qp_type = IBV_QPT_RC,
-	};
-	struct ibv_qp *a = ibv_create_qp(pd, &ia), *b = ibv_create_qp(pd, &ia);
+	struct ibv_qp *a, *b;
 
-	CHECK(a && b, "create_qp");
-	connect_pair(a, b);
+	rc_pair(pd, cq, cq, 4, &a, &b);
 	wr->send_flags = IBV_SEND_SIGNALED;
 	post_one(a, wr);
 	struct ibv_wc wc = poll_one(cq);
