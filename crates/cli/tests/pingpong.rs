@@ -497,6 +497,7 @@ fn devinfo_prints_ibv_devinfo_layout() {
         "\t\t\tphys_state:\t\tLINK_UP (5)\n",
         "\t\t\tGID[  0]:\t\t::ffff:127.0.77.41, RoCE v2\n",
         "\t\t\tGID[  1]:\t\t::ffff:127.0.77.41, RoCE v2\n",
+        "\t\t\tGID[  2]:\t\tfe80::7fff:fe00:4d29, RoCE v2\n",
         "counters:\n",
         "\tdrops.bad_icrc",
         "\tnaks_sent.rnr",

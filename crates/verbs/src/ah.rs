@@ -3,7 +3,8 @@
 //! On RoCEv2 an address handle is a destination GID — an IP address, IPv4-mapped for IPv4 —
 //! plus the source GID index, hop limit and traffic class. Creating one checks what a send
 //! would need, so that a bad address fails here, with a reason, rather than as silence on the
-//! wire: the port exists, the source GID index names the device's address, the destination
+//! wire: the port exists, the source GID index names the device's address (not the link-local GID
+//! at index 2, which it cannot send from), the destination
 //! is an IP address of the same family, and the host has a route to it. Like rdma-core's
 //! `ibv_create_ah`, which resolves the neighbour, it fails for an unreachable destination.
 

@@ -234,8 +234,8 @@ pub enum CreateAhError {
     /// The source GID index is not in the table.
     #[error("no GID at index {0}")]
     NoSuchGid(u8),
-    /// The source GID is not the address this device sends from (every entry of a softrdma
-    /// device's table is its address, see [`crate::gid`]).
+    /// The source GID is not the address this device sends from (index 2, the link-local GID:
+    /// use 0 or 1, see [`crate::gid`]).
     #[error(
         "source GID {index} ({gid}) is not the device's address {local}; use the GID of {local}"
     )]

@@ -1,26 +1,30 @@
 //! Global identifiers (GIDs) and the GID table a device exposes.
 //!
 //! On RoCEv2 a GID is an IPv6 address; IPv4 endpoints use the IPv4-mapped form
-//! `::ffff:a.b.c.d`. A device sends from, and answers at, the one address it is bound to, so
-//! every entry of its GID table is that address:
+//! `::ffff:a.b.c.d`. A device sends from, and answers at, the one address it is bound to:
 //!
 //! | index | IPv4 bind address `a.b.c.d` | IPv6 bind address `A` |
 //! |---|---|---|
 //! | 0 | `::ffff:a.b.c.d` | `A` |
 //! | 1 | `::ffff:a.b.c.d` | `A` (absent when `A` is link-local) |
+//! | 2 | `fe80::` + EUI-64 of the interface MAC | the same (absent when `A` is link-local) |
 //!
 //! Index 0 is what programs take when they are not told otherwise (pyverbs, UCX without
-//! sysfs, perftest's default `-x 0`); index 1 is the index of the IPv4 GID on Linux rxe, whose
-//! table starts with the interface's IPv6 link-local GID, so `-g 1` / `-x 1` written for rxe
-//! select the same address here. softrdma has no link-local entry: it could not send from it
-//! (the device's socket is bound to its one address), and an entry that cannot be used is a
-//! failure waiting for the program that picks it.
+//! sysfs, perftest's default `-x 0`), so it is the device's address. Index 1 is the index of
+//! the IPv4 GID on Linux rxe, whose table starts with the interface's IPv6 link-local GID, so
+//! `-g 1` / `-x 1` written for rxe select the same address here. Index 2 is that link-local
+//! GID, last: the device cannot send from it (its socket is bound to its one address, and an
+//! address handle from it is refused), but programs read it: libfabric's verbs provider
+//! derives its fabric name and the InfiniBand-style (`AF_IB`) addresses of a device from the
+//! table's link-local GIDs, and without one lists no message endpoints for a device whose
+//! address no interface holds (127.0.0.x beyond 127.0.0.1).
 //!
-//! The node GUID is the EUI-64 of the MAC of the interface that holds the bind address (read
+//! The MAC is the one of the interface that holds the bind address (read
 //! from `/sys/class/net/IF/address`). When there is none — loopback, a wildcard or an address
 //! no interface holds — softrdma derives a locally administered MAC from the address:
 //! `02:00:a:b:c:d` for IPv4 `a.b.c.d`, `02:00:` + the last four bytes for IPv6. For example
-//! `127.0.5.1` gets MAC `02:00:7f:00:05:01` and node GUID `0000:7fff:fe00:0501`.
+//! `127.0.5.1` gets MAC `02:00:7f:00:05:01`, EUI-64 `0000:7fff:fe00:0501` (also the node GUID)
+//! and GID 2 `fe80::7fff:fe00:501`.
 
 use std::net::IpAddr;
 

@@ -627,14 +627,18 @@ fn device_attributes_and_gids() {
     assert_eq!(port.max_mtu, Mtu::Mtu4096);
     assert!(d.query_port(2).is_err());
     // Index 0 (what programs take by default) and index 1 (the IPv4 GID's index on rxe) are
-    // both the device's address; there is no link-local entry to send from.
+    // both the device's address; the link-local GID comes last.
     assert_eq!(d.query_gid(1, 0).unwrap().to_string(), "::ffff:127.0.5.37");
     assert_eq!(d.query_gid(1, 1).unwrap().to_string(), "::ffff:127.0.5.37");
-    assert_eq!(d.gid_table().len(), 2);
-    assert_eq!(d.query_port(1).unwrap().gid_tbl_len, 2);
+    assert_eq!(
+        d.query_gid(1, 2).unwrap().to_string(),
+        "fe80::7fff:fe00:525"
+    );
+    assert_eq!(d.gid_table().len(), 3);
+    assert_eq!(d.query_port(1).unwrap().gid_tbl_len, 3);
     assert_eq!(attr.node_guid, 0x0000_7fff_fe00_0525);
     assert_eq!(d.gid_index(), 0);
-    assert!(d.query_gid(1, 2).is_err());
+    assert!(d.query_gid(1, 3).is_err());
     // The same address cannot be opened twice (port 4791 is taken).
     assert!(softrdma::Device::open(softrdma::DeviceConfig::new(ip("127.0.5.37"))).is_err());
     // IPv6 loopback: the address itself.

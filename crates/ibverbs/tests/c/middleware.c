@@ -2,8 +2,9 @@
  * it, checked against the system <infiniband/verbs.h> on softrdma's libibverbs.so.1:
  *
  * - the GID table: index 0 (what programs take by default) and index 1 (the IPv4 GID's index
- *   on rxe) are both the device's IPv4-mapped address, RoCE v2 by ibv_query_gid_type,
- *   ibv_query_gid_ex and ibv_query_gid_table alike, and an address handle from either works;
+ *   on rxe) are both the device's IPv4-mapped address, index 2 a link-local GID, all RoCE v2
+ *   by ibv_query_gid_type, ibv_query_gid_ex and ibv_query_gid_table alike; an address handle
+ *   from index 0 or 1 works, one from index 2 is EINVAL;
  * - the device attributes UCX and libfabric test: atomic_cap, max_qp_rd_atom, max_srq;
  * - one completion vector per CPU (UCX passes the CPU it runs on as comp_vector), one more is
  *   EINVAL;
@@ -112,7 +113,7 @@ int main(void)
 	CHECK(ip && inet_pton(AF_INET, ip, &v4) == 1, "SOFTRDMA_IP is IPv4");
 	struct ibv_port_attr port;
 	CHECK(ibv_query_port(ctx, 1, &port) == 0, "query_port");
-	CHECK(port.gid_tbl_len == 2, "two GIDs, got %d", port.gid_tbl_len);
+	CHECK(port.gid_tbl_len == 3, "three GIDs, got %d", port.gid_tbl_len);
 	for (int i = 0; i < 2; i++) {
 		union ibv_gid g;
 		CHECK(ibv_query_gid(ctx, 1, i, &g) == 0, "gid %d", i);
@@ -130,18 +131,22 @@ int main(void)
 		if (i == 0)
 			gid = g;
 	}
-	union ibv_gid g2;
-	CHECK(ibv_query_gid(ctx, 1, 2, &g2) != 0, "no GID 2");
+	union ibv_gid ll, g3;
+	CHECK(ibv_query_gid(ctx, 1, 2, &ll) == 0 && ll.raw[0] == 0xfe && ll.raw[1] == 0x80,
+	      "GID 2 is link-local");
 	int type;
-	CHECK(ibv_query_gid_type(ctx, 1, 2, &type) != 0, "no GID 2 type");
+	CHECK(ibv_query_gid_type(ctx, 1, 2, &type) == 0 && type == GID_TYPE_SYSFS_ROCE_V2,
+	      "GID 2 type");
+	CHECK(ibv_query_gid(ctx, 1, 3, &g3) != 0, "no GID 3");
+	CHECK(ibv_query_gid_type(ctx, 1, 3, &type) != 0, "no GID 3 type");
 	struct ibv_gid_entry table[4];
-	CHECK(ibv_query_gid_table(ctx, table, 4, 0) == 2, "gid table of 2");
-	CHECK(table[0].gid_index == 0 && table[1].gid_index == 1 &&
-		      table[0].gid_type == IBV_GID_TYPE_ROCE_V2 &&
-		      table[1].gid_type == IBV_GID_TYPE_ROCE_V2 &&
-		      !memcmp(table[1].gid.raw, gid.raw, 16),
+	CHECK(ibv_query_gid_table(ctx, table, 4, 0) == 3, "gid table of 3");
+	for (int i = 0; i < 3; i++)
+		CHECK(table[i].gid_index == (uint32_t)i && table[i].gid_type == IBV_GID_TYPE_ROCE_V2,
+		      "gid table entry %d", i);
+	CHECK(!memcmp(table[1].gid.raw, gid.raw, 16) && !memcmp(table[2].gid.raw, ll.raw, 16),
 	      "gid table entries");
-	CHECK(ibv_query_gid_table(ctx, table, 1, 0) == -EINVAL, "gid table too small");
+	CHECK(ibv_query_gid_table(ctx, table, 2, 0) == -EINVAL, "gid table too small");
 
 	/* The attributes middleware tests. */
 	struct ibv_device_attr_ex dx;
@@ -221,6 +226,14 @@ int main(void)
 	CHECK(wc.wc_flags & IBV_WC_GRH && wc.src_qp == tx->qp_num && wc.sl == 2,
 	      "ibv_poll_cq: GRH, src_qp, sl %d", wc.sl);
 	CHECK(!memcmp(buf + GRH - 4, &v4, 4), "destination in the GRH area");
+
+	/* The link-local GID is not an address the device sends from. */
+	struct ibv_ah_attr lla = {
+		.is_global = 1,
+		.port_num = 1,
+		.grh = { .dgid = gid, .sgid_index = 2, .hop_limit = 64 },
+	};
+	CHECK(!ibv_create_ah(pd, &lla) && errno == EINVAL, "no address handle from GID 2");
 
 	/* An RC receive: no GRH area, sl 0. */
 	struct ibv_qp *ra, *rb;
