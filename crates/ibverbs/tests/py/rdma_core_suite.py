@@ -8,9 +8,9 @@ shipped, with two changes that concern the host, not softrdma:
 - the vendor test modules (test_mlx5_*, test_efa*) are left out, and the vendor extension
   modules of pyverbs are replaced by stand-ins before anything imports them: their shared
   objects link the real libmlx5/libefa, which need libibverbs' private ABI;
-- it runs with `--gid 1`: GID 0 of a softrdma device on an IPv4 address is the IPv6
-  link-local GID, which it cannot send from (rxe's table has the same two entries; on rxe the
-  tests pick index 0 because its netdev has an IPv6 link-local address).
+- it runs with `--gid 0`, so every test uses that index: the device's address (the
+  IPv4-mapped GID for an IPv4 address), as is index 1, rxe's index of it. GID index 0 is
+  also pyverbs' own default.
 
 Prints unittest's report and, last, one line `rdma-core suite: ran N, ok N, skipped N,
 failed N`; exits 0 only if nothing failed.
@@ -102,7 +102,7 @@ def main():
         tests = _copy_suite(tmp)
         sys.path[:0] = [tests, tmp]
         from args_parser import parser
-        sys.argv = [sys.argv[0], '--dev', dev, '--gid', '1'] + sys.argv[2:]
+        sys.argv = [sys.argv[0], '--dev', dev, '--gid', '0'] + sys.argv[2:]
         parser.parse_args()
         import importlib
         suite_module = importlib.import_module('tests')
