@@ -187,3 +187,69 @@ fn listening_on_a_service_another_device_holds_is_refused() {
     drop((claim, again));
     b.claim_service_id(0x0106_4e20).unwrap();
 }
+
+/// The kernel lets only sockets of the same user into a `SO_REUSEPORT` group: another user's
+/// socket binding the address as a device would is refused, so it can neither receive the
+/// address's datagrams nor attach a program to steer them.
+#[test]
+fn another_user_cannot_join_the_address() {
+    // SAFETY: geteuid has no preconditions.
+    if unsafe { libc::geteuid() } != 0 {
+        eprintln!("skipped: becoming another user needs root");
+        return;
+    }
+    let _dev = open("127.0.13.8");
+    let addr = libc::sockaddr_in {
+        sin_family: libc::AF_INET as libc::sa_family_t,
+        sin_port: 4791u16.to_be(),
+        sin_addr: libc::in_addr {
+            s_addr: u32::from_be_bytes([127, 0, 13, 8]).to_be(),
+        },
+        sin_zero: [0; 8],
+    };
+    // The child only makes system calls (async-signal-safe after fork in a threaded
+    // process): it becomes `nobody` and binds as a device would, with SO_REUSEPORT.
+    // SAFETY: fork(2); the child calls only raw system calls and _exit.
+    let pid = unsafe { libc::fork() };
+    assert!(pid >= 0, "fork failed");
+    if pid == 0 {
+        // SAFETY: raw system calls on values that live in this frame; _exit never returns.
+        unsafe {
+            if libc::syscall(libc::SYS_setresgid, 65534, 65534, 65534) != 0
+                || libc::syscall(libc::SYS_setresuid, 65534, 65534, 65534) != 0
+            {
+                libc::_exit(3);
+            }
+            let fd = libc::socket(libc::AF_INET, libc::SOCK_DGRAM, 0);
+            let one: libc::c_int = 1;
+            libc::setsockopt(
+                fd,
+                libc::SOL_SOCKET,
+                libc::SO_REUSEPORT,
+                (&one as *const libc::c_int).cast(),
+                std::mem::size_of::<libc::c_int>() as libc::socklen_t,
+            );
+            let rc = libc::bind(
+                fd,
+                (&addr as *const libc::sockaddr_in).cast(),
+                std::mem::size_of::<libc::sockaddr_in>() as libc::socklen_t,
+            );
+            let errno = *libc::__errno_location();
+            libc::_exit(match (rc, errno) {
+                (0, _) => 1,
+                (_, libc::EADDRINUSE) => 0,
+                _ => 2,
+            });
+        }
+    }
+    let mut status = 0;
+    // SAFETY: waits for the child forked above; `status` is a live c_int.
+    let waited = unsafe { libc::waitpid(pid, &mut status, 0) };
+    assert_eq!(waited, pid);
+    assert!(libc::WIFEXITED(status));
+    assert_eq!(
+        libc::WEXITSTATUS(status),
+        0,
+        "another user's bind must fail with EADDRINUSE (1: it joined; 2: another error; 3: could not become nobody)"
+    );
+}
