@@ -291,7 +291,7 @@ fn cm_pair(ip: &str, server: &[&str], client: &[&str], what: &str) -> (Output, O
 
 #[test]
 fn rdma_cm_programs_find_each_other_on_one_address() {
-    check_setup(&["rping", "ucmatose", "udaddy"]);
+    check_setup(&["rping", "ucmatose", "udaddy", "mckey"]);
     let ip = "127.0.15.3";
     let (s, c) = cm_pair(
         ip,
@@ -314,6 +314,16 @@ fn rdma_cm_programs_find_each_other_on_one_address() {
     let (s, c) = cm_pair(ip, &["udaddy", "-b", ip], &["udaddy", "-s", ip], "udaddy");
     assert_ok(&s, "udaddy server", "test complete");
     assert_ok(&c, "udaddy client", "test complete");
+    // Multicast: the receiver's joined group gets the sender's datagrams, the sender being
+    // another process on the same address.
+    let (s, c) = cm_pair(
+        ip,
+        &["mckey", "-m", "239.1.15.3", "-b", ip],
+        &["mckey", "-m", "239.1.15.3", "-s", "-b", ip],
+        "mckey",
+    );
+    assert_ok(&s, "mckey receiver", "test complete");
+    assert_ok(&c, "mckey sender", "test complete");
 }
 
 #[test]

@@ -1,5 +1,6 @@
-//! The table of a shared address: one small file per address and port, in a directory only
-//! its user can enter, guarded by open-file-description locks (`F_OFD_SETLK`).
+//! The table of a shared address: one small file per address, port and network namespace, in
+//! a directory only its user can enter, guarded by open-file-description locks
+//! (`F_OFD_SETLK`).
 //!
 //! - Byte 0 of the file is the table's mutex: whoever changes the membership or the
 //!   listeners (and attaches the program that follows from them) holds it.
@@ -226,7 +227,10 @@ pub(crate) struct TableFile {
 
 impl TableFile {
     pub(crate) fn open(ip: IpAddr, port: u16) -> Result<TableFile, ShareError> {
-        let path = directory()?.join(format!("{ip}_{port}"));
+        // The kernel's group is per network namespace, and two namespaces (containers) may
+        // have the same address: the table is the namespace's too.
+        let netns = std::fs::metadata("/proc/self/ns/net").map_or(0, |m| m.ino());
+        let path = directory()?.join(format!("{ip}_{port}_net{netns}"));
         let file = OpenOptions::new()
             .read(true)
             .write(true)
