@@ -740,7 +740,7 @@ impl Device {
 /// 64 bits from the operating system's random source (`getrandom(2)`); should that fail
 /// (a kernel before 3.17), std's per-process random hash keys, which come from the same
 /// source by other means.
-pub(crate) fn os_random_u64() -> u64 {
+fn os_random_u64() -> u64 {
     let mut v = [0u8; 8];
     // SAFETY: writes at most 8 bytes into the live 8-byte array; the result is checked.
     let n = unsafe { libc::getrandom(v.as_mut_ptr().cast(), v.len(), 0) };

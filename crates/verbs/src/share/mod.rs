@@ -415,7 +415,11 @@ impl State {
     /// Asks the kernel which of the `count` indices is this member's: one probe per index,
     /// and the one that arrives here names it. `None` unless exactly one arrived.
     fn probe(&self, count: u32) -> Option<u32> {
-        let nonce = (crate::device::os_random_u64() as u32) | 1;
+        // Only this member's own probes count; the nonce tells them from stale ones.
+        let nonce = {
+            use std::hash::BuildHasher;
+            std::collections::hash_map::RandomState::new().hash_one(Instant::now()) as u32 | 1
+        };
         self.probes.drain(0);
         for index in 0..count {
             let _ = self
