@@ -173,8 +173,9 @@ fn open_shared(setup: &Setup) -> Result<Device, c_int> {
                 _ => libc::EIO,
             };
             let hint = if errno == libc::EADDRINUSE {
-                " (UDP port 4791 of this address is taken, by another softrdma process or by \
-                 the kernel's rdma_rxe; give this process its own address with SOFTRDMA_IP)"
+                " (UDP port 4791 of this address is held by something that does not share it: \
+                 the kernel's rdma_rxe, another user's program, or a softrdma process with \
+                 SOFTRDMA_SHARE=0; give this process another address with SOFTRDMA_IP)"
             } else if errno == libc::EADDRNOTAVAIL {
                 " (no interface holds this address; set SOFTRDMA_IP to a local address)"
             } else {

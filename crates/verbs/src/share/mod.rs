@@ -33,7 +33,7 @@
 //! while the mirror holds, so captures of a healthy address show RoCE packets only.
 //!
 //! Each member also has 65 535 QPNs (`slot << 16 | n`) rather than 16 million, and at most
-//! 254 members share an address.
+//! 255 members share an address. A lone process gets slot 0, so its QPNs are rxe's (0x11 on).
 
 pub(crate) mod steer;
 pub(crate) mod table;
@@ -73,8 +73,11 @@ impl ProbeMailbox {
     /// Looks at a received `datagram`: true if it is a probe, which it takes if it came from
     /// `local` (the address's own IP: nobody else can send one that counts).
     pub(crate) fn take(&self, src: IpAddr, local: IpAddr, datagram: &[u8]) -> bool {
-        if let Some(&top) = datagram.get(5) {
-            if top != self.slot && top != 0 && top != 0xff {
+        if let Some(qpn) = datagram.get(5..8) {
+            // QP 0 (probes), QP 1 (MADs) and multicast are everyone's.
+            let top = qpn[0];
+            let everyones = qpn == [0, 0, 0] || qpn == [0, 0, 1] || qpn == [0xff; 3];
+            if top != self.slot && !everyones {
                 self.misdirected
                     .store(u32::from(top) + 1, Ordering::Relaxed);
             }
@@ -158,14 +161,21 @@ impl SharedAddress {
         let locked = table.lock()?;
         let mut t = locked.read()?;
         reap(&table, &mut t, None);
-        let slot = loop {
-            let slot = t.free_slot().ok_or(ShareError::Full(t.members.len()))?;
+        if t.members.is_empty() {
+            // Nobody left: a lone process gets slot 0, and so rxe's QPNs (0x11 on).
+            t.next_slot = 0;
+        }
+        let mut slot = None;
+        for _ in table::SLOTS {
+            let free = t.free_slot().ok_or(ShareError::Full(t.members.len()))?;
             // A slot nobody lists may still be held by a member that lost its entry (a
             // table rewritten while it was being read): skip it, it will list itself again.
-            if table.hold_slot(slot).map_err(|e| table.error(e))? {
-                break slot;
+            if table.hold_slot(free).map_err(|e| table.error(e))? {
+                slot = Some(free);
+                break;
             }
-        };
+        }
+        let slot = slot.ok_or(ShareError::Full(t.members.len()))?;
         let socket = open()?;
         let handle = socket.steering_handle().map_err(ShareError::Attach)?;
         t.members.push(Member {

@@ -3,7 +3,8 @@
 //! UDP header, that is from the BTH on).
 //!
 //! - **Data packets** go by their destination QP: a member's QPNs carry its slot in their top
-//!   byte (`slot << 16 | n`), so BTH byte 5 names the member.
+//!   byte (`slot << 16 | n`), so BTH byte 5 names the member (slot 0's QPNs start at 0x11,
+//!   as rxe's do, above QP 0 and QP 1).
 //! - **CM MADs** (to QP 1) go to the member that owns the connection: a member's
 //!   communication IDs also carry its slot in their top byte, and every CM message but the two
 //!   requests names the receiver's ID (the Remote Communication ID; a SIDR_REP's Request ID).
@@ -49,17 +50,27 @@ pub(crate) struct Route {
 /// listens on it).
 pub(crate) fn program(members: &[Route], listeners: &[(u64, u32)]) -> Vec<SteeringInsn> {
     let mut a = Asm::default();
-    let (slots, mad, by_request_id, by_service, default) =
-        (a.label(), a.label(), a.label(), a.label(), a.label());
+    let (slots, probe, mad, by_request_id, by_service, default) = (
+        a.label(),
+        a.label(),
+        a.label(),
+        a.label(),
+        a.label(),
+        a.label(),
+    );
 
     // cBPF jumps only forward: the slot chain, which three paths share, comes last.
     a.ld(B, 5); // the QPN's top byte
     a.goto_if_ne(0, slots);
 
-    // QPNs 0..=0xffff: QP 1, probes.
+    // QPNs 0..=0xffff: QP 1, probes (QP 0), and slot 0's QPs.
     a.ld(H, 6);
     a.goto_if_eq(1, mad);
-    a.goto_if_ne(0, default);
+    a.goto_if_eq(0, probe);
+    a.ld_imm(0);
+    a.goto(slots);
+
+    a.mark(probe);
     a.ld(W, Bth::LEN as u32);
     a.goto_if_ne(PROBE_MAGIC, default);
     a.ld(W, Bth::LEN as u32 + 4);
@@ -126,6 +137,7 @@ const B: u16 = 0x10; // BPF_B
 const H: u16 = 0x08; // BPF_H
 const W: u16 = 0x00; // BPF_W
 const LD_ABS: u16 = 0x20; // BPF_LD (0) | BPF_ABS
+const LD_IMM: u16 = 0x00; // BPF_LD | BPF_IMM
 const JA: u16 = 0x05; // BPF_JMP | BPF_JA
 const JEQ: u16 = 0x15; // BPF_JMP | BPF_JEQ | BPF_K
 const JGT: u16 = 0x25; // BPF_JMP | BPF_JGT | BPF_K
@@ -160,6 +172,10 @@ impl Asm {
 
     fn ld(&mut self, size: u16, offset: u32) {
         self.op(LD_ABS | size, 0, 0, offset);
+    }
+
+    fn ld_imm(&mut self, k: u32) {
+        self.op(LD_IMM, 0, 0, k);
     }
 
     fn goto(&mut self, label: usize) {
@@ -227,6 +243,7 @@ pub(crate) mod tests {
             let i = program[pc];
             pc += 1;
             match i.code {
+                LD_IMM => a = i.k,
                 c if c & 0x07 == 0x00 => {
                     let at = i.k as usize;
                     let n = match c & 0x18 {
@@ -270,7 +287,8 @@ pub(crate) mod tests {
         p
     }
 
-    const MEMBERS: [Route; 3] = [
+    const MEMBERS: [Route; 4] = [
+        Route { slot: 0, index: 3 },
         Route { slot: 1, index: 2 },
         Route { slot: 7, index: 0 },
         Route { slot: 9, index: 1 },
@@ -282,6 +300,7 @@ pub(crate) mod tests {
         assert_eq!(run(&prog, &data_packet(0x01_0011)), 2);
         assert_eq!(run(&prog, &data_packet(0x07_ffff)), 0);
         assert_eq!(run(&prog, &data_packet(0x09_0100)), 1);
+        assert_eq!(run(&prog, &data_packet(0x00_0011)), 3, "slot 0: rxe's QPNs");
         // Slots nobody holds, and short packets, go to index 0.
         assert_eq!(run(&prog, &data_packet(0x05_0011)), 0);
         assert_eq!(run(&prog, &[0, 0, 0]), 0);

@@ -4,8 +4,8 @@
 //!
 //! - Byte 0 of the file is the table's mutex: whoever changes the membership or the
 //!   listeners (and attaches the program that follows from them) holds it.
-//! - Byte `slot` (1..=254) is held by the member in that slot for as long as its device is
-//!   open. The kernel drops the lock when the process dies, however it dies, so a member that
+//! - Byte `slot + 1` (1..=255) is held by the member in that slot for as long as its device
+//!   is open. The kernel drops the lock when the process dies, however it dies, so a member that
 //!   is gone is one whose byte nobody holds.
 //!
 //! The contents are text (`cat` it to see who shares the address):
@@ -29,8 +29,9 @@ use std::path::{Path, PathBuf};
 
 use super::steer::Route;
 
-/// The first and last slot a member may have: 0 holds QP 0 and QP 1, 255 the multicast QPN.
-pub(crate) const SLOTS: std::ops::RangeInclusive<u8> = 1..=254;
+/// The slots a member may have: 255 would hold the multicast QPN (slot 0's QPNs leave out
+/// QP 0 and QP 1).
+pub(crate) const SLOTS: std::ops::RangeInclusive<u8> = 0..=254;
 
 const HEADER: &str = "softrdma-shared-address 1";
 
@@ -266,7 +267,7 @@ impl TableFile {
 
     /// Holds `slot`'s liveness byte; `false` if someone else holds it.
     pub(crate) fn hold_slot(&self, slot: u8) -> io::Result<bool> {
-        match self.byte_lock(slot.into(), libc::F_WRLCK, libc::F_OFD_SETLK) {
+        match self.byte_lock(i64::from(slot) + 1, libc::F_WRLCK, libc::F_OFD_SETLK) {
             Ok(_) => Ok(true),
             Err(e) if matches!(e.raw_os_error(), Some(libc::EAGAIN | libc::EACCES)) => Ok(false),
             Err(e) => Err(e),
@@ -275,7 +276,7 @@ impl TableFile {
 
     /// Whether some other open file holds `slot`'s liveness byte (its member lives).
     pub(crate) fn slot_alive(&self, slot: u8) -> io::Result<bool> {
-        let l = self.byte_lock(slot.into(), libc::F_WRLCK, libc::F_OFD_GETLK)?;
+        let l = self.byte_lock(i64::from(slot) + 1, libc::F_WRLCK, libc::F_OFD_GETLK)?;
         Ok(l.l_type != libc::F_UNLCK as libc::c_short)
     }
 
@@ -369,13 +370,13 @@ mod tests {
         let a = t.free_slot().expect("free");
         t.members.push(member(a, 0));
         let b = t.free_slot().expect("free");
-        assert_eq!((a, b), (1, 2));
+        assert_eq!((a, b), (0, 1));
         t.members.push(member(b, 1));
         t.remove(a);
         assert_eq!(
             t.free_slot(),
-            Some(3),
-            "slot 1 waits until the others were used"
+            Some(2),
+            "slot 0 waits until the others were used"
         );
         let mut full = Table::default();
         for s in SLOTS {
