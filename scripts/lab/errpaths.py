@@ -332,7 +332,8 @@ def main():
     if a.count:
         print(sum(1 for c in RESPONDER + REQUESTER if wanted(c[0]))); return
     w = Wire(a.src, a.dut)
-    log = [f"# errpaths.py against {a.device} ({a.dut}); RQ_PSN=0x{RQ_PSN:x} SQ_PSN=0x{SQ_PSN:x}"]
+    log = [f"# errpaths.py against {a.device} ({a.dut}); RQ_PSN=0x{RQ_PSN:x} SQ_PSN=0x{SQ_PSN:x}",
+           "# written by scripts/lab/errpaths.sh; replayed by crates/proto/tests/rxe_errpaths.rs"]
     for name, keys, steps in RESPONDER:
         if not wanted(name): continue
         print(f"== {name}")
