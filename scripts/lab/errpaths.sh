@@ -78,8 +78,16 @@ tail -1 "$OUT/rxe.injector.log"
 [ $irc = 0 ] && [ $grc = 0 ] && record "rxe" ok "injector rc=$irc guest rc=$grc" ||
   record "rxe" FAIL "injector rc=$irc guest rc=$grc (logs in $OUT)"
 
+# Every capture must decode with good ICRCs, and the only malformed packets in it be the
+# ones the injector sent so on purpose (an unknown opcode).
 for d in rxe softrdma; do
-  w=$(decode "$OUT/$d.pcap") && record "$d capture" ok "$w" || record "$d capture" FAIL "$w"
+  want=$(sed -n 's/.*, \([0-9]*\) malformed on purpose.*/\1/p' "$OUT/$d.injector.log")
+  w=$("$BIN" decode -q "$OUT/$d.pcap" 2>&1)
+  if echo "$w" | grep -q "icrc_bad: 0, malformed: ${want:-x}\b"; then
+    record "$d capture" ok "$w (malformed on purpose: $want)"
+  else
+    record "$d capture" FAIL "$w (malformed on purpose: ${want:-?})"
+  fi
 done
 echo "== differences (rxe | softrdma), timings left out"
 diff <(grep -v '^#' "$OUT/rxe.txt" | sed 's/:[0-9]*\( \|$\)/\1/g') \
