@@ -49,6 +49,18 @@ RXE_SKIP=(--skip opcode_reserved)
 NCASES=$("${INJ[@]}" --count x)
 RXE_NCASES=$("${INJ[@]}" "${RXE_SKIP[@]}" --count x)
 
+# ended DEVICE INJECTOR_RC DUT_PID: waits for the DUT (or its guest), records the run.
+INJ_RC=
+ended() {
+  local drc
+  wait "$3"; drc=$?
+  stop_capture
+  tail -1 "$OUT/$1.injector.log"
+  if [ "$2" = 0 ] && [ $drc = 0 ]; then record "$1" ok "injector rc=$2 dut rc=$drc"
+  else record "$1" FAIL "injector rc=$2 dut rc=$drc (logs in $OUT)"; fi
+  INJ_RC=$2
+}
+
 # 1. softrdma on the host.
 echo "== softrdma: errpaths_dut through softrdma exec on $HOST_IP ($NCASES cases)"
 # (between two addresses of this host: over lo, not the bridge)
@@ -57,12 +69,7 @@ nsx timeout -k 5 600 "$BIN" exec --ip "$HOST_IP" -- "$OUT/errpaths_dut" 18600 "$
   > "$OUT/softrdma.dut.log" 2>&1 &
 dpid=$!
 "${INJ[@]}" --device softrdma --out "$OUT/softrdma.txt" "$HOST_IP" > "$OUT/softrdma.injector.log" 2>&1
-src=$?
-wait $dpid; drc=$?
-stop_capture
-tail -1 "$OUT/softrdma.injector.log"
-[ $src = 0 ] && [ $drc = 0 ] && record "softrdma" ok "injector rc=$src dut rc=$drc" ||
-  record "softrdma" FAIL "injector rc=$src dut rc=$drc (logs in $OUT)"
+ended softrdma $? $dpid
 
 # 2. rxe in a guest: the DUT serves NCASES sessions, then the guest powers off.
 echo "== rxe: errpaths_dut in guest $GUEST ($GUEST_IP, $RXE_NCASES cases)"
@@ -71,12 +78,8 @@ GUEST_SHARE="$OUT" "$LAB/guest.sh" "$GUEST" "$GUEST_IP" "/mnt/share/errpaths_dut
   > "$OUT/rxe.guest.log" 2>&1 &
 gpid=$!
 "${INJ[@]}" "${RXE_SKIP[@]}" --device rxe --out "$OUT/rxe.txt" "$GUEST_IP" > "$OUT/rxe.injector.log" 2>&1
-irc=$?
-wait $gpid; grc=$?
-stop_capture
-tail -1 "$OUT/rxe.injector.log"
-[ $irc = 0 ] && [ $grc = 0 ] && record "rxe" ok "injector rc=$irc guest rc=$grc" ||
-  record "rxe" FAIL "injector rc=$irc guest rc=$grc (logs in $OUT)"
+ended rxe $? $gpid
+irc=$INJ_RC
 
 # Every capture must decode with good ICRCs, and the only malformed packets in it be the
 # ones the injector sent so on purpose (an unknown opcode).

@@ -240,6 +240,14 @@ fn aeth(syn: u8, msn: u32) -> [u8; 4] {
     ((u32::from(syn) << 24) | (msn & 0xff_ffff)).to_be_bytes()
 }
 
+/// A network with the QP under test, set up from the keys of the case's first line.
+fn dut(case: &[String]) -> (Net, u32) {
+    let mut net = Net::new(1);
+    let keys = case[0].split_whitespace().skip(3).collect::<Vec<_>>();
+    let qpn = setup(&mut net, &keys.join(" "));
+    (net, qpn)
+}
+
 /// The QP under test on node 0, as errpaths_dut sets it up from the case's keys.
 fn setup(net: &mut Net, keys: &str) -> u32 {
     let get = |k: &str, d: i64| key(keys, k).unwrap_or(d) as u8;
@@ -362,13 +370,7 @@ fn wc_line(net: &mut Net, qpn: u32) -> String {
 
 /// A responder case: the fixture's requests into the QP, its answers after each.
 fn replay_responder(case: &[String]) -> Vec<String> {
-    let mut net = Net::new(1);
-    let keys = case[0]
-        .split_whitespace()
-        .skip(3)
-        .collect::<Vec<_>>()
-        .join(" ");
-    let qpn = setup(&mut net, &keys);
+    let (mut net, qpn) = dut(case);
     let rkey = net.nodes[0].key;
     let mut out = vec![case[0].clone()];
     for l in &case[1..] {
@@ -517,13 +519,7 @@ impl Injector {
 /// A requester case: the fixture's work requests posted, the injector answering as its
 /// policy says, for the case's window (errpaths.py's, in virtual time).
 fn replay_requester(case: &[String], name: &str) -> Vec<String> {
-    let mut net = Net::new(1);
-    let keys = case[0]
-        .split_whitespace()
-        .skip(3)
-        .collect::<Vec<_>>()
-        .join(" ");
-    let qpn = setup(&mut net, &keys);
+    let (mut net, qpn) = dut(case);
     let mut out = vec![case[0].clone()];
     let policy = case
         .iter()
