@@ -8,8 +8,9 @@
 #                  and the guests, both directions, at random (nftables in the namespace), to
 #                  check loss recovery against rxe; the rule goes when the script exits.
 # nsx CMD...       runs CMD in the lab namespace.
-# start_capture FILE / stop_capture
-#                  tcpdump on br0 of RoCEv2 and the out-of-band TCP port, in the background.
+# start_capture FILE [IF] / stop_capture
+#                  tcpdump on br0 (or IF) of RoCEv2 and the out-of-band TCP port, in the
+#                  background.
 # decode FILE      prints `softrdma decode`'s summary line; returns its status.
 # record NAME STATUS DETAIL, finish TITLE
 #                  collect result rows; print them and exit 0 if every row is ok, else 1.
@@ -59,11 +60,11 @@ clear_loss() {
 nsx() { ip netns exec "$NS" "$@"; }
 
 TCPDUMP_PID=
-start_capture() { # FILE
+start_capture() { # FILE [IF]
   # Not through nsx: a backgrounded function is a subshell, which ignores SIGINT; `ip netns
   # exec` execs tcpdump, so $! is tcpdump itself. -B: a large kernel buffer, so a busy 2-core
   # host (TCG guests) drops nothing.
-  ip netns exec "$NS" tcpdump -i br0 -n -s 0 -B 65536 --immediate-mode -U -w "$1" \
+  ip netns exec "$NS" tcpdump -i "${2:-br0}" -n -s 0 -B 65536 --immediate-mode -U -w "$1" \
     'udp port 4791 or tcp port 18515' >"$1.tcpdump.log" 2>&1 &
   TCPDUMP_PID=$!
   sleep 1

@@ -5,8 +5,10 @@
 #
 # Runs scripts/lab/pingpong.sh, perf.sh, ibverbs.sh (unmodified programs through softrdma
 # exec), cm.sh (the CM machine's probe against ucmatose), rping.sh, ucmatose.sh and
-# udaddy.sh (softrdma rping / ucmatose / udaddy against librdmacm's) and rdmacm.sh (the
-# unmodified librdmacm tools and perftest -R through softrdma exec), one after the other;
+# udaddy.sh (softrdma rping / ucmatose / udaddy against librdmacm's), rdmacm.sh (the
+# unmodified librdmacm tools and perftest -R through softrdma exec), errpaths.sh (RC error
+# paths, crafted packet by crafted packet, on rxe and on softrdma) and shared.sh (two
+# processes on the host's one address against two guests at once), one after the other;
 # then ibverbs.sh again with `softrdma exec --loss 0.05` (fault injection against rxe), and
 # perf.sh again with `--cc dcqcn` on softrdma's side (a subset), as rxe has no CC.
 # Without SOFTRDMA_LAB each part prints why it skips and exits 0. Exit status: 0 if every
@@ -18,7 +20,7 @@ if [ -z "${SOFTRDMA_LAB:-}" ]; then
   exit 0
 fi
 rc=0
-for part in pingpong perf ibverbs cm rping ucmatose udaddy rdmacm; do
+for part in pingpong perf ibverbs cm rping ucmatose udaddy rdmacm errpaths shared; do
   bash "$HERE/$part.sh" || rc=1
 done
 # softrdma's own fault injection against rxe: 5 % of the host device's datagrams lost each

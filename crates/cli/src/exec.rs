@@ -8,9 +8,10 @@
 //! `libsoftrdma-devnode.so` from that directory: the device node
 //! `/dev/infiniband/softrdma0` that UCX requires of a device before it uses it (see
 //! `crates/ibverbs/preload/devnode.c`; it answers `stat`/`access` for that one path as for
-//! `/dev/null` and leaves every other path alone). Before that, the address's UDP port 4791 is
-//! probed: if it is taken (another softrdma process, or the kernel's rdma_rxe, on the same
-//! address), `exec` says so instead of letting the program fail later.
+//! `/dev/null` and leaves every other path alone). Programs of one user share an address (see
+//! `softrdma::DeviceConfig::share_address`). Before the program runs, the address's UDP port
+//! 4791 is probed: if something that does not share it holds it (the kernel's rdma_rxe,
+//! another user's program), `exec` says so instead of letting the program fail later.
 //!
 //! `--loss`, `--dup`, `--reorder`, `--delay-us`, `--corrupt` and `--seed` make the device
 //! inject those faults into its own traffic (`SOFTRDMA_FAULTS`, see `softrdma::FaultConfig`),
@@ -18,7 +19,7 @@
 //! (`SOFTRDMA_COUNTERS`).
 
 use std::ffi::OsString;
-use std::net::{IpAddr, Ipv4Addr, UdpSocket};
+use std::net::{IpAddr, Ipv4Addr};
 use std::os::unix::process::CommandExt;
 use std::path::PathBuf;
 use std::process::{Command, ExitCode};
@@ -33,8 +34,8 @@ const DEVNODE_LIB: &str = "libsoftrdma-devnode.so";
 /// Arguments of `softrdma exec`.
 #[derive(Debug, ClapArgs)]
 pub(crate) struct Args {
-    /// The device's IP address (default: the host's outgoing address, or 127.0.0.1). Two
-    /// programs on one host need two addresses, e.g. 127.0.0.1 and 127.0.0.2.
+    /// The device's IP address (default: the host's outgoing address, or 127.0.0.1). Any
+    /// number of programs of one user may share an address, as they share rxe's.
     #[arg(long, value_name = "ADDR")]
     ip: Option<IpAddr>,
     /// Directory holding libibverbs.so.1 (default: the directory of this binary).
@@ -104,15 +105,27 @@ impl Args {
 
 /// Why the device's address cannot be used, if it cannot.
 fn probe_port(ip: IpAddr) -> Result<(), String> {
-    match UdpSocket::bind((ip, 4791)) {
-        Ok(_) => Ok(()),
-        Err(e) if e.kind() == std::io::ErrorKind::AddrInUse => Err(format!(
-            "UDP port 4791 on {ip} is already in use (another softrdma program, or the kernel's \
-             rdma_rxe, on this address); give this program its own address with --ip, e.g. \
-             127.0.0.2"
+    match softrdma::Device::check_address(ip, 4791) {
+        Ok(()) => Ok(()),
+        Err(e) if is_addr_in_use(&e) => Err(format!(
+            "UDP port 4791 on {ip} is held by something that does not share it (the kernel's \
+             rdma_rxe, another user's program, or a softrdma device opened alone); give this \
+             program another address with --ip, e.g. 127.0.0.2"
         )),
         Err(e) => Err(format!("cannot use {ip}:4791 for the device: {e}")),
     }
+}
+
+/// Whether `e` comes from `EADDRINUSE`.
+fn is_addr_in_use(e: &(dyn std::error::Error + 'static)) -> bool {
+    let mut cause = Some(e);
+    while let Some(c) = cause {
+        if let Some(io) = c.downcast_ref::<std::io::Error>() {
+            return io.kind() == std::io::ErrorKind::AddrInUse;
+        }
+        cause = c.source();
+    }
+    false
 }
 
 /// Runs `softrdma exec`.

@@ -4,6 +4,7 @@
 //! Each subcommand lives in its own module with an `Args` struct (clap derive) and a
 //! `run(&Args) -> ExitCode`; this file only parses the command line and dispatches, so adding
 //! `perf`, `pingpong`, `devinfo`, `exec` or `sim` means one module and one enum variant.
+#![forbid(unsafe_code)]
 
 mod capture;
 mod completions;

@@ -78,14 +78,16 @@ fn exec_sets_the_library_and_address() {
 }
 
 #[test]
-fn exec_refuses_a_taken_address() {
+fn exec_refuses_an_address_held_by_a_socket_that_does_not_share_it() {
     check_setup();
+    // A plain socket (no SO_REUSEPORT), as the kernel's rdma_rxe or another user's program
+    // would hold it.
     let _holder = UdpSocket::bind("127.0.14.2:4791").expect("bind the test's own socket");
     let out = exec("127.0.14.2", &["ibv_devices"]).output().unwrap();
     assert_eq!(out.status.code(), Some(1), "{}", show(&out));
     let err = String::from_utf8_lossy(&out.stderr);
     assert!(
-        err.contains("UDP port 4791 on 127.0.14.2 is already in use"),
+        err.contains("UDP port 4791 on 127.0.14.2 is held by something that does not share it"),
         "{err}"
     );
 }

@@ -2,7 +2,7 @@
 //! cmtime, rdma_server/rdma_client, riostream), perftest's `-R` and libfabric's verbs
 //! provider run through `softrdma exec` on softrdma's `librdmacm.so.1`, each against itself
 //! on loopback, checked by its own exit status and success output. Addresses 127.0.70.x (and
-//! the host's own address for libfabric's servers).
+//! the host's own address for libfabric, whose server and client share it).
 //!
 //! Needs `libibverbs.so.1` and `librdmacm.so.1` in the binary's directory (`cargo build
 //! --workspace`, which `cargo test --workspace` does), rdmacm-utils, perftest and
@@ -459,7 +459,8 @@ fn libfabric_fabtests_over_the_verbs_provider() {
     for (name, args) in cases {
         let mut server_args = vec!["-s", host.as_str()];
         server_args.extend_from_slice(args);
-        let mut client_args = vec!["-s", "127.0.70.26"];
+        // Both on the host's one address, as two ranks of a job on one host would be.
+        let mut client_args = vec!["-s", host.as_str()];
         client_args.extend_from_slice(args);
         client_args.push(host.as_str());
         // Another test may be using the host's address for a moment.
@@ -470,7 +471,7 @@ fn libfabric_fabtests_over_the_verbs_provider() {
         let (s, c) = pair(
             fabtest(&host, name, &server_args),
             &host,
-            fabtest("127.0.70.26", name, &client_args),
+            fabtest(&host, name, &client_args),
             name,
             true,
         );

@@ -160,8 +160,9 @@ fn ucx_perftest_between_two_addresses() {
     }
 }
 
-/// Open MPI over UCX over softrdma: `mpirun -np 4 --mca pml ucx` runs `tests/c/mpi_allreduce.c`
-/// (a checked ping-pong between ranks 0 and 1, a checked `MPI_Allreduce` of 64 MiB), once
+/// Open MPI over UCX over softrdma: `mpirun -np 4 --mca pml ucx` runs
+/// `tests/mpi/pingpong_allreduce.c` (a checked ping-pong between ranks 0 and 1, a checked
+/// `MPI_Allreduce` of 64 MiB), once
 /// with `rc_v` and once with `ud_v`. Each rank runs through `softrdma exec` on its own address
 /// (127.0.16.10 + rank: one address per process until processes can share one, issue 34
 /// item 3), and every UCX endpoint between two ranks is on softrdma0:1 (UCX's debug log
@@ -179,8 +180,8 @@ fn open_mpi_allreduce_over_ucx() {
     }
     let dir = std::env::temp_dir().join(format!("softrdma-mpi-{}", std::process::id()));
     std::fs::create_dir_all(&dir).unwrap();
-    let exe = dir.join("mpi_allreduce");
-    let src = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/c/mpi_allreduce.c");
+    let exe = dir.join("pingpong_allreduce");
+    let src = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/mpi/pingpong_allreduce.c");
     let out = Command::new("mpicc")
         .args(["-O2", "-Wall", "-Werror", "-o"])
         .arg(&exe)
@@ -231,7 +232,7 @@ fn open_mpi_allreduce_over_ucx() {
         );
         let stdout = String::from_utf8_lossy(&out.stdout);
         assert!(
-            out.status.success() && stdout.contains("mpi: all checks passed (4 ranks)"),
+            out.status.success() && stdout.contains("pingpong_allreduce: OK"),
             "mpirun over {tls}: {}\n{stdout}",
             out.status
         );

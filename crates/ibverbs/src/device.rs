@@ -29,6 +29,8 @@ struct Setup {
     busy_poll: bool,
     adaptive_spin: bool,
     gso: bool,
+    /// Share the address with other processes (on unless SOFTRDMA_SHARE=0).
+    share: bool,
     pcap: Option<String>,
     faults: FaultConfig,
     /// Print the device's counters to stderr when the last context closes.
@@ -88,6 +90,8 @@ fn setup() -> Result<Setup, String> {
         adaptive_spin: std::env::var("SOFTRDMA_ADAPTIVE_SPIN").map_or(true, |v| v != "0"),
         // On unless SOFTRDMA_GSO=0 (the Rust API's default).
         gso: std::env::var("SOFTRDMA_GSO").map_or(true, |v| v != "0"),
+        // On unless SOFTRDMA_SHARE=0 (the Rust API's default).
+        share: std::env::var("SOFTRDMA_SHARE").map_or(true, |v| v != "0"),
         pcap: std::env::var("SOFTRDMA_PCAP")
             .ok()
             .filter(|s| !s.is_empty()),
@@ -144,6 +148,7 @@ fn open_shared(setup: &Setup) -> Result<Device, c_int> {
         .busy_poll(setup.busy_poll)
         .adaptive_spin(setup.adaptive_spin)
         .gso(setup.gso)
+        .share_address(setup.share)
         .faults(setup.faults);
     if let Some(p) = &setup.pcap {
         config = config.pcap(p);
@@ -168,8 +173,9 @@ fn open_shared(setup: &Setup) -> Result<Device, c_int> {
                 _ => libc::EIO,
             };
             let hint = if errno == libc::EADDRINUSE {
-                " (UDP port 4791 of this address is taken, by another softrdma process or by \
-                 the kernel's rdma_rxe; give this process its own address with SOFTRDMA_IP)"
+                " (UDP port 4791 of this address is held by something that does not share it: \
+                 the kernel's rdma_rxe, another user's program, or a softrdma process with \
+                 SOFTRDMA_SHARE=0; give this process another address with SOFTRDMA_IP)"
             } else if errno == libc::EADDRNOTAVAIL {
                 " (no interface holds this address; set SOFTRDMA_IP to a local address)"
             } else {

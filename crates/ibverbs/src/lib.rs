@@ -17,8 +17,10 @@
 //! # The device
 //! A process sees one device, `softrdma0`, bound to one IP address:
 //! - `SOFTRDMA_IP`: the address (IPv4 or IPv6). Without it, the first IPv4 address of an
-//!   interface that is up and not loopback, else 127.0.0.1. Two processes on one host need
-//!   two addresses (for example 127.0.0.1 and 127.0.0.2): each binds UDP port 4791.
+//!   interface that is up and not loopback, else 127.0.0.1. Any number of processes of one
+//!   user share an address (see `softrdma::DeviceConfig::share_address`).
+//! - `SOFTRDMA_SHARE=0`: the device has its address alone (a second process on it fails to
+//!   open its device).
 //! - `SOFTRDMA_BUSY_POLL=1`: the device's progress thread spins instead of sleeping.
 //! - `SOFTRDMA_ADAPTIVE_SPIN=0`: the progress thread never spins before it sleeps (by
 //!   default it does, briefly, while requests come in quick succession; see

@@ -314,9 +314,19 @@ fn perftest_ib_atomic_lat() {
 }
 
 #[test]
-fn perftest_rejects_a_busy_address() {
-    // Two programs on one address: the second cannot bind UDP 4791 and must fail cleanly.
-    let first = spawn("ib_write_bw", &["-x", "1", "-p", "18619"], "127.0.13.27");
+fn perftest_rejects_an_address_held_alone() {
+    // A program that has its address alone (SOFTRDMA_SHARE=0): a second one cannot join it
+    // and must fail cleanly.
+    let first = {
+        let mut cmd = Command::new(binary("ib_write_bw"));
+        cmd.args(["-x", "1", "-p", "18619"])
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped());
+        on_softrdma(&mut cmd, "127.0.13.27");
+        cmd.env("SOFTRDMA_SHARE", "0")
+            .spawn()
+            .expect("spawn ib_write_bw")
+    };
     let deadline = Instant::now() + Duration::from_secs(30);
     while !listening(18619) {
         assert!(Instant::now() < deadline, "first server never listened");
@@ -331,7 +341,7 @@ fn perftest_rejects_a_busy_address() {
     assert!(!out.status.success());
     let err = String::from_utf8_lossy(&out.stderr);
     assert!(
-        err.contains("UDP port 4791 of this address is taken"),
+        err.contains("UDP port 4791 of this address is held by something that does not share it"),
         "{err}"
     );
 }

@@ -32,6 +32,10 @@ pub struct EngineConfig {
     pub verify_icrc: bool,
     /// The first QP number handed out (rxe starts at 0x11).
     pub first_qpn: u32,
+    /// The last QP number handed out; numbering wraps from here to `first_qpn`. A device
+    /// that shares its address with others is given a range of its own (the top byte of the
+    /// QPN names it), so this bounds it; 0xFF_FFFE by default (0xFF_FFFF is multicast's).
+    pub last_qpn: u32,
     /// The port's active MTU: the largest UD message (UD has no path MTU attribute; rxe uses
     /// the port's), and what connected QPs are usually given as their path MTU.
     pub port_mtu: Mtu,
@@ -71,6 +75,7 @@ impl EngineConfig {
             ack_req_every: 64,
             verify_icrc: true,
             first_qpn: 0x11,
+            last_qpn: 0xff_fffe,
             port_mtu: Mtu::Mtu4096,
             peers_use_small_ipv4_ids: false,
             reorder_packets: 512,

@@ -13,6 +13,7 @@
 //! - [`wr`]: work requests and completions; [`cq`]: completion queues;
 //! - [`stats`]: counters for every drop, NAK and retry; [`time`]: the engine's clock type;
 //! - `budget`: the device's adaptive limit on packets in flight over all QPs.
+#![forbid(unsafe_code)]
 
 pub mod access;
 mod budget;

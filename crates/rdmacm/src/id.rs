@@ -265,6 +265,9 @@ struct IdState {
     tos: Option<u8>,
     /// `RDMA_OPTION_ID_ACK_TIMEOUT`: the QP's local ACK timeout, instead of the CM's.
     ack_timeout: Option<u8>,
+    /// While listening: the device's claim on the port's Service ID, which brings the
+    /// address's connect requests for it to this process.
+    listen_claim: Option<softrdma::ServiceClaim>,
 }
 
 impl IdInner {
@@ -278,7 +281,9 @@ impl IdInner {
         }
         s.destroyed = true;
         let (service, rid) = (s.service.take(), s.rid);
+        let claim = s.listen_claim.take();
         drop(s);
+        drop(claim);
         if let (Some(service), Some(rid)) = (service, rid) {
             service.with_cm(|st, now| {
                 st.ids.remove(&rid);
@@ -667,7 +672,20 @@ impl CmId {
     /// Listens for connect requests (`rdma_listen`) on the bound address.
     pub fn listen(&self) -> Result<(), CmError> {
         let (service, rid) = self.service()?;
+        let port = lock(&self.inner.state).src.map_or(0, |a| a.port());
+        // Other processes on the address may listen too: the port is taken host-wide first,
+        // as the kernel's rdma_cm takes it.
+        let claim = service
+            .device
+            .claim_service_id(self.inner.ps.service_id(port))
+            .map_err(|e| match e {
+                softrdma::ShareError::ServiceInUse(_) => {
+                    CmError::Cm(softrdma_cm::rdma::RdmaError::AddressInUse)
+                }
+                other => CmError::Setup(other.to_string()),
+            })?;
         service.with_cm(|st, _| st.cm.listen(rid))?;
+        lock(&self.inner.state).listen_claim = Some(claim);
         Ok(())
     }
 

@@ -260,6 +260,8 @@ impl Service {
             ca_guid: softrdma::gid::node_guid(device.ip()),
             rng_seed: seed,
             tid_agent: (seed >> 32) as u32 | 1,
+            // On a shared address, the kernel steers the CM's replies by this byte.
+            comm_id_prefix: device.address_slot(),
             ..CmConfig::default()
         };
         let service = Arc::new(Service {

@@ -28,6 +28,7 @@
 //!
 //! The same seed always replays the same run, packet for packet: on failure the swarm prints
 //! `SOFTRDMA_SEED=<n>`, and that number is the whole reproduction recipe.
+#![forbid(unsafe_code)]
 
 pub mod cm;
 pub mod datagrams;

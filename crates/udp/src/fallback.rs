@@ -19,6 +19,14 @@ pub(crate) struct Opened {
 }
 
 pub(crate) fn open(config: &Config) -> Result<Opened, OpenError> {
+    if config.reuse_port {
+        // Sharing needs a steering program, which only the Linux backend attaches.
+        return Err(OpenError::SetOption {
+            option: "SO_REUSEPORT",
+            addr: config.addr,
+            source: io::Error::from(io::ErrorKind::Unsupported),
+        });
+    }
     let socket = new_socket(config, config.addr, config.recv_buffer_bytes)?;
     socket
         .bind(&config.addr.into())
@@ -210,4 +218,11 @@ pub(crate) fn is_gso_refusal(_error: &io::Error) -> bool {
 
 pub(crate) fn is_message_too_long(error: &io::Error) -> bool {
     error.kind() == io::ErrorKind::InvalidInput
+}
+
+pub(crate) fn attach_reuseport_cbpf(
+    _fd: std::os::fd::RawFd,
+    _program: &[crate::SteeringInsn],
+) -> io::Result<()> {
+    Err(io::Error::from(io::ErrorKind::Unsupported))
 }

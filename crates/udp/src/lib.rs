@@ -92,11 +92,13 @@ mod imp;
 
 mod multicast;
 mod socket;
+mod steering;
 
 pub use arena::RecvArena;
 pub use datagram::{Ecn, RecvMeta, Transmit};
 pub use error::{MulticastError, OpenError, RecvError, SendError};
 pub use socket::{Capabilities, Config, RoceSocket};
+pub use steering::{SteeringHandle, SteeringInsn};
 
 /// The IANA-assigned UDP destination port of RoCEv2.
 pub const ROCEV2_UDP_PORT: u16 = 4791;

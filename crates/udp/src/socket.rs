@@ -36,6 +36,11 @@ pub struct Config {
     pub dscp: u8,
     /// Bound on the sockets of the source-port pool (each is a file descriptor).
     pub max_source_ports: usize,
+    /// Bind with `SO_REUSEPORT`: other sockets of the same user may bind the same address
+    /// and port, and the kernel spreads arriving datagrams over the group — by flow hash,
+    /// or by the program attached with [`SteeringHandle::attach`](crate::SteeringHandle).
+    /// Off by default: a second socket on the address then fails with `EADDRINUSE`.
+    pub reuse_port: bool,
 }
 
 impl Config {
@@ -52,6 +57,7 @@ impl Config {
             ttl: DEFAULT_TTL,
             dscp: 0,
             max_source_ports: DEFAULT_MAX_SOURCE_PORTS,
+            reuse_port: false,
         }
     }
 
@@ -95,7 +101,7 @@ enum PortSlot {
 /// `&self`.
 #[derive(Debug)]
 pub struct RoceSocket {
-    main: Socket,
+    pub(crate) main: Socket,
     local: SocketAddr,
     pub(crate) config: Config,
     caps: Capabilities,

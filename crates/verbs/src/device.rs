@@ -18,6 +18,7 @@ use crate::gid::{eui64, interface_of, mac_of, Gid, GidEntry, GidType};
 use crate::limits::{MAX_CQE, MAX_MSG_SZ, MAX_QP_WR, MAX_SGE};
 use crate::pd::ProtectionDomain;
 use crate::progress::{self, Core, Inner, IoCounters};
+use crate::share::{ServiceClaim, ShareError, SharedAddress, SharedAddressInfo};
 use crate::stats::DeviceStats;
 
 /// How to open a [`Device`]. `DeviceConfig::new(ip)` gives the defaults.
@@ -70,6 +71,11 @@ pub struct DeviceConfig {
     /// None by default. What a program does when packets are lost or a peer goes silent can
     /// be tried this way without root or netem.
     pub faults: FaultConfig,
+    /// Share the address with the user's other softrdma devices on it, in this process and
+    /// in others (see [`Device::shared_address`]): on by default, as every process of a host
+    /// shares rxe's address. Off, the device binds the address alone and a second one fails
+    /// with "address in use". Port 0 (a port the kernel picks) is never shared.
+    pub share_address: bool,
 }
 
 impl DeviceConfig {
@@ -91,7 +97,15 @@ impl DeviceConfig {
             allowed_peers: Vec::new(),
             congestion_control: CcConfig::OFF,
             faults: FaultConfig::NONE,
+            share_address: true,
         }
+    }
+
+    /// Sharing the address with other devices on it (the default) or binding it alone (see
+    /// [`DeviceConfig::share_address`]).
+    pub fn share_address(mut self, on: bool) -> DeviceConfig {
+        self.share_address = on;
+        self
     }
 
     /// Injecting `faults` into the device's traffic (see [`DeviceConfig::faults`]).
@@ -318,6 +332,9 @@ pub(crate) struct DeviceShared {
     attr: DeviceAttr,
     port: PortAttr,
     gids: Vec<GidEntry>,
+    /// The device's membership of a shared address. Declared after `inner`, so that it is
+    /// dropped after the socket's own descriptor closed (see `share`).
+    share: Option<SharedAddress>,
 }
 
 impl Drop for DeviceShared {
@@ -409,7 +426,16 @@ impl Device {
         let mut udp = UdpConfig::new(config.ip).port(config.port);
         udp.recv_buffer_bytes = config.socket_buffer_bytes;
         udp.send_buffer_bytes = config.socket_buffer_bytes;
-        let socket = RoceSocket::open(udp)?;
+        let (mut share, socket) = if config.share_address && config.port != 0 {
+            udp.reuse_port = true;
+            let addr = SocketAddr::new(config.ip, config.port);
+            let (share, socket) = SharedAddress::join(addr, || {
+                RoceSocket::open(udp).map_err(OpenDeviceError::Socket)
+            })?;
+            (Some(share), socket)
+        } else {
+            (None, RoceSocket::open(udp)?)
+        };
         let local_addr = socket.local_addr();
         let arena = RecvArena::for_socket(&socket, config.recv_batch.max(1));
 
@@ -431,6 +457,12 @@ impl Device {
         // rkeys are all that guards registered memory from anyone who can reach the port:
         // the engine draws them from this seed (see `softrdma_proto::MrTable`).
         ecfg.key_seed = os_random_u64();
+        if let Some(share) = &share {
+            // The kernel steers datagrams to this member by the QPN's top byte.
+            let base = u32::from(share.slot()) << 16;
+            ecfg.first_qpn = base | 0x11;
+            ecfg.last_qpn = base | 0xffff;
+        }
         let engine = Engine::new(ecfg);
         // The fd stays valid as long as the core (which owns the socket) lives in `inner`.
         let sock_fd = std::os::fd::AsRawFd::as_raw_fd(&socket.readiness_fd());
@@ -440,6 +472,7 @@ impl Device {
             core.faults = Some(crate::faults::Faults::new(config.faults));
         }
         core.gso_any_destination = crate::netdev::kernel_segments_gso(config.ip);
+        core.probes = share.as_ref().map(SharedAddress::probes);
         if let Some(path) = &config.pcap {
             core.tap = Some(crate::tap::Tap::create(path, local_addr).map_err(|source| {
                 OpenDeviceError::Pcap {
@@ -466,6 +499,9 @@ impl Device {
             .spawn(move || progress::run(thread_inner))
             .map_err(OpenDeviceError::Thread)?;
         let thread_id = Some(handle.thread().id());
+        if let Some(share) = share.as_mut() {
+            share.start(&name).map_err(OpenDeviceError::Thread)?;
+        }
         let attr = DeviceAttr {
             fw_ver: "0.0.0".into(),
             node_guid: guid,
@@ -531,8 +567,50 @@ impl Device {
                 attr,
                 port,
                 gids,
+                share,
             }),
         })
+    }
+
+    /// Whether a device could open on `ip`:`port` now, sharing the address (see
+    /// [`DeviceConfig::share_address`]): binds a socket as a device would and closes it at
+    /// once. It fails when something that does not share holds the port — the kernel's
+    /// rdma_rxe, another user's program, a device opened with `share_address(false)` — or
+    /// the address is not local.
+    pub fn check_address(ip: IpAddr, port: u16) -> Result<(), OpenDeviceError> {
+        let mut udp = UdpConfig::new(ip).port(port);
+        udp.reuse_port = true;
+        udp.recv_buffer_bytes = 0;
+        udp.send_buffer_bytes = 0;
+        // Joining the group at its end and leaving it moves no other member.
+        RoceSocket::open(udp)
+            .map(drop)
+            .map_err(OpenDeviceError::Socket)
+    }
+
+    /// The device's place in its shared address, if it shares it (see
+    /// [`DeviceConfig::share_address`]): its slot, how many devices share the address, the
+    /// table file.
+    pub fn shared_address(&self) -> Option<SharedAddressInfo> {
+        self.shared.share.as_ref().map(SharedAddress::info)
+    }
+
+    /// Has connection requests (REQ, SIDR_REQ) for `service_id` that reach the shared address
+    /// come to this device, for as long as the claim lives: what a connection manager does
+    /// when it listens. Fails if another program on the address listens on it, as a second
+    /// `rdma_listen` on a port of the host would. A device that does not share its address
+    /// gets every request anyway, and the claim does nothing.
+    pub fn claim_service_id(&self, service_id: u64) -> Result<ServiceClaim, ShareError> {
+        match &self.shared.share {
+            Some(share) => share.claim(service_id),
+            None => Ok(ServiceClaim::unshared(service_id)),
+        }
+    }
+
+    /// The top byte of the device's QPNs and communication IDs when it shares its address
+    /// (the kernel steers datagrams to it by that byte); `None` otherwise.
+    pub fn address_slot(&self) -> Option<u8> {
+        self.shared.share.as_ref().map(SharedAddress::slot)
     }
 
     /// The device's name (`softrdma0`, `softrdma1`, ... in opening order).

@@ -25,6 +25,10 @@ pub enum OpenDeviceError {
     /// 0..=1 or a delay above [`MAX_DELAY_US`](crate::MAX_DELAY_US).
     #[error("fault injection: {0}")]
     Faults(#[from] crate::FaultSpecError),
+    /// The address could not be shared with the other devices on it (see
+    /// [`DeviceConfig::share_address`](crate::DeviceConfig::share_address)).
+    #[error(transparent)]
+    Share(#[from] crate::ShareError),
     /// The pcap file of [`DeviceConfig::pcap`](crate::DeviceConfig::pcap) could not be created.
     #[error("cannot create pcap file {}: {source}", path.display())]
     Pcap {

@@ -639,8 +639,14 @@ fn device_attributes_and_gids() {
     assert_eq!(attr.node_guid, 0x0000_7fff_fe00_0525);
     assert_eq!(d.gid_index(), 0);
     assert!(d.query_gid(1, 3).is_err());
-    // The same address cannot be opened twice (port 4791 is taken).
-    assert!(softrdma::Device::open(softrdma::DeviceConfig::new(ip("127.0.5.37"))).is_err());
+    // A second device on the address shares it, with a slot of its own; one that wants the
+    // address alone cannot have it.
+    let again = softrdma::Device::open(softrdma::DeviceConfig::new(ip("127.0.5.37"))).unwrap();
+    let (a, b) = (d.shared_address().unwrap(), again.shared_address().unwrap());
+    assert_ne!(a.slot, b.slot);
+    assert_eq!(b.members, 2);
+    let alone = softrdma::DeviceConfig::new(ip("127.0.5.37")).share_address(false);
+    assert!(softrdma::Device::open(alone).is_err());
     // IPv6 loopback: the address itself.
     if let Ok(d6) = softrdma::Device::open(softrdma::DeviceConfig::new(ip("::1")).port(47910)) {
         assert_eq!(d6.query_gid(1, 0).unwrap().to_string(), "::1");

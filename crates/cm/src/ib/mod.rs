@@ -146,6 +146,10 @@ pub struct CmConfig {
     /// Most connections (including those in time-wait) at once; REQs beyond it are dropped
     /// unanswered, as Linux drops them when it cannot allocate.
     pub max_connections: usize,
+    /// The top byte of every local communication ID (and SIDR request ID), if set: a device
+    /// that shares its address with other processes has the kernel steer the CM's replies by
+    /// it (see `softrdma`'s shared addresses). `None`: all 32 bits are random.
+    pub comm_id_prefix: Option<u8>,
 }
 
 impl Default for CmConfig {
@@ -156,6 +160,7 @@ impl Default for CmConfig {
             tid_agent: 1,
             rng_seed: 0x5eed,
             max_connections: 4096,
+            comm_id_prefix: None,
         }
     }
 }
@@ -315,7 +320,10 @@ impl IbCm {
             return Err(CmError::TooManyConnections);
         }
         let comm_id = loop {
-            let c = self.rng.next_u64() as u32;
+            let mut c = self.rng.next_u64() as u32;
+            if let Some(prefix) = self.config.comm_id_prefix {
+                c = u32::from(prefix) << 24 | c & 0x00ff_ffff;
+            }
             if c != 0 && !self.by_comm_id.contains_key(&c) {
                 break c;
             }

@@ -286,11 +286,18 @@ impl Engine {
         if !self.shared.cqs.contains_key(&send_cq) || !self.shared.cqs.contains_key(&recv_cq) {
             return Err(EngineError::NoSuchCq);
         }
+        let (first, last) = (self.shared.config.first_qpn, self.shared.config.last_qpn);
+        let after = |q: u32| if q >= last { first } else { q + 1 };
         let mut qpn = self.next_qpn;
-        while self.qps.contains_key(&qpn) || qpn < 2 {
-            qpn = (qpn + 1) & softrdma_wire::QPN_MASK;
+        let mut tried = 0u32;
+        while self.qps.contains_key(&qpn) || qpn < 2 || qpn > last {
+            qpn = after(qpn);
+            tried += 1;
+            if tried > last.saturating_sub(first) + 1 {
+                return Err(EngineError::InvalidArgument("every QP number is in use"));
+            }
         }
-        self.next_qpn = (qpn + 1) & softrdma_wire::QPN_MASK;
+        self.next_qpn = after(qpn);
         let mut qp = QueuePair::new(qpn, qp_type, pd, send_cq, recv_cq, caps);
         qp.srq = srq;
         if self.shared.config.peers_use_small_ipv4_ids {

@@ -6,12 +6,25 @@
 //! such early packets, unexecuted, and runs them in order once the missing one arrives: the
 //! execution order, the NAK on the wire and every completion are exactly IBTA's; only the
 //! resend shrinks, to the lost packets alone, for a requester that notices (see the
-//! requester's repair mode). Bounded per QP by packets and per engine by bytes; beyond that
-//! packets are dropped as IBTA says.
+//! requester's repair mode). Bounded per QP by packets, per engine by bytes, and in PSNs by
+//! [`MAX_HOLD_DISTANCE`]; beyond that packets are dropped as IBTA says.
 
 use std::collections::BTreeMap;
 
 use softrdma_wire::Psn;
+
+/// How far ahead of the expected PSN a packet may be and still be kept (PSNs).
+///
+/// A requester has far fewer PSNs outstanding than this (Linux rxe at most 128, softrdma its
+/// window), so a packet beyond it belongs to no request in flight: a stale one (an earlier
+/// connection on the same QPN), a forged one, or one with a corrupt PSN. Kept, it would run
+/// as the request of that PSN when the sequence got there, and the real request be answered
+/// as its duplicate; and until then each in-order request found "a gap with packets kept
+/// beyond it" and was NAKed instead of ACKed (the rxe lab's errpaths case
+/// `psn_window_edge_ahead`: a SEND 2^23 - 1 PSNs ahead). Dropped, it costs at most one NAK,
+/// as on rxe. 2^16 PSNs is 64 MiB in flight at MTU 1024, or a READ of that size lost ahead of
+/// what follows it (which is then resent go-back-N, as IBTA does anyway).
+pub(crate) const MAX_HOLD_DISTANCE: u32 = 1 << 16;
 
 /// Early packets of one QP, keyed by their distance from a base PSN (`base` is the expected
 /// PSN when the first one was kept; distances stay far below 2^23 while any is held).
@@ -23,8 +36,9 @@ pub(crate) struct ReorderBuffer {
 }
 
 impl ReorderBuffer {
-    /// Keeps `packet` (its PSN is `psn`, ahead of `expected`) if fewer than `cap` are held.
-    /// Returns the bytes now held, or `None` when it was not kept (full, or already held).
+    /// Keeps `packet` (its PSN is `psn`, ahead of `expected`) if fewer than `cap` are held
+    /// and it is at most [`MAX_HOLD_DISTANCE`] ahead. Returns the bytes now held, or `None`
+    /// when it was not kept (full, too far ahead, or already held).
     pub(crate) fn hold(
         &mut self,
         expected: Psn,
@@ -32,6 +46,10 @@ impl ReorderBuffer {
         packet: Box<[u8]>,
         cap: usize,
     ) -> Option<usize> {
+        debug_assert!(psn.distance(expected) > 0, "only early packets are held");
+        if i64::from(psn.distance(expected)) > i64::from(MAX_HOLD_DISTANCE) {
+            return None;
+        }
         if self.held.is_empty() {
             self.base = expected;
         }
@@ -103,6 +121,16 @@ mod tests {
         assert_eq!(r.take(e.add(2)).map(|(p, f)| (p.len(), f)), Some((10, 10)));
         assert!(r.is_empty());
         assert_eq!(r.bytes, 0);
+    }
+
+    #[test]
+    fn test_packets_too_far_ahead_are_not_held() {
+        let mut r = ReorderBuffer::default();
+        let e = Psn::new(0xff_fff0); // across the 24-bit wrap
+        assert_eq!(r.hold(e, e.add(MAX_HOLD_DISTANCE + 1), pkt(1), 8), None);
+        assert_eq!(r.hold(e, e.add(0x7f_ffff), pkt(1), 8), None);
+        assert!(r.is_empty());
+        assert_eq!(r.hold(e, e.add(MAX_HOLD_DISTANCE), pkt(1), 8), Some(1));
     }
 
     #[test]

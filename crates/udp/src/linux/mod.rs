@@ -29,6 +29,15 @@ pub(crate) fn open(config: &Config) -> Result<Opened, OpenError> {
     let socket = new_socket(config, addr, config.recv_buffer_bytes)?;
     let fd = socket.as_raw_fd();
     set_recv_options(fd, addr)?;
+    if config.reuse_port {
+        setsockopt_int(fd, libc::SOL_SOCKET, libc::SO_REUSEPORT, 1).map_err(|source| {
+            OpenError::SetOption {
+                option: "SO_REUSEPORT",
+                addr,
+                source,
+            }
+        })?;
+    }
     socket
         .bind(&addr.into())
         .map_err(|source| OpenError::Bind { addr, source })?;
@@ -115,6 +124,43 @@ pub(crate) fn open_group(config: &Config, local: SocketAddr, group: IpAddr) -> i
         _ => return Err(io::Error::from(io::ErrorKind::InvalidInput)),
     }
     Ok(socket)
+}
+
+/// Attaches the classic BPF `program` to the `SO_REUSEPORT` group of socket `fd`
+/// (`SO_ATTACH_REUSEPORT_CBPF`, Linux 4.5; no privilege needed). It replaces the group's
+/// program for every member.
+pub(crate) fn attach_reuseport_cbpf(fd: RawFd, program: &[crate::SteeringInsn]) -> io::Result<()> {
+    let insns: Vec<libc::sock_filter> = program
+        .iter()
+        .map(|i| libc::sock_filter {
+            code: i.code,
+            jt: i.jt,
+            jf: i.jf,
+            k: i.k,
+        })
+        .collect();
+    let len =
+        u16::try_from(insns.len()).map_err(|_| io::Error::from(io::ErrorKind::InvalidInput))?;
+    let fprog = libc::sock_fprog {
+        len,
+        filter: insns.as_ptr().cast_mut(),
+    };
+    // SAFETY: `fprog` points at `insns`, `len` instructions that live until the call returns
+    // (the kernel copies the program); the length passed is exactly `sock_fprog`'s size.
+    let rc = unsafe {
+        libc::setsockopt(
+            fd,
+            libc::SOL_SOCKET,
+            libc::SO_ATTACH_REUSEPORT_CBPF,
+            ptr::addr_of!(fprog).cast(),
+            size_of::<libc::sock_fprog>() as libc::socklen_t,
+        )
+    };
+    if rc == 0 {
+        Ok(())
+    } else {
+        Err(io::Error::last_os_error())
+    }
 }
 
 /// The index of the interface that has address `ip`.

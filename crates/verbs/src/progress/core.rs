@@ -116,6 +116,8 @@ pub(crate) struct Core {
     pub faults: Option<Faults>,
     /// Where a received datagram is corrupted before the engine sees it.
     scratch: Vec<u8>,
+    /// Where probes of the shared address go (see `crate::share`), if the device shares it.
+    pub probes: Option<std::sync::Arc<crate::share::ProbeMailbox>>,
 }
 
 impl Core {
@@ -146,6 +148,7 @@ impl Core {
             allowed_peers: Vec::new(),
             faults: None,
             scratch: Vec::new(),
+            probes: None,
         }
     }
 
@@ -282,6 +285,11 @@ impl Core {
                 dm.segment = u16::try_from(segment).unwrap_or(u16::MAX);
                 segment += 1;
                 at += stride;
+                if let Some(p) = &self.probes {
+                    if p.take(meta.src.ip(), self.engine.config().local_ip, d) {
+                        continue;
+                    }
+                }
                 self.io.rx_datagrams += 1;
                 if let Some(tap) = self.tap.as_mut() {
                     tap.received(meta.src, meta.dst_ip, dm.tos, d);

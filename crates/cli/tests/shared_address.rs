@@ -1,0 +1,352 @@
+//! Many unmodified programs on one address through `softrdma exec`, as `mpirun` and
+//! containers run them: perftest pairs side by side, rdma_cm programs whose MADs must reach
+//! the right process, and a process killed mid-transfer that disturbs no other. Addresses
+//! 127.0.15.x, and the default address of `softrdma exec`.
+//!
+//! Needs `libibverbs.so.1` and `librdmacm.so.1` in the binary's directory (`cargo build
+//! --workspace`) and Debian's perftest and rdmacm-utils.
+
+use std::path::Path;
+use std::process::{Child, Command, Output, Stdio};
+use std::time::{Duration, Instant};
+
+const BIN: &str = env!("CARGO_BIN_EXE_softrdma");
+
+fn check_setup(tools: &[&str]) {
+    let dir = Path::new(BIN).parent().expect("binary directory");
+    assert!(
+        dir.join("libibverbs.so.1").exists() && dir.join("librdmacm.so.1").exists(),
+        "{} lacks libibverbs.so.1 or librdmacm.so.1: build the workspace",
+        dir.display()
+    );
+    for tool in tools {
+        assert!(
+            Path::new("/usr/bin").join(tool).exists(),
+            "/usr/bin/{tool} missing: install Debian's perftest and rdmacm-utils"
+        );
+    }
+}
+
+/// `softrdma exec [--ip IP] -- PROGRAM ARGS`, output captured.
+fn exec(ip: Option<&str>, program: &[&str]) -> Command {
+    let mut cmd = Command::new(BIN);
+    cmd.arg("exec");
+    if let Some(ip) = ip {
+        cmd.args(["--ip", ip]);
+    }
+    cmd.arg("--").args(program);
+    cmd.stdout(Stdio::piped()).stderr(Stdio::piped());
+    cmd
+}
+
+fn show(o: &Output) -> String {
+    format!(
+        "{}\n{}{}",
+        o.status,
+        String::from_utf8_lossy(&o.stdout),
+        String::from_utf8_lossy(&o.stderr)
+    )
+}
+
+fn finish(mut child: Child, what: &str, limit: Duration) -> Output {
+    let deadline = Instant::now() + limit;
+    loop {
+        if child.try_wait().expect("wait").is_some() {
+            return child.wait_with_output().expect("output");
+        }
+        if Instant::now() > deadline {
+            let _ = child.kill();
+            let out = child.wait_with_output().expect("output");
+            panic!("{what} did not finish:\n{}", show(&out));
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    }
+}
+
+/// How many sockets are bound to `ip`:4791 (each a softrdma device sharing the address).
+fn devices_on(ip: &str) -> usize {
+    let octets: Vec<u8> = ip.split('.').map(|o| o.parse().unwrap()).collect();
+    let needle = format!(
+        "{:02X}{:02X}{:02X}{:02X}:12B7",
+        octets[3], octets[2], octets[1], octets[0]
+    );
+    std::fs::read_to_string("/proc/net/udp").map_or(0, |s| {
+        s.lines()
+            .skip(1)
+            .filter(|l| l.split_whitespace().nth(1) == Some(needle.as_str()))
+            .count()
+    })
+}
+
+/// Waits until `n` devices are open on `ip`, and a moment more (servers listen right after).
+fn wait_devices(ip: &str, n: usize, what: &str) {
+    let start = Instant::now();
+    while devices_on(ip) < n {
+        assert!(
+            start.elapsed() < Duration::from_secs(20),
+            "{what}: {} of {n} devices opened on {ip}",
+            devices_on(ip)
+        );
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    std::thread::sleep(Duration::from_millis(300));
+}
+
+fn assert_ok(o: &Output, what: &str, marker: &str) {
+    let text =
+        String::from_utf8_lossy(&o.stdout).into_owned() + &String::from_utf8_lossy(&o.stderr);
+    assert!(
+        o.status.success() && text.contains(marker),
+        "{what}: expected exit 0 and {marker:?}:\n{}",
+        show(o)
+    );
+}
+
+/// The address `softrdma exec` gives a program when it is not told one.
+fn default_address() -> String {
+    let o = exec(None, &["sh", "-c", "echo $SOFTRDMA_IP"])
+        .output()
+        .expect("run sh");
+    assert!(o.status.success(), "{}", show(&o));
+    String::from_utf8_lossy(&o.stdout).trim().to_string()
+}
+
+/// perftest's result line: "#bytes #iterations ..." followed by the figures.
+const PERFTEST_TABLE: &str = "#bytes";
+
+#[test]
+fn perftest_server_and_client_on_the_default_address() {
+    check_setup(&["ib_write_bw"]);
+    let ip = default_address();
+    let before = devices_on(&ip);
+    let args = [
+        "ib_write_bw",
+        "-d",
+        "softrdma0",
+        "-p",
+        "18711",
+        "-n",
+        "2000",
+    ];
+    let server = exec(None, &args).spawn().expect("spawn server");
+    wait_devices(&ip, before + 1, "ib_write_bw server");
+    let mut client_args = args.to_vec();
+    client_args.push(&ip);
+    let client = exec(None, &client_args).spawn().expect("spawn client");
+    let c = finish(client, "ib_write_bw client", Duration::from_secs(60));
+    let s = finish(server, "ib_write_bw server", Duration::from_secs(60));
+    assert_ok(&s, "ib_write_bw server", PERFTEST_TABLE);
+    assert_ok(&c, "ib_write_bw client", PERFTEST_TABLE);
+}
+
+#[test]
+fn eight_send_lat_pairs_at_once_on_one_address() {
+    check_setup(&["ib_send_lat"]);
+    let ip = "127.0.15.1";
+    let ports: Vec<String> = (0..8).map(|i| (18720 + i).to_string()).collect();
+    let servers: Vec<Child> = ports
+        .iter()
+        .map(|p| {
+            exec(
+                Some(ip),
+                &["ib_send_lat", "-d", "softrdma0", "-p", p, "-n", "2000"],
+            )
+            .spawn()
+            .expect("spawn server")
+        })
+        .collect();
+    wait_devices(ip, 8, "ib_send_lat servers");
+    let clients: Vec<Child> = ports
+        .iter()
+        .map(|p| {
+            exec(
+                Some(ip),
+                &["ib_send_lat", "-d", "softrdma0", "-p", p, "-n", "2000", ip],
+            )
+            .spawn()
+            .expect("spawn client")
+        })
+        .collect();
+    let limit = Duration::from_secs(90);
+    for (i, (s, c)) in servers.into_iter().zip(clients).enumerate() {
+        let c = finish(c, "ib_send_lat client", limit);
+        let s = finish(s, "ib_send_lat server", limit);
+        assert_ok(&c, &format!("ib_send_lat client {i}"), PERFTEST_TABLE);
+        assert_ok(&s, &format!("ib_send_lat server {i}"), PERFTEST_TABLE);
+    }
+}
+
+#[test]
+fn a_process_killed_mid_transfer_disturbs_no_other_on_the_address() {
+    check_setup(&["ib_write_bw", "ib_read_bw", "ib_send_lat"]);
+    let ip = "127.0.15.2";
+    // The victim: a long READ run.
+    let victim = exec(
+        Some(ip),
+        &["ib_read_bw", "-d", "softrdma0", "-p", "18740", "-D", "20"],
+    )
+    .spawn()
+    .expect("spawn victim server");
+    // The survivor: a WRITE run of a fixed size.
+    let survivor = exec(
+        Some(ip),
+        &[
+            "ib_write_bw",
+            "-d",
+            "softrdma0",
+            "-p",
+            "18741",
+            "-n",
+            "20000",
+        ],
+    )
+    .spawn()
+    .expect("spawn survivor server");
+    wait_devices(ip, 2, "servers");
+    let victim_client = exec(
+        Some(ip),
+        &[
+            "ib_read_bw",
+            "-d",
+            "softrdma0",
+            "-p",
+            "18740",
+            "-D",
+            "20",
+            ip,
+        ],
+    )
+    .spawn()
+    .expect("spawn victim client");
+    wait_devices(ip, 3, "victim client");
+    let survivor_client = exec(
+        Some(ip),
+        &[
+            "ib_write_bw",
+            "-d",
+            "softrdma0",
+            "-p",
+            "18741",
+            "-n",
+            "20000",
+            ip,
+        ],
+    )
+    .spawn()
+    .expect("spawn survivor client");
+    std::thread::sleep(Duration::from_millis(700));
+    let killed = Command::new("kill")
+        .args(["-9", &victim.id().to_string()])
+        .status()
+        .expect("run kill");
+    assert!(killed.success());
+    let limit = Duration::from_secs(90);
+    let c = finish(survivor_client, "survivor client", limit);
+    let s = finish(survivor, "survivor server", limit);
+    assert_ok(&c, "survivor client", PERFTEST_TABLE);
+    assert_ok(&s, "survivor server", PERFTEST_TABLE);
+    let v = finish(victim, "victim", limit);
+    assert_eq!(v.status.code(), None, "killed by a signal: {}", show(&v));
+    let mut vc = victim_client;
+    let _ = vc.kill();
+    let _ = vc.wait();
+
+    // A new pair on the address later works.
+    let args = [
+        "ib_send_lat",
+        "-d",
+        "softrdma0",
+        "-p",
+        "18742",
+        "-n",
+        "1000",
+    ];
+    let server = exec(Some(ip), &args).spawn().expect("spawn server");
+    wait_devices(ip, 1, "new server");
+    let mut client_args = args.to_vec();
+    client_args.push(ip);
+    let c = finish(
+        exec(Some(ip), &client_args).spawn().expect("spawn"),
+        "new client",
+        limit,
+    );
+    let s = finish(server, "new server", limit);
+    assert_ok(&c, "new client", PERFTEST_TABLE);
+    assert_ok(&s, "new server", PERFTEST_TABLE);
+}
+
+/// A server, then its client (rerun while the server does not listen yet), on one address.
+fn cm_pair(ip: &str, server: &[&str], client: &[&str], what: &str) -> (Output, Output) {
+    let before = devices_on(ip);
+    let s = exec(Some(ip), server).spawn().expect("spawn server");
+    wait_devices(ip, before + 1, what);
+    let limit = Duration::from_secs(60);
+    let c = finish(
+        exec(Some(ip), client).spawn().expect("spawn client"),
+        what,
+        limit,
+    );
+    (finish(s, what, limit), c)
+}
+
+#[test]
+fn rdma_cm_programs_find_each_other_on_one_address() {
+    check_setup(&["rping", "ucmatose", "udaddy", "mckey"]);
+    let ip = "127.0.15.3";
+    let (s, c) = cm_pair(
+        ip,
+        &["rping", "-s", "-a", ip, "-p", "18750", "-C", "10", "-V"],
+        &["rping", "-c", "-a", ip, "-p", "18750", "-C", "10", "-V"],
+        "rping",
+    );
+    assert_ok(&s, "rping server", "");
+    assert_ok(&c, "rping client", "");
+    // Four RC connections: REQ by Service ID to the server, the rest by communication ID.
+    let (s, c) = cm_pair(
+        ip,
+        &["ucmatose", "-b", ip, "-p", "18751", "-c", "4"],
+        &["ucmatose", "-s", ip, "-p", "18751", "-c", "4"],
+        "ucmatose",
+    );
+    assert_ok(&s, "ucmatose server", "test complete");
+    assert_ok(&c, "ucmatose client", "test complete");
+    // UD: SIDR_REQ by Service ID, SIDR_REP by request ID (udaddy's port is fixed: 7174).
+    let (s, c) = cm_pair(ip, &["udaddy", "-b", ip], &["udaddy", "-s", ip], "udaddy");
+    assert_ok(&s, "udaddy server", "test complete");
+    assert_ok(&c, "udaddy client", "test complete");
+    // Multicast: the receiver's joined group gets the sender's datagrams, the sender being
+    // another process on the same address.
+    let (s, c) = cm_pair(
+        ip,
+        &["mckey", "-m", "239.1.15.3", "-b", ip],
+        &["mckey", "-m", "239.1.15.3", "-s", "-b", ip],
+        "mckey",
+    );
+    assert_ok(&s, "mckey receiver", "test complete");
+    assert_ok(&c, "mckey sender", "test complete");
+}
+
+#[test]
+fn a_second_listener_on_a_port_of_the_address_is_refused() {
+    check_setup(&["rping"]);
+    let ip = "127.0.15.4";
+    let first = exec(Some(ip), &["rping", "-s", "-a", ip, "-p", "18760"])
+        .spawn()
+        .expect("spawn first server");
+    wait_devices(ip, 1, "first rping server");
+    let second = finish(
+        exec(Some(ip), &["rping", "-s", "-a", ip, "-p", "18760"])
+            .spawn()
+            .expect("spawn second server"),
+        "second rping server",
+        Duration::from_secs(30),
+    );
+    let mut first = first;
+    let _ = first.kill();
+    let _ = first.wait();
+    let text = show(&second);
+    assert!(
+        !second.status.success() && text.contains("rdma_listen"),
+        "the second listener should fail in rdma_listen (EADDRINUSE):\n{text}"
+    );
+}
