@@ -160,13 +160,12 @@ fn ucx_perftest_between_two_addresses() {
     }
 }
 
-/// Open MPI over UCX over softrdma: `mpirun -np 4 --mca pml ucx` runs
-/// `tests/mpi/pingpong_allreduce.c` (a checked ping-pong between ranks 0 and 1, a checked
-/// `MPI_Allreduce` of 64 MiB), once
-/// with `rc_v` and once with `ud_v`. Each rank runs through `softrdma exec` on its own address
-/// (127.0.16.10 + rank: one address per process until processes can share one, issue 34
-/// item 3), and every UCX endpoint between two ranks is on softrdma0:1 (UCX's debug log
-/// names each lane's transport and device). Skipped when Open MPI is not installed.
+/// Open MPI over UCX over softrdma, as a user runs it: `softrdma exec -- mpirun -np 4 --mca pml
+/// ucx` runs `tests/mpi/pingpong_allreduce.c` (a checked ping-pong between ranks 0 and 1, a
+/// checked `MPI_Allreduce` of 64 MiB), once with `rc_v` and once with `ud_v`. The four ranks
+/// share one address (127.0.16.10), and every UCX endpoint between two ranks is on
+/// softrdma0:1 (UCX's debug log names each lane's transport and device). Skipped when Open
+/// MPI is not installed.
 #[test]
 fn open_mpi_allreduce_over_ucx() {
     if !ucx_present() {
@@ -189,12 +188,8 @@ fn open_mpi_allreduce_over_ucx() {
         .output()
         .unwrap();
     assert!(out.status.success(), "mpicc: {}", show(&out));
-    let rank_cmd = format!(
-        "exec {BIN} exec --ip 127.0.16.$((10 + OMPI_COMM_WORLD_RANK)) -- {}",
-        exe.display()
-    );
     for (tl, tls) in [("rc_verbs", "rc_v,self"), ("ud_verbs", "ud_v,self")] {
-        let mut mpirun = Command::new("mpirun");
+        let mut mpirun = exec("127.0.16.10", &["mpirun"]);
         mpirun
             // Open MPI refuses root unless told (CI runs as root).
             .env("OMPI_ALLOW_RUN_AS_ROOT", "1")
@@ -224,7 +219,7 @@ fn open_mpi_allreduce_over_ucx() {
                 "-x",
                 &format!("UCX_LOG_FILE={}/{tl}.%p.log", dir.display()),
             ])
-            .args(["sh", "-c", &rank_cmd]);
+            .arg(&exe);
         let out = finish(
             spawn(mpirun),
             &format!("mpirun over {tls}"),
