@@ -1,6 +1,7 @@
 //! UCX on softrdma: Debian's unmodified `ucx_info` and `ucx_perftest` (ucx-utils 1.13), and
 //! Open MPI over UCX, run through `softrdma exec`, see softrdma0 and move their data over it.
-//! Addresses 127.0.16.x, TCP ports 18760–18763 (ucx_perftest's own rendezvous).
+//! Addresses 127.0.16.x and exec's default address, TCP ports 18760–18763 (ucx_perftest's own
+//! rendezvous).
 //!
 //! Needs `libibverbs.so.1` in the binary's directory (`cargo build --workspace`). Without
 //! ucx-utils (or, for the MPI test, Open MPI) installed the tests say so and pass: there is
@@ -70,8 +71,19 @@ fn ucx_info_lists_softrdma0_with_rc_and_ud_verbs() {
     }
 }
 
-/// One `ucx_perftest` run between two processes on two addresses, restricted to softrdma's
-/// device and `tls` (UCX's own names: `rc_v` is rc_verbs with ud_verbs for its wire-up,
+/// The address `softrdma exec` gives a program when told none (the host's outgoing one).
+fn default_address() -> String {
+    let o = Command::new(BIN)
+        .args(["exec", "--", "sh", "-c", "echo $SOFTRDMA_IP"])
+        .output()
+        .expect("run sh");
+    assert!(o.status.success(), "{}", show(&o));
+    String::from_utf8_lossy(&o.stdout).trim().to_string()
+}
+
+/// One `ucx_perftest` run between two processes started as plain `softrdma exec -- ...`, so
+/// both on exec's default address (which they share), restricted to softrdma's device and
+/// `tls` (UCX's own names: `rc_v` is rc_verbs with ud_verbs for its wire-up,
 /// `ud_v` ud_verbs). Returns the client's output; the client's `--counters` report is on
 /// its stderr.
 fn perftest(tls: &str, port: u16, args: &[&str]) -> Output {
@@ -82,13 +94,15 @@ fn perftest(tls: &str, port: u16, args: &[&str]) -> Output {
         cmd
     };
     let port_s = port.to_string();
-    let server = ucx(exec("127.0.16.2", &["ucx_perftest", "-p", &port_s]));
+    let mut server = Command::new(BIN);
+    server.args(["exec", "--", "ucx_perftest", "-p", &port_s]);
+    let server = ucx(server);
     let mut client = Command::new(BIN);
     client
-        .args(["exec", "--ip", "127.0.16.3", "--counters", "--"])
+        .args(["exec", "--counters", "--"])
         .args(["ucx_perftest", "-p", &port_s])
         .args(args)
-        .arg("127.0.16.2");
+        .arg(default_address());
     let client = ucx(client);
     let what = format!("ucx_perftest {args:?} over {tls}");
     let (s, c) = pair(server, client, port, &what);
@@ -117,12 +131,12 @@ fn final_line(out: &Output) -> Vec<f64> {
         .collect()
 }
 
-/// ucx_perftest's UCP tests between two processes, each on its own address: put bandwidth
+/// ucx_perftest's UCP tests between two processes on one address: put bandwidth
 /// and get at 64 KiB and tag-matched latency at 8 B over rc_verbs, tag-matched bandwidth at
 /// 4 KiB over ud_verbs. Each run completes every iteration it was asked for, and the
 /// client's softrdma device carried at least the bytes the test moved.
 #[test]
-fn ucx_perftest_between_two_addresses() {
+fn ucx_perftest_between_two_processes_on_one_address() {
     if !ucx_present() {
         return;
     }
