@@ -38,153 +38,79 @@ mkdir -p "$OUT"
 
 rows() { sed 's/^\[[^]]*\]//' "$1" | grep -cE '^ +[0-9]+ +[0-9]+ '; }
 
-# check NAME LOG RC: exit 0 and a result row.
-check() {
-  local status=ok
-  [ "$3" = 0 ] && [ "$(rows "$2")" -ge 1 ] || status=FAIL
-  echo "$status"
+# Checks of one side's log: perftest exits 0 with a result row; rping exits 0 with no error.
+perftest_ok() { [ "$2" = 0 ] && [ "$(rows "$1")" -ge 1 ] && echo ok || echo FAIL; }
+rping_ok() { [ "$2" = 0 ] && ! grep -qiE "error|fail" "$1" && echo ok || echo FAIL; }
+
+# fill TEMPLATE I: the command of pair I (%p its port, %g its guest's address, %h the host's).
+fill() { local c=${1//%p/${PORTS[$2]}}; c=${c//%g/${GUEST_IPS[$2]}}; echo "${c//%h/$HOST_IP}"; }
+
+# run_case NAME CHECK HOST_ROLE HOST_CMD GUEST_CMD RETRY_ON: two pairs at once, the host's two
+# programs on its one address (`softrdma exec --ip HOST_IP`), one peer in each guest. With
+# HOST_ROLE server the guests' clients retry (rxe-retry) until the host listens; with client
+# the host's clients retry while their output shows RETRY_ON (the guest's server is not up).
+run_case() {
+  local t=$1 chk=$2 role=$3 hcmd=$4 gcmd=$5 retry_on=$6 i
+  echo "== $t: $(fill "$hcmd" 0) (x2 on $HOST_IP) / $(fill "$gcmd" 0) (in ${GUESTS[*]})"
+  start_capture "$OUT/$t.wire.pcap"
+  local hpids=() gpids=()
+  for i in 0 1; do
+    if [ "$role" = server ]; then
+      # shellcheck disable=SC2046 # the command is words
+      nsx timeout -k 5 $((GUEST_TIMEOUT + 30)) "$BIN" exec --ip "$HOST_IP" -- \
+        $(fill "$hcmd" $i) > "$OUT/$t.host$i.log" 2>&1 &
+      hpids+=($!)
+      "$LAB/guest.sh" "${GUESTS[$i]}" "${GUEST_IPS[$i]}" "rxe-retry 60 $(fill "$gcmd" $i)" \
+        > "$OUT/$t.guest$i.log" 2>&1 &
+      gpids+=($!)
+    else
+      "$LAB/guest.sh" "${GUESTS[$i]}" "${GUEST_IPS[$i]}" "$(fill "$gcmd" $i)" \
+        > "$OUT/$t.guest$i.log" 2>&1 &
+      gpids+=($!)
+      (
+        deadline=$(( $(date +%s) + 90 ))
+        while :; do
+          # shellcheck disable=SC2046
+          nsx timeout -k 5 $((GUEST_TIMEOUT + 30)) "$BIN" exec --ip "$HOST_IP" -- \
+            $(fill "$hcmd" $i) > "$OUT/$t.host$i.log" 2>&1
+          rc=$?
+          if [ $rc -ne 0 ] && [ "$(date +%s)" -lt "$deadline" ] && \
+             grep -q "$retry_on" "$OUT/$t.host$i.log"; then
+            sleep 0.5; continue
+          fi
+          exit $rc
+        done
+      ) &
+      hpids+=($!)
+    fi
+  done
+  local detail= status=ok src grc s g wd
+  for i in 0 1; do
+    wait "${hpids[$i]}"; src=$?
+    wait "${gpids[$i]}"; grc=$?
+    s=$($chk "$OUT/$t.host$i.log" $src); g=$($chk "$OUT/$t.guest$i.log" $grc)
+    [ "$s$g" = okok ] || status=FAIL
+    detail="$detail port ${PORTS[$i]}: softrdma rc=$src $s, ${GUESTS[$i]} rc=$grc $g;"
+  done
+  stop_capture
+  wd=$(decode "$OUT/$t.wire.pcap") || status=FAIL
+  record "$t" "$status" "$detail wire: $wd"
+  echo "   -> $status:$detail wire: $wd"
 }
 
 size_of() { case $1 in *lat*) echo 8 ;; *) echo 4096 ;; esac; }
 
 for prog in $TESTS; do
   flags="-n $ITERS -s $(size_of "$prog") -F"
-  # 1. softrdma servers on the one address, rxe clients.
-  t="$prog-softrdma-servers"
-  echo "== $t: two softrdma exec -- $prog servers on $HOST_IP:{${PORTS[*]}}, clients in ${GUESTS[*]}"
-  start_capture "$OUT/$t.wire.pcap"
-  spids=()
-  for i in 0 1; do
-    nsx timeout -k 5 $((GUEST_TIMEOUT + 30)) "$BIN" exec --ip "$HOST_IP" -- \
-      "$prog" -d softrdma0 -x 1 -p "${PORTS[$i]}" $flags > "$OUT/$t.host$i.log" 2>&1 &
-    spids+=($!)
-  done
-  gpids=()
-  for i in 0 1; do
-    "$LAB/guest.sh" "${GUESTS[$i]}" "${GUEST_IPS[$i]}" \
-      "rxe-retry 60 $prog -d rxe0 -x 1 -p ${PORTS[$i]} $flags $HOST_IP" > "$OUT/$t.guest$i.log" 2>&1 &
-    gpids+=($!)
-  done
-  detail=
-  status=ok
-  for i in 0 1; do
-    wait "${gpids[$i]}"; grc=$?
-    wait "${spids[$i]}"; src=$?
-    s=$(check x "$OUT/$t.host$i.log" $src); g=$(check x "$OUT/$t.guest$i.log" $grc)
-    [ "$s$g" = okok ] || status=FAIL
-    detail="$detail port ${PORTS[$i]}: softrdma rc=$src $s, ${GUESTS[$i]} rc=$grc $g;"
-  done
-  stop_capture
-  wd=$(decode "$OUT/$t.wire.pcap") || status=FAIL
-  record "$t" "$status" "$detail wire: $wd"
-  echo "   -> $status:$detail wire: $wd"
-
-  # 2. rxe servers, softrdma clients on the one address.
-  t="$prog-softrdma-clients"
-  echo "== $t: $prog servers in ${GUESTS[*]}, two softrdma exec -- $prog clients on $HOST_IP"
-  start_capture "$OUT/$t.wire.pcap"
-  gpids=()
-  for i in 0 1; do
-    "$LAB/guest.sh" "${GUESTS[$i]}" "${GUEST_IPS[$i]}" \
-      "$prog -d rxe0 -x 1 -p ${PORTS[$i]} $flags" > "$OUT/$t.guest$i.log" 2>&1 &
-    gpids+=($!)
-  done
-  cpids=()
-  for i in 0 1; do
-    (
-      deadline=$(( $(date +%s) + 90 ))
-      while :; do
-        nsx timeout -k 5 $((GUEST_TIMEOUT + 30)) "$BIN" exec --ip "$HOST_IP" -- \
-          "$prog" -d softrdma0 -x 1 -p "${PORTS[$i]}" $flags "${GUEST_IPS[$i]}" > "$OUT/$t.host$i.log" 2>&1
-        rc=$?
-        # The guest's server is not listening yet: perftest's client cannot connect.
-        if [ $rc -ne 0 ] && [ "$(date +%s)" -lt "$deadline" ] && \
-           grep -q "Couldn't connect" "$OUT/$t.host$i.log"; then
-          sleep 0.5; continue
-        fi
-        exit $rc
-      done
-    ) &
-    cpids+=($!)
-  done
-  detail=
-  status=ok
-  for i in 0 1; do
-    wait "${cpids[$i]}"; src=$?
-    wait "${gpids[$i]}"; grc=$?
-    s=$(check x "$OUT/$t.host$i.log" $src); g=$(check x "$OUT/$t.guest$i.log" $grc)
-    [ "$s$g" = okok ] || status=FAIL
-    detail="$detail port ${PORTS[$i]}: softrdma rc=$src $s, ${GUESTS[$i]} rc=$grc $g;"
-  done
-  stop_capture
-  wd=$(decode "$OUT/$t.wire.pcap") || status=FAIL
-  record "$t" "$status" "$detail wire: $wd"
-  echo "   -> $status:$detail wire: $wd"
+  run_case "$prog-softrdma-servers" perftest_ok server \
+    "$prog -d softrdma0 -x 1 -p %p $flags" "$prog -d rxe0 -x 1 -p %p $flags %h" ""
+  run_case "$prog-softrdma-clients" perftest_ok client \
+    "$prog -d softrdma0 -x 1 -p %p $flags %g" "$prog -d rxe0 -x 1 -p %p $flags" "Couldn't connect"
 done
-
 # rdma_cm: rxe's CM MADs must reach the right process of the address (REQ by Service ID, the
 # rest by communication ID), and softrdma's reach the right rxe id.
-rping_ok() { [ "$2" = 0 ] && ! grep -qiE "error|fail" "$1" && echo ok || echo FAIL; }
-t="rping-softrdma-servers"
-echo "== $t: two softrdma exec -- rping -s on $HOST_IP:{${PORTS[*]}}, rping -c in ${GUESTS[*]}"
-start_capture "$OUT/$t.wire.pcap"
-spids=(); gpids=()
-for i in 0 1; do
-  nsx timeout -k 5 $((GUEST_TIMEOUT + 30)) "$BIN" exec --ip "$HOST_IP" -- \
-    rping -s -a "$HOST_IP" -p "${PORTS[$i]}" -C 10 -V > "$OUT/$t.host$i.log" 2>&1 &
-  spids+=($!)
-done
-for i in 0 1; do
-  "$LAB/guest.sh" "${GUESTS[$i]}" "${GUEST_IPS[$i]}" \
-    "rxe-retry 60 rping -c -a $HOST_IP -p ${PORTS[$i]} -C 10 -V" > "$OUT/$t.guest$i.log" 2>&1 &
-  gpids+=($!)
-done
-detail=; status=ok
-for i in 0 1; do
-  wait "${gpids[$i]}"; grc=$?; wait "${spids[$i]}"; src=$?
-  s=$(rping_ok "$OUT/$t.host$i.log" $src); g=$(rping_ok "$OUT/$t.guest$i.log" $grc)
-  [ "$s$g" = okok ] || status=FAIL
-  detail="$detail port ${PORTS[$i]}: softrdma rc=$src $s, ${GUESTS[$i]} rc=$grc $g;"
-done
-stop_capture
-wd=$(decode "$OUT/$t.wire.pcap") || status=FAIL
-record "$t" "$status" "$detail wire: $wd"
-echo "   -> $status:$detail wire: $wd"
-
-t="rping-softrdma-clients"
-echo "== $t: rping -s in ${GUESTS[*]}, two softrdma exec -- rping -c on $HOST_IP"
-start_capture "$OUT/$t.wire.pcap"
-gpids=(); cpids=()
-for i in 0 1; do
-  "$LAB/guest.sh" "${GUESTS[$i]}" "${GUEST_IPS[$i]}" \
-    "rping -s -a ${GUEST_IPS[$i]} -p ${PORTS[$i]} -C 10 -V" > "$OUT/$t.guest$i.log" 2>&1 &
-  gpids+=($!)
-done
-for i in 0 1; do
-  (
-    deadline=$(( $(date +%s) + 90 ))
-    while :; do
-      nsx timeout -k 5 60 "$BIN" exec --ip "$HOST_IP" -- \
-        rping -c -a "${GUEST_IPS[$i]}" -p "${PORTS[$i]}" -C 10 -V > "$OUT/$t.host$i.log" 2>&1
-      rc=$?
-      # The guest's server is not listening yet: the REQ is rejected.
-      if [ $rc -ne 0 ] && [ "$(date +%s)" -lt "$deadline" ] && grep -q REJECTED "$OUT/$t.host$i.log"; then
-        sleep 0.5; continue
-      fi
-      exit $rc
-    done
-  ) &
-  cpids+=($!)
-done
-detail=; status=ok
-for i in 0 1; do
-  wait "${cpids[$i]}"; src=$?; wait "${gpids[$i]}"; grc=$?
-  s=$(rping_ok "$OUT/$t.host$i.log" $src); g=$(rping_ok "$OUT/$t.guest$i.log" $grc)
-  [ "$s$g" = okok ] || status=FAIL
-  detail="$detail port ${PORTS[$i]}: softrdma rc=$src $s, ${GUESTS[$i]} rc=$grc $g;"
-done
-stop_capture
-wd=$(decode "$OUT/$t.wire.pcap") || status=FAIL
-record "$t" "$status" "$detail wire: $wd"
-echo "   -> $status:$detail wire: $wd"
+run_case rping-softrdma-servers rping_ok server \
+  "rping -s -a %h -p %p -C 10 -V" "rping -c -a %h -p %p -C 10 -V" ""
+run_case rping-softrdma-clients rping_ok client \
+  "rping -c -a %g -p %p -C 10 -V" "rping -s -a %g -p %p -C 10 -V" REJECTED
 finish "shared address matrix"

@@ -15,7 +15,7 @@ use std::time::{Duration, Instant};
 
 #[path = "common/programs.rs"]
 mod programs;
-use programs::{finish, show, BIN};
+use programs::{assert_ok, devices_on, finish, show, BIN};
 
 fn check_setup(tool: &str) {
     let dir = Path::new(BIN).parent().expect("binary directory");
@@ -41,16 +41,7 @@ fn exec(ip: &str, program: &str, args: &[&str]) -> Command {
 
 /// Whether a process has UDP port 4791 of `ip` (its softrdma device is open).
 fn device_open(ip: &str) -> bool {
-    let octets: Vec<u8> = ip.split('.').map(|o| o.parse().unwrap()).collect();
-    let needle = format!(
-        "{:02X}{:02X}{:02X}{:02X}:12B7",
-        octets[3], octets[2], octets[1], octets[0]
-    );
-    std::fs::read_to_string("/proc/net/udp").is_ok_and(|s| {
-        s.lines()
-            .skip(1)
-            .any(|l| l.split_whitespace().nth(1) == Some(needle.as_str()))
-    })
+    devices_on(ip) > 0
 }
 
 /// Starts `server` and waits until its device on `ip` is open (and a moment more: it binds
@@ -112,16 +103,6 @@ fn pair(
         s.wait_with_output().expect("server output")
     };
     (s, c)
-}
-
-fn assert_ok(o: &Output, what: &str, marker: &str) {
-    let text =
-        String::from_utf8_lossy(&o.stdout).into_owned() + &String::from_utf8_lossy(&o.stderr);
-    assert!(
-        o.status.success() && text.contains(marker),
-        "{what}: expected exit 0 and {marker:?}:\n{}",
-        show(o)
-    );
 }
 
 #[test]

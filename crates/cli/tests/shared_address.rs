@@ -10,7 +10,9 @@ use std::path::Path;
 use std::process::{Child, Command, Output, Stdio};
 use std::time::{Duration, Instant};
 
-const BIN: &str = env!("CARGO_BIN_EXE_softrdma");
+#[path = "common/programs.rs"]
+mod programs;
+use programs::{assert_ok, default_address, devices_on, finish, show, BIN};
 
 fn check_setup(tools: &[&str]) {
     let dir = Path::new(BIN).parent().expect("binary directory");
@@ -39,45 +41,6 @@ fn exec(ip: Option<&str>, program: &[&str]) -> Command {
     cmd
 }
 
-fn show(o: &Output) -> String {
-    format!(
-        "{}\n{}{}",
-        o.status,
-        String::from_utf8_lossy(&o.stdout),
-        String::from_utf8_lossy(&o.stderr)
-    )
-}
-
-fn finish(mut child: Child, what: &str, limit: Duration) -> Output {
-    let deadline = Instant::now() + limit;
-    loop {
-        if child.try_wait().expect("wait").is_some() {
-            return child.wait_with_output().expect("output");
-        }
-        if Instant::now() > deadline {
-            let _ = child.kill();
-            let out = child.wait_with_output().expect("output");
-            panic!("{what} did not finish:\n{}", show(&out));
-        }
-        std::thread::sleep(Duration::from_millis(20));
-    }
-}
-
-/// How many sockets are bound to `ip`:4791 (each a softrdma device sharing the address).
-fn devices_on(ip: &str) -> usize {
-    let octets: Vec<u8> = ip.split('.').map(|o| o.parse().unwrap()).collect();
-    let needle = format!(
-        "{:02X}{:02X}{:02X}{:02X}:12B7",
-        octets[3], octets[2], octets[1], octets[0]
-    );
-    std::fs::read_to_string("/proc/net/udp").map_or(0, |s| {
-        s.lines()
-            .skip(1)
-            .filter(|l| l.split_whitespace().nth(1) == Some(needle.as_str()))
-            .count()
-    })
-}
-
 /// Waits until `n` devices are open on `ip`, and a moment more (servers listen right after).
 fn wait_devices(ip: &str, n: usize, what: &str) {
     let start = Instant::now();
@@ -90,25 +53,6 @@ fn wait_devices(ip: &str, n: usize, what: &str) {
         std::thread::sleep(Duration::from_millis(20));
     }
     std::thread::sleep(Duration::from_millis(300));
-}
-
-fn assert_ok(o: &Output, what: &str, marker: &str) {
-    let text =
-        String::from_utf8_lossy(&o.stdout).into_owned() + &String::from_utf8_lossy(&o.stderr);
-    assert!(
-        o.status.success() && text.contains(marker),
-        "{what}: expected exit 0 and {marker:?}:\n{}",
-        show(o)
-    );
-}
-
-/// The address `softrdma exec` gives a program when it is not told one.
-fn default_address() -> String {
-    let o = exec(None, &["sh", "-c", "echo $SOFTRDMA_IP"])
-        .output()
-        .expect("run sh");
-    assert!(o.status.success(), "{}", show(&o));
-    String::from_utf8_lossy(&o.stdout).trim().to_string()
 }
 
 /// perftest's result line: "#bytes #iterations ..." followed by the figures.

@@ -13,7 +13,7 @@ use std::time::Duration;
 
 #[path = "common/programs.rs"]
 mod programs;
-use programs::{counter, exec, finish, pair, show, spawn, BIN};
+use programs::{counter, default_address, exec, finish, pair, show, spawn, BIN};
 
 /// Whether `tools` are all installed; if not, says which are missing and what to install.
 fn installed(tools: &[&str], packages: &str) -> bool {
@@ -69,16 +69,6 @@ fn ucx_info_lists_softrdma0_with_rc_and_ud_verbs() {
             "{tl} is not on softrdma0:1:\n{domain}"
         );
     }
-}
-
-/// The address `softrdma exec` gives a program when told none (the host's outgoing one).
-fn default_address() -> String {
-    let o = Command::new(BIN)
-        .args(["exec", "--", "sh", "-c", "echo $SOFTRDMA_IP"])
-        .output()
-        .expect("run sh");
-    assert!(o.status.success(), "{}", show(&o));
-    String::from_utf8_lossy(&o.stdout).trim().to_string()
 }
 
 /// One `ucx_perftest` run between two processes started as plain `softrdma exec -- ...`, so

@@ -48,6 +48,43 @@ pub(crate) fn show(o: &Output) -> String {
     )
 }
 
+/// How many sockets are bound to `ip`:4791 (IPv4): softrdma devices open on the address,
+/// which any number of processes may share.
+pub(crate) fn devices_on(ip: &str) -> usize {
+    let octets: Vec<u8> = ip.split('.').map(|o| o.parse().unwrap()).collect();
+    let needle = format!(
+        "{:02X}{:02X}{:02X}{:02X}:12B7",
+        octets[3], octets[2], octets[1], octets[0]
+    );
+    std::fs::read_to_string("/proc/net/udp").map_or(0, |s| {
+        s.lines()
+            .skip(1)
+            .filter(|l| l.split_whitespace().nth(1) == Some(needle.as_str()))
+            .count()
+    })
+}
+
+/// The address `softrdma exec` gives a program when told none (the host's outgoing one).
+pub(crate) fn default_address() -> String {
+    let o = Command::new(BIN)
+        .args(["exec", "--", "sh", "-c", "echo $SOFTRDMA_IP"])
+        .output()
+        .expect("run sh");
+    assert!(o.status.success(), "{}", show(&o));
+    String::from_utf8_lossy(&o.stdout).trim().to_string()
+}
+
+/// Asserts that `o` exited 0 and printed `marker` (on stdout or stderr).
+pub(crate) fn assert_ok(o: &Output, what: &str, marker: &str) {
+    let text =
+        String::from_utf8_lossy(&o.stdout).into_owned() + &String::from_utf8_lossy(&o.stderr);
+    assert!(
+        o.status.success() && text.contains(marker),
+        "{what}: expected exit 0 and {marker:?}:\n{}",
+        show(o)
+    );
+}
+
 /// Whether something listens on TCP `port`.
 pub(crate) fn listening(port: u16) -> bool {
     let needle = format!(":{port:04X}");
