@@ -39,6 +39,16 @@ fn exec(ip: &str, program: &str, args: &[&str]) -> Command {
     cmd
 }
 
+/// Both sides exited 0.
+fn assert_both_ok(s: &Output, c: &Output) {
+    assert!(
+        s.status.success() && c.status.success(),
+        "{}\n{}",
+        show(s),
+        show(c)
+    );
+}
+
 /// Whether a process has UDP port 4791 of `ip` (its softrdma device is open).
 fn device_open(ip: &str) -> bool {
     devices_on(ip) > 0
@@ -143,12 +153,7 @@ fn rping_large_messages() {
         "rping -S 65000",
         true,
     );
-    assert!(
-        s.status.success() && c.status.success(),
-        "{}\n{}",
-        show(&s),
-        show(&c)
-    );
+    assert_both_ok(&s, &c);
 }
 
 /// rping under loss: it blocks in `ibv_get_cq_event` between polls, so only the progress
@@ -184,12 +189,7 @@ fn rping_survives_loss() {
         "rping under 5 % loss",
         true,
     );
-    assert!(
-        s.status.success() && c.status.success(),
-        "{}\n{}",
-        show(&s),
-        show(&c)
-    );
+    assert_both_ok(&s, &c);
 }
 
 #[test]

@@ -124,60 +124,37 @@ fn eight_send_lat_pairs_at_once_on_one_address() {
 fn a_process_killed_mid_transfer_disturbs_no_other_on_the_address() {
     check_setup(&["ib_write_bw", "ib_read_bw", "ib_send_lat"]);
     let ip = "127.0.15.2";
-    // The victim: a long READ run.
-    let victim = exec(
-        Some(ip),
-        &["ib_read_bw", "-d", "softrdma0", "-p", "18740", "-D", "20"],
-    )
-    .spawn()
-    .expect("spawn victim server");
-    // The survivor: a WRITE run of a fixed size.
-    let survivor = exec(
-        Some(ip),
-        &[
-            "ib_write_bw",
-            "-d",
-            "softrdma0",
-            "-p",
-            "18741",
-            "-n",
-            "20000",
-        ],
-    )
-    .spawn()
-    .expect("spawn survivor server");
+    // perftest on the address, `-d softrdma0 -p PORT`, a server or (with `ip`) a client.
+    let perftest = |prog: &str, port: &str, run: &[&str], client: bool, what: &str| {
+        let mut args = vec![prog, "-d", "softrdma0", "-p", port];
+        args.extend_from_slice(run);
+        if client {
+            args.push(ip);
+        }
+        exec(Some(ip), &args)
+            .spawn()
+            .unwrap_or_else(|e| panic!("spawn {what}: {e}"))
+    };
+    // The victim: a long READ run. The survivor: a WRITE run of a fixed size.
+    let (victim_run, survivor_run) = (["-D", "20"], ["-n", "20000"]);
+    let victim = perftest("ib_read_bw", "18740", &victim_run, false, "victim server");
+    let survivor = perftest(
+        "ib_write_bw",
+        "18741",
+        &survivor_run,
+        false,
+        "survivor server",
+    );
     wait_devices(ip, 2, "servers");
-    let victim_client = exec(
-        Some(ip),
-        &[
-            "ib_read_bw",
-            "-d",
-            "softrdma0",
-            "-p",
-            "18740",
-            "-D",
-            "20",
-            ip,
-        ],
-    )
-    .spawn()
-    .expect("spawn victim client");
+    let victim_client = perftest("ib_read_bw", "18740", &victim_run, true, "victim client");
     wait_devices(ip, 3, "victim client");
-    let survivor_client = exec(
-        Some(ip),
-        &[
-            "ib_write_bw",
-            "-d",
-            "softrdma0",
-            "-p",
-            "18741",
-            "-n",
-            "20000",
-            ip,
-        ],
-    )
-    .spawn()
-    .expect("spawn survivor client");
+    let survivor_client = perftest(
+        "ib_write_bw",
+        "18741",
+        &survivor_run,
+        true,
+        "survivor client",
+    );
     std::thread::sleep(Duration::from_millis(700));
     let killed = Command::new("kill")
         .args(["-9", &victim.id().to_string()])
