@@ -97,6 +97,10 @@ pub(crate) struct Core {
     /// GSO to every destination, not only loopback ones (see
     /// [`crate::netdev::kernel_segments_gso`]).
     pub gso_any_destination: bool,
+    /// The device's own address. A datagram to it never leaves the host: the kernel carries it
+    /// over `lo` and segments GSO itself, so it may be batched as loopback traffic is (programs
+    /// sharing the host's address, `softrdma exec`'s default).
+    pub local_ip: Option<std::net::IpAddr>,
     /// Requested UDP source port -> the port really used.
     ports: HashMap<u16, u16>,
     watches: Vec<CqWatch>,
@@ -138,6 +142,7 @@ impl Core {
             tx_meta: Vec::with_capacity(BATCH_MAX),
             gso,
             gso_any_destination: false,
+            local_ip: None,
             ports: HashMap::new(),
             watches: Vec::new(),
             arena,
@@ -490,7 +495,10 @@ impl Core {
                     }
                     to[..t.len].copy_from_slice(&done[slot][at..at + t.len]);
                 }
-                let gso = self.gso && (self.gso_any_destination || t.dst.ip().is_loopback());
+                let gso = self.gso
+                    && (self.gso_any_destination
+                        || t.dst.ip().is_loopback()
+                        || Some(t.dst.ip()) == self.local_ip);
                 self.tx_meta.push(TxGroup {
                     dst: t.dst,
                     src_port: port,
