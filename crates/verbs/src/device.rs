@@ -472,7 +472,6 @@ impl Device {
             core.faults = Some(crate::faults::Faults::new(config.faults));
         }
         core.gso_any_destination = crate::netdev::kernel_segments_gso(config.ip);
-        core.local_ip = Some(config.ip);
         core.probes = share.as_ref().map(SharedAddress::probes);
         if let Some(path) = &config.pcap {
             core.tap = Some(crate::tap::Tap::create(path, local_addr).map_err(|source| {

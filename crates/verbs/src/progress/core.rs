@@ -97,10 +97,10 @@ pub(crate) struct Core {
     /// GSO to every destination, not only loopback ones (see
     /// [`crate::netdev::kernel_segments_gso`]).
     pub gso_any_destination: bool,
-    /// The device's own address. A datagram to it never leaves the host: the kernel carries it
+    /// The socket's own address. A datagram to it never leaves the host: the kernel carries it
     /// over `lo` and segments GSO itself, so it may be batched as loopback traffic is (programs
     /// sharing the host's address, `softrdma exec`'s default).
-    pub local_ip: Option<std::net::IpAddr>,
+    local_ip: std::net::IpAddr,
     /// Requested UDP source port -> the port really used.
     ports: HashMap<u16, u16>,
     watches: Vec<CqWatch>,
@@ -133,6 +133,7 @@ impl Core {
         epoch: std::time::Instant,
     ) -> Core {
         let gso = gso && gso_allowed(&socket);
+        let local_ip = socket.local_addr().ip();
         Core {
             engine,
             socket,
@@ -142,7 +143,7 @@ impl Core {
             tx_meta: Vec::with_capacity(BATCH_MAX),
             gso,
             gso_any_destination: false,
-            local_ip: None,
+            local_ip,
             ports: HashMap::new(),
             watches: Vec::new(),
             arena,
@@ -498,7 +499,7 @@ impl Core {
                 let gso = self.gso
                     && (self.gso_any_destination
                         || t.dst.ip().is_loopback()
-                        || Some(t.dst.ip()) == self.local_ip);
+                        || t.dst.ip() == self.local_ip);
                 self.tx_meta.push(TxGroup {
                     dst: t.dst,
                     src_port: port,
