@@ -8,7 +8,10 @@
 //! `libsoftrdma-devnode.so` from that directory: the device node
 //! `/dev/infiniband/softrdma0` that UCX requires of a device before it uses it (see
 //! `crates/ibverbs/preload/devnode.c`; it answers `stat`/`access` for that one path as for
-//! `/dev/null` and leaves every other path alone). Programs of one user share an address (see
+//! `/dev/null` and leaves every other path alone), and the device's
+//! `/sys/class/infiniband/softrdma0`, which the preload answers for from a directory exec
+//! writes (see `sysfs.rs`: the netdev rdma-core's tests look for, the GID types UCX reads).
+//! Programs of one user share an address (see
 //! `softrdma::DeviceConfig::share_address`). Before the program runs, the address's UDP port
 //! 4791 is probed: if something that does not share it holds it (the kernel's rdma_rxe,
 //! another user's program), `exec` says so instead of letting the program fail later.
@@ -175,6 +178,15 @@ pub(crate) fn run(args: &Args) -> ExitCode {
             preload.push(old);
         }
         cmd.env("LD_PRELOAD", preload);
+        match crate::sysfs::write(ip) {
+            Ok(dir) => {
+                cmd.env("SOFTRDMA_SYSFS", dir);
+            }
+            Err(e) => eprintln!(
+                "softrdma exec: cannot write softrdma0's sysfs directory ({e}); programs that \
+                 read /sys/class/infiniband/softrdma0 will not find it"
+            ),
+        }
     }
     let faults = args.faults();
     if !faults.is_none() {

@@ -26,6 +26,7 @@ mod rping;
 mod sim;
 mod sim_incast;
 mod srq_pingpong;
+mod sysfs;
 mod transport;
 mod ucmatose;
 mod udaddy;

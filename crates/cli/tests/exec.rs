@@ -77,6 +77,42 @@ fn exec_sets_the_library_and_address() {
     assert_eq!(out.status.code(), Some(7));
 }
 
+/// The device's `/sys/class/infiniband/softrdma0`, as programs read it through exec's preload:
+/// its netdev (what rdma-core's tests find the device's address by), its GIDs and their
+/// RoCE v2 type (what UCX reads), from `ls`, `cat`, `readlink` and Python alike; and nothing
+/// in it can be written.
+#[test]
+fn exec_gives_the_device_its_sysfs_directory() {
+    check_setup();
+    let dir = "/sys/class/infiniband/softrdma0";
+    let script = format!(
+        "ls {dir}/device/net/; readlink {dir}/device/net/lo; \
+         cat {dir}/ports/1/gids/0 {dir}/ports/1/gid_attrs/types/1 {dir}/ports/1/gid_attrs/ndevs/2 \
+             {dir}/ports/1/link_layer; \
+         ls {dir}/ports/1/gid_attrs/types; \
+         python3 -c 'import os; print(os.path.exists(\"{dir}/device/net/\"), os.listdir(\"{dir}/device/net\"))'; \
+         if echo x > {dir}/node_type; then echo written; fi; cat {dir}/node_type"
+    );
+    let out = exec("127.0.14.3", &["sh", "-c", &script]).output().unwrap();
+    assert!(out.status.success(), "{}", show(&out));
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert_eq!(
+        text,
+        "lo\n/sys/class/net/lo\n\
+         0000:0000:0000:0000:0000:ffff:7f00:0e03\nRoCE v2\nlo\nEthernet\n\
+         0\n1\n2\n\
+         True ['lo']\n\
+         1: CA\n",
+        "{}",
+        show(&out)
+    );
+    assert!(
+        String::from_utf8_lossy(&out.stderr).contains("Permission denied"),
+        "{}",
+        show(&out)
+    );
+}
+
 #[test]
 fn exec_refuses_an_address_held_by_a_socket_that_does_not_share_it() {
     check_setup();

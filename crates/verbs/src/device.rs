@@ -14,7 +14,7 @@ use crate::cq::CompletionQueue;
 use crate::error::{CreateCqError, OpenDeviceError, QueryError};
 use crate::event::AsyncEvents;
 use crate::faults::FaultConfig;
-use crate::gid::{eui64, interface_of, mac_of, Gid, GidEntry, GidType};
+use crate::gid::{eui64, interface_of, mac_of, Gid, GidEntry};
 use crate::limits::{MAX_CQE, MAX_MSG_SZ, MAX_QP_WR, MAX_SGE};
 use crate::pd::ProtectionDomain;
 use crate::progress::{self, Core, Inner, IoCounters};
@@ -445,7 +445,7 @@ impl Device {
         let active_mtu = config
             .active_mtu
             .unwrap_or_else(|| active_mtu_for(if_mtu, config.ip.is_ipv6()));
-        let gids = gid_table(config.ip, mac);
+        let gids = crate::gid::table(config.ip, mac);
         let guid = u64::from_be_bytes(eui64(mac));
 
         let mut ecfg = EngineConfig::new(config.ip);
@@ -748,27 +748,6 @@ fn os_random_u64() -> u64 {
     }
     use std::hash::BuildHasher;
     std::collections::hash_map::RandomState::new().hash_one(std::time::Instant::now())
-}
-
-/// The GID table of a device on `ip` whose interface has `mac` (see [`crate::gid`]): the
-/// device's own address at index 0 and, for rxe's numbering, again at index 1, then the
-/// link-local GID of the interface MAC; a device on an IPv6 link-local address has that one
-/// entry.
-fn gid_table(ip: IpAddr, mac: [u8; 6]) -> Vec<GidEntry> {
-    let entry = |index, gid| GidEntry {
-        gid,
-        index,
-        gid_type: GidType::RoceV2,
-    };
-    let own = Gid::from_ip(ip);
-    match ip {
-        IpAddr::V6(v6) if v6.segments()[0] & 0xffc0 == 0xfe80 => vec![entry(0, own)],
-        _ => vec![
-            entry(0, own),
-            entry(1, own),
-            entry(2, Gid::link_local_from_mac(mac)),
-        ],
-    }
 }
 
 #[cfg(test)]

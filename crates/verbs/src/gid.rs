@@ -65,6 +65,39 @@ pub fn interface_index(ip: IpAddr) -> u32 {
         .map_or(0, |c| unsafe { libc::if_nametoindex(c.as_ptr()) })
 }
 
+/// The GID table a device opened on `ip` will have (as [`node_guid`], before it is opened:
+/// `softrdma exec` describes the device to programs that read sysfs).
+pub fn table_of(ip: IpAddr) -> Vec<GidEntry> {
+    table(ip, mac_of(ip, interface_of(ip).as_ref()))
+}
+
+/// The name of the interface holding `ip` (`lo` for every loopback address), as the kernel's
+/// `/sys/class/infiniband/DEV/device/net/` names an RDMA device's netdev.
+pub fn interface_name_of(ip: IpAddr) -> Option<String> {
+    interface_of(ip).map(|(name, _, _)| name)
+}
+
+/// The GID table of a device on `ip` whose interface has `mac` (see [`crate::gid`]): the
+/// device's own address at index 0 and, for rxe's numbering, again at index 1, then the
+/// link-local GID of the interface MAC; a device on an IPv6 link-local address has that one
+/// entry.
+pub(crate) fn table(ip: IpAddr, mac: [u8; 6]) -> Vec<GidEntry> {
+    let entry = |index, gid| GidEntry {
+        gid,
+        index,
+        gid_type: GidType::RoceV2,
+    };
+    let own = Gid::from_ip(ip);
+    match ip {
+        IpAddr::V6(v6) if v6.segments()[0] & 0xffc0 == 0xfe80 => vec![entry(0, own)],
+        _ => vec![
+            entry(0, own),
+            entry(1, own),
+            entry(2, Gid::link_local_from_mac(mac)),
+        ],
+    }
+}
+
 /// Type of a GID table entry (ibverbs `ibv_gid_type`); softrdma, like rxe, has only RoCE v2.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub enum GidType {

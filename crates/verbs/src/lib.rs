@@ -194,7 +194,7 @@ pub use pd::{CopyError, MemoryRegion, OutOfBounds, ProtectionDomain, RemoteRegio
 pub use peers::{IpNetwork, IpNetworkParseError};
 pub use progress::IoCounters;
 pub use qp::{ConnectOptions, QpEndpoint, QpInfo, QpInitAttr, QueuePair};
-pub use share::{ServiceClaim, ShareError, SharedAddressInfo};
+pub use share::{run_directory, ServiceClaim, ShareError, SharedAddressInfo};
 pub use srq::SharedReceiveQueue;
 pub use stats::DeviceStats;
 

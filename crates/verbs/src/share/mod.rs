@@ -50,6 +50,14 @@ use softrdma_udp::{RoceSocket, SteeringHandle};
 pub use table::ShareError;
 use table::{Locked, Member, Table, TableFile};
 
+/// The directory where softrdma keeps what the programs of this user on this host share: the
+/// address tables, and the device descriptions `softrdma exec` writes. `$SOFTRDMA_RUN_DIR`,
+/// else `$XDG_RUNTIME_DIR/softrdma`, else `/tmp/softrdma-<uid>`; made with mode 0700, and
+/// refused unless it is this user's and nobody else may enter it.
+pub fn run_directory() -> Result<std::path::PathBuf, ShareError> {
+    table::directory()
+}
+
 /// How often a member looks for members that died.
 pub(crate) const TICK: Duration = Duration::from_millis(50);
 /// The least time between two requests of one member that everyone check their index.
