@@ -135,12 +135,26 @@ fn is_our_device(device: *const ibv_device) -> bool {
     listed().is_ok_and(|l| std::ptr::eq(device, &*l.device))
 }
 
-/// The open softrdma device and how many contexts use it.
-static OPEN: Mutex<Option<(Device, usize)>> = Mutex::new(None);
+/// The open softrdma device, how many contexts use it, and the process that opened it.
+static OPEN: Mutex<Option<(Device, usize, u32)>> = Mutex::new(None);
+
+/// Forgets a device this process inherited through `fork`: its threads stayed in the parent,
+/// so the child must not use it, and must not close it either (closing would wait for those
+/// threads and take the parent's place on the address away). As with a kernel device, the
+/// child opens a device of its own; the inherited one is leaked, never dropped.
+pub(crate) fn forget_if_inherited<T>(slot: &mut Option<T>, opened_by: impl Fn(&T) -> u32) {
+    if slot
+        .as_ref()
+        .is_some_and(|t| opened_by(t) != std::process::id())
+    {
+        std::mem::forget(slot.take());
+    }
+}
 
 fn open_shared(setup: &Setup) -> Result<Device, c_int> {
     let mut open = OPEN.lock().unwrap_or_else(|e| e.into_inner());
-    if let Some((dev, users)) = open.as_mut() {
+    forget_if_inherited(&mut open, |o| o.2);
+    if let Some((dev, users, _)) = open.as_mut() {
         *users += 1;
         return Ok(dev.clone());
     }
@@ -155,7 +169,7 @@ fn open_shared(setup: &Setup) -> Result<Device, c_int> {
     }
     match Device::open(config) {
         Ok(dev) => {
-            *open = Some((dev.clone(), 1));
+            *open = Some((dev.clone(), 1, std::process::id()));
             Ok(dev)
         }
         Err(e) => {
@@ -192,7 +206,8 @@ fn open_shared(setup: &Setup) -> Result<Device, c_int> {
 
 fn release_shared() {
     let mut open = OPEN.lock().unwrap_or_else(|e| e.into_inner());
-    if let Some((dev, users)) = open.as_mut() {
+    forget_if_inherited(&mut open, |o| o.2);
+    if let Some((dev, users, _)) = open.as_mut() {
         *users -= 1;
         if *users == 0 {
             if listed().is_ok_and(|l| l.setup.counters) {

@@ -268,6 +268,10 @@ struct IdState {
     /// While listening: the device's claim on the port's Service ID, which brings the
     /// address's connect requests for it to this process.
     listen_claim: Option<softrdma::ServiceClaim>,
+    /// The consumer completed the connection itself ([`CmId::establish`]): the CM's
+    /// `Established` for it is not an event of the id, as librdmacm gives none for
+    /// `rdma_establish`.
+    establish_quietly: bool,
 }
 
 impl IdInner {
@@ -361,6 +365,10 @@ impl Endpoint for IdInner {
 
     fn post(self: Arc<Self>, kind: CmEventKind) {
         IdInner::post_event(&self, kind);
+    }
+
+    fn take_establish_quietly(&self) -> bool {
+        std::mem::take(&mut lock(&self.state).establish_quietly)
     }
 
     fn set_peer_param(&self, param: ConnParam) {
@@ -627,11 +635,17 @@ impl CmId {
     }
 
     /// Completes an active connection whose QP the consumer readied after
-    /// [`CmEventKind::ConnectResponse`] (`rdma_establish`): the RTU leaves and `Established`
-    /// follows.
+    /// [`CmEventKind::ConnectResponse`] (`rdma_establish`): the RTU leaves, and the connection
+    /// is established when this returns, with no `Established` event (as with librdmacm,
+    /// whose programs wait for the next event, `Disconnected`).
     pub fn establish(&self) -> Result<(), CmError> {
         let (service, rid) = self.service()?;
-        Ok(service.with_cm(|st, now| st.cm.complete_connect(now, rid))?)
+        lock(&self.inner.state).establish_quietly = true;
+        let done = service.with_cm(|st, now| st.cm.complete_connect(now, rid));
+        if done.is_err() {
+            lock(&self.inner.state).establish_quietly = false;
+        }
+        Ok(done?)
     }
 
     /// A passive connection's QP received traffic before the RTU (`rdma_notify` with

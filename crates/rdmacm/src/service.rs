@@ -41,6 +41,9 @@ pub(crate) trait Endpoint: Send + Sync {
     ) -> Option<Weak<dyn Endpoint>>;
     /// Delivers an event about this id to its channel.
     fn post(self: Arc<Self>, kind: CmEventKind);
+    /// Whether the CM's `Established` answers the consumer's own completion of the
+    /// connection ([`crate::CmId::establish`]), and so is not an event of the id; once.
+    fn take_establish_quietly(&self) -> bool;
     /// Keeps the peer's REP parameters.
     fn set_peer_param(&self, param: softrdma_cm::rdma::ConnParam);
     /// The active side's QP on the REP: INIT again with the CM's rights, RTR, RTS (what
@@ -356,6 +359,7 @@ impl Service {
                     st.pending.push_back((id, CmEventKind::ConnectError));
                 }
             },
+            RdmaEventKind::Established { .. } if id.take_establish_quietly() => {}
             RdmaEventKind::Established { ud } => {
                 st.pending.push_back((id, CmEventKind::Established { ud }));
             }

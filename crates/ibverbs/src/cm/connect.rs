@@ -312,12 +312,12 @@ pub(crate) unsafe extern "C" fn rdma_disconnect(id: *mut rdma_cm_id) -> c_int {
 }
 
 /// `rdma_establish`: after `CONNECT_RESPONSE`, with the program's QP readied, the RTU leaves.
+/// The connection is established on return; as with librdmacm no `ESTABLISHED` event
+/// follows (the program's next event is `DISCONNECTED`), synchronous ids included.
 pub(crate) unsafe extern "C" fn rdma_establish(id: *mut rdma_cm_id) -> c_int {
     Id::call(id, |i| {
         ack_kept(i);
-        i.cm.establish()
-            .map_err(|e| cm_errno(&e))
-            .and_then(|()| complete(i))
+        i.cm.establish().map_err(|e| cm_errno(&e))
     })
 }
 

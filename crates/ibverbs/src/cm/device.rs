@@ -5,7 +5,7 @@
 
 use std::ffi::c_int;
 use std::net::IpAddr;
-use std::sync::OnceLock;
+use std::sync::Mutex;
 
 use crate::abi::{ibv_context, ibv_pd};
 use crate::context::Context;
@@ -31,42 +31,50 @@ impl CmDevice {
     }
 }
 
-/// The device, opened on first use; the errno of the failure otherwise (the reason is on
-/// stderr, from `ibv_open_device`).
+/// The device, opened on first use in this process (a child made by `fork` opens its own: see
+/// [`crate::device::forget_if_inherited`]); the errno of the failure otherwise (the reason is
+/// on stderr, from `ibv_open_device`).
 pub(crate) fn cm_device() -> Result<&'static CmDevice, c_int> {
-    static DEVICE: OnceLock<Result<CmDevice, c_int>> = OnceLock::new();
-    DEVICE
-        .get_or_init(|| {
-            let mut n = 0;
-            // SAFETY: our own verbs, called as a program calls them; the list is freed below.
-            unsafe {
-                let list = crate::device::ibv_get_device_list(&mut n);
-                if list.is_null() || n < 1 {
-                    return Err(libc::ENODEV);
-                }
-                let ctx = crate::device::ibv_open_device(*list);
-                let errno = crate::util::last_errno();
-                crate::device::ibv_free_device_list(list);
-                if ctx.is_null() {
-                    return Err(errno);
-                }
-                let pd = crate::pd::ibv_alloc_pd(ctx);
-                if pd.is_null() {
-                    return Err(libc::ENOMEM);
-                }
-                let device = Context::from_handle(ctx)?.device.clone();
-                let cm = softrdma_rdmacm::CmService::start(&device).map_err(|e| {
-                    eprintln!("softrdma: cannot start rdma_cm on {}: {e}", device.ip());
-                    libc::ENOMEM
-                })?;
-                Ok(CmDevice {
-                    ctx,
-                    pd,
-                    device,
-                    _cm: cm,
-                })
-            }
+    static DEVICE: Mutex<Option<(Result<&'static CmDevice, c_int>, u32)>> = Mutex::new(None);
+    let mut slot = DEVICE.lock().unwrap_or_else(|e| e.into_inner());
+    crate::device::forget_if_inherited(&mut slot, |s| s.1);
+    if let Some((opened, _)) = &*slot {
+        return *opened;
+    }
+    // Never freed: ids and programs keep `id->verbs` and `id->pd` for the process's lifetime.
+    let opened = open().map(|d| &*Box::leak(Box::new(d)));
+    *slot = Some((opened, std::process::id()));
+    opened
+}
+
+fn open() -> Result<CmDevice, c_int> {
+    let mut n = 0;
+    // SAFETY: our own verbs, called as a program calls them; the list is freed below.
+    unsafe {
+        let list = crate::device::ibv_get_device_list(&mut n);
+        if list.is_null() || n < 1 {
+            return Err(libc::ENODEV);
+        }
+        let ctx = crate::device::ibv_open_device(*list);
+        let errno = crate::util::last_errno();
+        crate::device::ibv_free_device_list(list);
+        if ctx.is_null() {
+            return Err(errno);
+        }
+        let pd = crate::pd::ibv_alloc_pd(ctx);
+        if pd.is_null() {
+            return Err(libc::ENOMEM);
+        }
+        let device = Context::from_handle(ctx)?.device.clone();
+        let cm = softrdma_rdmacm::CmService::start(&device).map_err(|e| {
+            eprintln!("softrdma: cannot start rdma_cm on {}: {e}", device.ip());
+            libc::ENOMEM
+        })?;
+        Ok(CmDevice {
+            ctx,
+            pd,
+            device,
+            _cm: cm,
         })
-        .as_ref()
-        .map_err(|e| *e)
+    }
 }

@@ -170,7 +170,7 @@ impl Id {
         Channel::from_handle(self.raw().channel).is_ok_and(|c| c.private)
     }
 
-    /// Records the id's addresses and device once it is bound or resolved (what librdmacm
+    /// Records the id's addresses, device and PD once it is bound or resolved (what librdmacm
     /// reads back from the kernel as `ucma_query_addr`).
     pub(crate) fn set_addrs(&self, src: Option<SocketAddr>, dst: Option<SocketAddr>) {
         let wildcard = lock(&self.extra).wildcard;
@@ -183,7 +183,10 @@ impl Id {
         }
         if let Some(src) = src.filter(|_| wildcard.is_none()) {
             if let Ok(dev) = cm_device() {
+                // librdmacm gives an id its device's PD with the device: programs read
+                // `id->pd` after binding or resolving (pyverbs makes its AHs and QPs on it).
                 raw.verbs = dev.ctx;
+                raw.pd = dev.pd;
                 raw.port_num = 1;
             }
             raw.route.addr.ibaddr.sgid = ibv_gid {
