@@ -117,6 +117,22 @@ pub(crate) struct ibv_context {
 pub(crate) const VERBS_ABI_IS_EXTENDED: *mut c_void = usize::MAX as *mut c_void;
 
 /// `verbs_context::advise_mr`.
+pub(crate) type AllocDmFn =
+    unsafe extern "C" fn(*mut ibv_context, *mut ibv_alloc_dm_attr) -> *mut ibv_dm;
+pub(crate) type FreeDmFn = unsafe extern "C" fn(*mut ibv_dm) -> c_int;
+pub(crate) type RegDmMrFn =
+    unsafe extern "C" fn(*mut ibv_pd, *mut ibv_dm, u64, usize, u32) -> *mut ibv_mr;
+pub(crate) type MemcpyToDmFn =
+    unsafe extern "C" fn(*mut ibv_dm, u64, *const c_void, usize) -> c_int;
+pub(crate) type MemcpyFromDmFn =
+    unsafe extern "C" fn(*mut c_void, *mut ibv_dm, u64, usize) -> c_int;
+
+pub(crate) type AllocTdFn =
+    unsafe extern "C" fn(*mut ibv_context, *mut ibv_td_init_attr) -> *mut ibv_td;
+pub(crate) type DeallocTdFn = unsafe extern "C" fn(*mut ibv_td) -> c_int;
+pub(crate) type AllocParentDomainFn =
+    unsafe extern "C" fn(*mut ibv_context, *mut ibv_parent_domain_init_attr) -> *mut ibv_pd;
+
 pub(crate) type AdviseMrFn =
     unsafe extern "C" fn(*mut ibv_pd, u32, u32, *mut ibv_sge, u32) -> c_int;
 
@@ -147,16 +163,16 @@ pub(crate) struct verbs_context {
     pub attach_counters_point_flow: Slot,
     pub create_counters: Slot,
     pub destroy_counters: Slot,
-    pub reg_dm_mr: Slot,
-    pub alloc_dm: Slot,
-    pub free_dm: Slot,
+    pub reg_dm_mr: Option<RegDmMrFn>,
+    pub alloc_dm: Option<AllocDmFn>,
+    pub free_dm: Option<FreeDmFn>,
     pub modify_flow_action_esp: Slot,
     pub destroy_flow_action: Slot,
     pub create_flow_action_esp: Slot,
     pub modify_qp_rate_limit: Slot,
-    pub alloc_parent_domain: Slot,
-    pub dealloc_td: Slot,
-    pub alloc_td: Slot,
+    pub alloc_parent_domain: Option<AllocParentDomainFn>,
+    pub dealloc_td: Option<DeallocTdFn>,
+    pub alloc_td: Option<AllocTdFn>,
     pub modify_cq: Slot,
     pub post_srq_ops: Slot,
     pub destroy_rwq_ind_table: Slot,
@@ -412,6 +428,56 @@ pub(crate) struct ibv_cq_ex {
     pub read_flow_tag: Slot,
     pub read_tm_info: Slot,
     pub read_completion_wallclock_ns: Slot,
+}
+
+/// `struct ibv_alloc_dm_attr`.
+#[repr(C)]
+pub(crate) struct ibv_alloc_dm_attr {
+    pub length: usize,
+    pub log_align_req: u32,
+    pub comp_mask: u32,
+}
+
+/// `struct ibv_dm`: device memory, with the functions the inline copies call.
+#[repr(C)]
+pub(crate) struct ibv_dm {
+    pub context: *mut ibv_context,
+    pub memcpy_to_dm: Option<MemcpyToDmFn>,
+    pub memcpy_from_dm: Option<MemcpyFromDmFn>,
+    pub comp_mask: u32,
+    pub handle: u32,
+}
+
+/// `struct ibv_td_init_attr`.
+#[repr(C)]
+pub(crate) struct ibv_td_init_attr {
+    pub comp_mask: u32,
+}
+
+/// `struct ibv_td`: a thread domain.
+#[repr(C)]
+pub(crate) struct ibv_td {
+    pub context: *mut ibv_context,
+}
+
+/// `ibv_parent_domain_init_attr.comp_mask` bits.
+pub(crate) const IBV_PARENT_DOMAIN_INIT_ATTR_ALLOCATORS: u32 = 1 << 0;
+pub(crate) const IBV_PARENT_DOMAIN_INIT_ATTR_PD_CONTEXT: u32 = 1 << 1;
+
+/// A parent domain's allocator, and its free.
+pub(crate) type PdAllocFn =
+    unsafe extern "C" fn(*mut ibv_pd, *mut c_void, usize, usize, u64) -> *mut c_void;
+pub(crate) type PdFreeFn = unsafe extern "C" fn(*mut ibv_pd, *mut c_void, *mut c_void, u64);
+
+/// `struct ibv_parent_domain_init_attr`.
+#[repr(C)]
+pub(crate) struct ibv_parent_domain_init_attr {
+    pub pd: *mut ibv_pd,
+    pub td: *mut ibv_td,
+    pub comp_mask: u32,
+    pub alloc: Option<PdAllocFn>,
+    pub free: Option<PdFreeFn>,
+    pub pd_context: *mut c_void,
 }
 
 /// `struct ibv_cq_init_attr_ex`.
@@ -915,6 +981,7 @@ pub(crate) const IBV_PORT_ACTIVE: c_int = 4;
 pub(crate) const IBV_LINK_LAYER_ETHERNET: u8 = 2;
 pub(crate) const IBV_QPF_GRH_REQUIRED: u8 = 1;
 pub(crate) const IBV_GID_TYPE_ROCE_V2: u32 = 2;
+pub(crate) const IBV_GID_TYPE_SYSFS_IB_ROCE_V1: c_int = 0;
 pub(crate) const IBV_GID_TYPE_SYSFS_ROCE_V2: c_int = 1;
 pub(crate) const IBV_ATOMIC_NONE: c_int = 0;
 pub(crate) const IBV_ATOMIC_HCA: c_int = 1;

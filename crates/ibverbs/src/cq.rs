@@ -258,9 +258,11 @@ pub(crate) unsafe extern "C" fn create_cq_ex(
     if a.comp_mask & !(IBV_CQ_INIT_ATTR_MASK_FLAGS | IBV_CQ_INIT_ATTR_MASK_PD) != 0 {
         return fail_null(libc::EINVAL);
     }
-    if a.comp_mask & IBV_CQ_INIT_ATTR_MASK_PD != 0 {
-        // Parent domains do not exist in softrdma.
-        return fail_null(libc::EOPNOTSUPP);
+    if a.comp_mask & IBV_CQ_INIT_ATTR_MASK_PD != 0
+        && !crate::domain::is_parent_domain(a.parent_domain)
+    {
+        // The field names a parent domain, never a plain PD (mlx5: EINVAL).
+        return fail_null(libc::EINVAL);
     }
     if a.comp_mask & IBV_CQ_INIT_ATTR_MASK_FLAGS != 0
         && a.flags & !(IBV_CREATE_CQ_ATTR_SINGLE_THREADED | IBV_CREATE_CQ_ATTR_IGNORE_OVERRUN) != 0

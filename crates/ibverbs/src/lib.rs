@@ -59,6 +59,8 @@ mod cm;
 mod context;
 mod cq;
 mod device;
+mod dm;
+mod domain;
 mod exports;
 mod layout;
 mod mapping;

@@ -19,12 +19,40 @@ use crate::util::{
 };
 
 /// A protection domain: the C struct first, then softrdma's handle and a count of the
-/// objects created in it (MRs, QPs), which must be gone before it may be deallocated.
+/// objects created in it (MRs, QPs, parent domains), which must be gone before it may be
+/// deallocated. A parent domain (`crate::domain`) is one too, over its protection domain's
+/// softrdma handle, so every verb that takes a PD takes it.
 #[repr(C)]
 pub(crate) struct Pd {
     pub ibv: ibv_pd,
     pub pd: ProtectionDomain,
     pub users: AtomicUsize,
+    /// For a parent domain: what it was made of, each counting it as a user.
+    pub parent: Option<ParentOf>,
+}
+
+/// What a parent domain (`crate::domain`) was made of: its protection domain and thread
+/// domain (by its count of users), each counting it as a user while it lives.
+pub(crate) struct ParentOf {
+    pub pd: *mut Pd,
+    /// The thread domain's count of users, or null.
+    pub td_users: *const AtomicUsize,
+    /// Kept for the program's sake (`ibv_parent_domain_init_attr`); see `crate::domain`.
+    pub _allocators: Option<(PdAllocFn, PdFreeFn, *mut c_void)>,
+}
+
+impl ParentOf {
+    /// The parent domain is gone: its protection and thread domains may go too.
+    fn release(&self) {
+        // SAFETY: both stay allocated while they count the parent domain as a user
+        // (their deallocation answers EBUSY until then).
+        unsafe {
+            (*self.pd).users.fetch_sub(1, Ordering::AcqRel);
+            if let Some(td_users) = self.td_users.as_ref() {
+                td_users.fetch_sub(1, Ordering::AcqRel);
+            }
+        }
+    }
 }
 
 impl Pd {
@@ -47,6 +75,46 @@ pub(crate) struct Mr {
     /// Registered with `IBV_ACCESS_ON_DEMAND`: its pages need not be there until used, and
     /// `ibv_advise_mr` may prefetch them.
     pub on_demand: bool,
+    /// A region on device memory (`crate::dm`): that memory's count of users, else null.
+    pub dm_users: *const AtomicUsize,
+}
+
+impl Mr {
+    /// A new handle for `mr`, registered in `p` (`pd` is its handle), which counts it as a
+    /// user; `dm_users`, if not null, counts it too and is released with it.
+    pub(crate) fn hand_out(
+        p: &Pd,
+        pd: *mut ibv_pd,
+        mr: MemoryRegion,
+        addr: *mut c_void,
+        length: usize,
+        on_demand: bool,
+        dm_users: *const AtomicUsize,
+    ) -> *mut ibv_mr {
+        p.users.fetch_add(1, Ordering::AcqRel);
+        // SAFETY: the caller passes a live count or null.
+        if let Some(u) = unsafe { dm_users.as_ref() } {
+            u.fetch_add(1, Ordering::AcqRel);
+        }
+        let m = Box::into_raw(Box::new(Mr {
+            ibv: ibv_mr {
+                context: p.ibv.context,
+                pd,
+                addr,
+                length,
+                handle: mr.lkey(),
+                lkey: mr.lkey(),
+                rkey: mr.rkey(),
+            },
+            mr: Mutex::new(mr),
+            pd: pd.cast(),
+            on_demand,
+            dm_users,
+        }));
+        let h = m.cast::<ibv_mr>();
+        register(h, Kind::Mr, p.ibv.context);
+        h
+    }
 }
 
 /// `ibv_alloc_pd`.
@@ -64,6 +132,7 @@ pub(crate) unsafe extern "C" fn ibv_alloc_pd(context: *mut ibv_context) -> *mut 
         },
         pd,
         users: AtomicUsize::new(0),
+        parent: None,
     }));
     let h = p.cast::<ibv_pd>();
     register(h, Kind::Pd, context);
@@ -85,12 +154,15 @@ pub(crate) unsafe extern "C" fn ibv_dealloc_pd(pd: *mut ibv_pd) -> c_int {
     }
     drop(users);
     // SAFETY: the handle was live (a boxed Pd), and is now unregistered: freed once.
-    drop(unsafe { Box::from_raw(pd.cast::<Pd>()) });
+    let p = unsafe { Box::from_raw(pd.cast::<Pd>()) };
+    if let Some(parent) = &p.parent {
+        parent.release();
+    }
     0
 }
 
 /// The access flags softrdma can grant, from `ibv_access_flags`; `EINVAL` for unknown bits.
-fn access_flags(access: u32) -> Result<AccessFlags, c_int> {
+pub(crate) fn access_flags(access: u32) -> Result<AccessFlags, c_int> {
     // Optional-range bits are hints a device may ignore.
     let access = access & !IBV_ACCESS_OPTIONAL_RANGE;
     // A zero-based region is just iova 0 with ibv_reg_mr_iova2; huge pages change nothing
@@ -174,24 +246,8 @@ pub(crate) unsafe extern "C" fn ibv_reg_mr_iova2(
         Ok(m) => m,
         Err(e) => return fail_null(e),
     };
-    p.users.fetch_add(1, Ordering::AcqRel);
-    let m = Box::into_raw(Box::new(Mr {
-        ibv: ibv_mr {
-            context: p.ibv.context,
-            pd,
-            addr,
-            length,
-            handle: mr.lkey(),
-            lkey: mr.lkey(),
-            rkey: mr.rkey(),
-        },
-        mr: Mutex::new(mr),
-        pd: pd.cast(),
-        on_demand: access & IBV_ACCESS_ON_DEMAND != 0,
-    }));
-    let h = m.cast::<ibv_mr>();
-    register(h, Kind::Mr, p.ibv.context);
-    h
+    let on_demand = access & IBV_ACCESS_ON_DEMAND != 0;
+    Mr::hand_out(p, pd, mr, addr, length, on_demand, std::ptr::null())
 }
 
 /// `ibv_reg_mr`: registers the program's memory at its own address.
@@ -245,6 +301,10 @@ pub(crate) unsafe extern "C" fn ibv_rereg_mr(
     }
     let translation = flags & IBV_REREG_MR_CHANGE_TRANSLATION != 0;
     if translation && (addr.is_null() || length == 0) {
+        return fail(libc::EINVAL);
+    }
+    if !m.dm_users.is_null() {
+        // A region on device memory is not re-registered (the kernel: EINVAL).
         return fail(libc::EINVAL);
     }
     if access != 0 && flags & IBV_REREG_MR_CHANGE_ACCESS == 0 {
@@ -372,8 +432,13 @@ pub(crate) unsafe extern "C" fn ibv_dereg_mr(mr: *mut ibv_mr) -> c_int {
     }
     // SAFETY: the handle was live (a boxed Mr) and is now unregistered: freed once.
     let m = unsafe { Box::from_raw(mr.cast::<Mr>()) };
-    // SAFETY: the MR's PD cannot be deallocated while the MR counts as its user.
-    unsafe { &*m.pd }.users.fetch_sub(1, Ordering::AcqRel);
+    // SAFETY: the MR's PD (and device memory) cannot be freed while the MR counts as a user.
+    unsafe {
+        (*m.pd).users.fetch_sub(1, Ordering::AcqRel);
+        if let Some(u) = m.dm_users.as_ref() {
+            u.fetch_sub(1, Ordering::AcqRel);
+        }
+    }
     drop(m);
     0
 }

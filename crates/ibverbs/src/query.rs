@@ -6,7 +6,7 @@
 use std::ffi::c_int;
 use std::mem::size_of;
 
-use softrdma::AtomicCap;
+use softrdma::{AtomicCap, QueryError};
 
 use crate::abi::*;
 use crate::context::Context;
@@ -129,7 +129,7 @@ pub(crate) unsafe extern "C" fn query_device_ex(
         raw_packet_caps: 0,
         tm_caps: [0; 5],
         cq_mod_caps: [0; 2],
-        max_dm_size: 0,
+        max_dm_size: ctx.device.query_device().max_dm_size,
         pci_atomic_caps: [0; 3],
         xrc_odp_caps: 0,
         phys_port_cnt_ex: u32::from(orig.phys_port_cnt),
@@ -250,10 +250,10 @@ pub(crate) unsafe extern "C" fn ibv_query_port(
 /// The GID table entry `index` of port `port`, as `ibv_gid_entry`.
 fn gid_entry(ctx: &Context, port: u32, index: u32) -> Result<ibv_gid_entry, c_int> {
     let port8 = u8::try_from(port).map_err(|_| libc::EINVAL)?;
-    let gid = ctx
-        .device
-        .query_gid(port8, index)
-        .map_err(|_| libc::EINVAL)?;
+    let gid = ctx.device.query_gid(port8, index).map_err(|e| match e {
+        QueryError::EmptyGid(_) => libc::ENODATA,
+        _ => libc::EINVAL,
+    })?;
     let ifindex = softrdma::gid::interface_index(ctx.device.ip());
     Ok(ibv_gid_entry {
         gid: ibv_gid { raw: gid.0 },
@@ -285,6 +285,12 @@ pub(crate) unsafe extern "C" fn ibv_query_gid(
         Ok(e) => {
             // SAFETY: the caller passes a writable 16-byte GID.
             unsafe { gid.write(e.gid) };
+            0
+        }
+        // As rdma-core: an empty entry reads as the zero GID.
+        Err(libc::ENODATA) => {
+            // SAFETY: as above.
+            unsafe { gid.write(ibv_gid { raw: [0; 16] }) };
             0
         }
         Err(e) => fail_minus_one(e),
@@ -363,14 +369,15 @@ pub(crate) unsafe extern "C" fn ibv_query_gid_type(
     if gid_type.is_null() {
         return fail_minus_one(libc::EINVAL);
     }
-    match gid_entry(ctx, u32::from(port), index) {
-        Ok(_) => {
-            // SAFETY: the caller passes a writable enum.
-            unsafe { gid_type.write(IBV_GID_TYPE_SYSFS_ROCE_V2) };
-            0
-        }
-        Err(e) => fail_minus_one(e),
-    }
+    let t = match gid_entry(ctx, u32::from(port), index) {
+        Ok(_) => IBV_GID_TYPE_SYSFS_ROCE_V2,
+        // As rdma-core: an empty entry has the first type.
+        Err(libc::ENODATA) => IBV_GID_TYPE_SYSFS_IB_ROCE_V1,
+        Err(e) => return fail_minus_one(e),
+    };
+    // SAFETY: the caller passes a writable enum.
+    unsafe { gid_type.write(t) };
+    0
 }
 
 /// The default P_Key, the only entry of the P_Key table.

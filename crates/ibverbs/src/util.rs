@@ -43,6 +43,10 @@ pub(crate) fn fail_errno(e: c_int) -> c_int {
 pub(crate) enum Kind {
     Context,
     Pd,
+    /// A thread domain (`ibv_alloc_td`).
+    Td,
+    /// Device memory (`ibv_alloc_dm`).
+    Dm,
     Mr,
     Cq,
     Channel,

@@ -25,6 +25,13 @@
 //!   a REJECTED with status 8, and misuse (EINVAL, EBUSY, ENOSYS). Address 127.0.12.6.
 //! - `librdmacm_exports_what_rdma_core_exports`: the forwarder's exports against the
 //!   system's librdmacm, and every one bound at load. Address 127.0.12.7.
+//! - `thread_and_parent_domains_from_c`: `tests/c/domains.c` — a parent domain (with a
+//!   thread domain and allocators) as the PD of QPs, MRs and an extended CQ, RDMA WRITEs on
+//!   it and across to its protection domain, and misuse (EINVAL, EBUSY). Address
+//!   127.0.12.10.
+//! - `device_memory_from_c`: `tests/c/dm.c` — device memory: `max_dm_size`, allocations to
+//!   the limit, copies (`EINVAL`, `EFAULT`), a zero-based region on it that an RDMA WRITE
+//!   and READ use, `ibv_free_dm` `EBUSY` while it exists. Address 127.0.12.11.
 
 mod common;
 
@@ -166,6 +173,16 @@ fn librdmacm_exports_what_rdma_core_exports() {
 #[test]
 fn create_destroy_races_from_c() {
     run_c_program("races", "127.0.12.2", &[]);
+}
+
+#[test]
+fn thread_and_parent_domains_from_c() {
+    run_c_program("domains", "127.0.12.10", &[]);
+}
+
+#[test]
+fn device_memory_from_c() {
+    run_c_program("dm", "127.0.12.11", &[]);
 }
 
 #[test]

@@ -2,7 +2,7 @@
 
 use std::net::{IpAddr, SocketAddr};
 use std::path::PathBuf;
-use std::sync::atomic::{AtomicU32, Ordering};
+use std::sync::atomic::{AtomicU32, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, Weak};
 use std::thread::{JoinHandle, ThreadId};
 
@@ -266,6 +266,8 @@ pub struct DeviceAttr {
     pub local_ca_ack_delay: u8,
     /// Number of ports (1).
     pub phys_port_cnt: u8,
+    /// Device memory in all, in bytes ([`DeviceMemory`](crate::DeviceMemory)).
+    pub max_dm_size: u64,
 }
 
 /// Port state (ibverbs `ibv_port_state`).
@@ -335,6 +337,8 @@ pub(crate) struct DeviceShared {
     /// The device's membership of a shared address. Declared after `inner`, so that it is
     /// dropped after the socket's own descriptor closed (see `share`).
     share: Option<SharedAddress>,
+    /// Bytes of device memory allocated (`crate::dm`).
+    pub(crate) dm_in_use: AtomicUsize,
 }
 
 impl Drop for DeviceShared {
@@ -537,12 +541,13 @@ impl Device {
             max_pkeys: 64,
             local_ca_ack_delay: 15,
             phys_port_cnt: 1,
+            max_dm_size: crate::dm::MAX_DM_SIZE as u64,
         };
         let port = PortAttr {
             state: PortState::Active,
             max_mtu: Mtu::Mtu4096,
             active_mtu,
-            gid_tbl_len: gids.len() as u32,
+            gid_tbl_len: crate::gid::GID_TABLE_LEN,
             port_cap_flags: 0x0001_0000,
             max_msg_sz: MAX_MSG_SZ,
             lid: 0,
@@ -568,6 +573,7 @@ impl Device {
                 port,
                 gids,
                 share,
+                dm_in_use: AtomicUsize::new(0),
             }),
         })
     }
@@ -650,19 +656,20 @@ impl Device {
         Ok(port)
     }
 
-    /// GID `index` of port `port_num` (`ibv_query_gid`).
+    /// GID `index` of port `port_num` (`ibv_query_gid`); [`QueryError::EmptyGid`] for an
+    /// index of the table that holds none (see [`crate::gid::GID_TABLE_LEN`]).
     pub fn query_gid(&self, port_num: u8, index: u32) -> Result<Gid, QueryError> {
         if port_num != 1 {
             return Err(QueryError::NoSuchPort(port_num));
         }
-        self.shared
-            .gids
-            .get(index as usize)
-            .map(|e| e.gid)
-            .ok_or(QueryError::NoSuchGid(index))
+        match self.shared.gids.get(index as usize) {
+            Some(e) => Ok(e.gid),
+            None if index < crate::gid::GID_TABLE_LEN => Err(QueryError::EmptyGid(index)),
+            None => Err(QueryError::NoSuchGid(index)),
+        }
     }
 
-    /// The whole GID table (`ibv_query_gid_table`).
+    /// The GID table's entries that hold a GID (`ibv_query_gid_table`).
     pub fn gid_table(&self) -> &[GidEntry] {
         &self.shared.gids
     }

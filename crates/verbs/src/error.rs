@@ -45,9 +45,12 @@ pub enum QueryError {
     /// Only port 1 exists.
     #[error("no port {0} (a softrdma device has port 1 only)")]
     NoSuchPort(u8),
-    /// The GID table has no such index.
+    /// The GID table has no such index (it has [`crate::gid::GID_TABLE_LEN`]).
     #[error("no GID at index {0}")]
     NoSuchGid(u32),
+    /// The index is within the GID table, but holds no GID (ibverbs: `ENODATA`).
+    #[error("GID index {0} is empty")]
+    EmptyGid(u32),
 }
 
 /// Registering a memory region failed (`ibv_reg_mr`).

@@ -65,6 +65,13 @@ pub fn interface_index(ip: IpAddr) -> u32 {
         .map_or(0, |c| unsafe { libc::if_nametoindex(c.as_ptr()) })
 }
 
+/// Entries of a port's GID table (`ibv_port_attr.gid_tbl_len`): the three above, then empty
+/// ones, as on RoCE devices (rxe's has 1024), whose tables have room for the addresses an
+/// interface may get. Programs skip the empty ones (`ibv_query_gid` reads them as the zero
+/// GID, `ibv_query_gid_ex` answers `ENODATA`), and rdma-core's tests look for one to check
+/// that answer.
+pub const GID_TABLE_LEN: u32 = 16;
+
 /// The GID table a device opened on `ip` will have (as [`node_guid`], before it is opened:
 /// `softrdma exec` describes the device to programs that read sysfs).
 pub fn table_of(ip: IpAddr) -> Vec<GidEntry> {

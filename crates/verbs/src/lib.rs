@@ -90,6 +90,11 @@
 //!   the rest of that packet's data. Bytes may still be *torn* between concurrent
 //!   writers at word granularity, as on real RDMA hardware — ordering is what completions are
 //!   for;
+//! - keeps [device memory](DeviceMemory) (`ibv_alloc_dm`) out of the application's reach
+//!   altogether: it is memory of the library, copied in and out in 4-byte units
+//!   ([`DeviceMemory::copy_to`], [`copy_from`](DeviceMemory::copy_from)) and reached by the
+//!   device through zero-based regions on it ([`ProtectionDomain::reg_dm_mr`]) under the
+//!   same rules as any region; each region holds the memory, so none outlives it;
 //! - runs remote atomics (CMP_SWAP, FETCH_ADD) as real [`AtomicU64`] operations on the 8-byte
 //!   aligned word, in host byte order (like rxe and RoCE NICs), so they are atomic with
 //!   respect to local CPU atomics too;
@@ -156,6 +161,7 @@
 mod ah;
 mod cq;
 mod device;
+mod dm;
 mod error;
 mod event;
 mod fallible;
@@ -179,6 +185,9 @@ pub use ah::{AddressHandle, AhAttr};
 pub use cq::{CompletionQueue, CqReady};
 pub use device::{
     AtomicCap, Device, DeviceAttr, DeviceConfig, LinkLayer, PortAttr, PortState, WeakDevice,
+};
+pub use dm::{
+    AllocDmError, DeviceMemory, DmCopyError, DM_COPY_UNIT, MAX_DM_LOG_ALIGN, MAX_DM_SIZE,
 };
 pub use error::{
     AllocMwError, AttachChannelError, CreateAhError, CreateCqError, CreateQpError, McastError,

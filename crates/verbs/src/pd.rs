@@ -142,7 +142,9 @@ impl ProtectionDomain {
         self.register(memory, iova, ptr, len, access)
     }
 
-    fn register(
+    /// Registers `memory`, whose byte 0 is at `ptr` in this process and at `addr` for the
+    /// device.
+    pub(crate) fn register(
         &self,
         memory: Arc<dyn WordMemory>,
         addr: u64,

@@ -635,10 +635,16 @@ fn device_attributes_and_gids() {
         "fe80::7fff:fe00:525"
     );
     assert_eq!(d.gid_table().len(), 3);
-    assert_eq!(d.query_port(1).unwrap().gid_tbl_len, 3);
+    // The table has room for more: its other entries are empty.
+    assert_eq!(
+        d.query_port(1).unwrap().gid_tbl_len,
+        softrdma::gid::GID_TABLE_LEN
+    );
     assert_eq!(attr.node_guid, 0x0000_7fff_fe00_0525);
     assert_eq!(d.gid_index(), 0);
-    assert!(d.query_gid(1, 3).is_err());
+    assert_eq!(d.query_gid(1, 3), Err(softrdma::QueryError::EmptyGid(3)));
+    assert_eq!(d.query_gid(1, 15), Err(softrdma::QueryError::EmptyGid(15)));
+    assert_eq!(d.query_gid(1, 16), Err(softrdma::QueryError::NoSuchGid(16)));
     // A second device on the address shares it, with a slot of its own; one that wants the
     // address alone cannot have it.
     let again = softrdma::Device::open(softrdma::DeviceConfig::new(ip("127.0.5.37"))).unwrap();

@@ -4,7 +4,8 @@
  * - the GID table: index 0 (what programs take by default) and index 1 (the IPv4 GID's index
  *   on rxe) are both the device's IPv4-mapped address, index 2 a link-local GID, all RoCE v2
  *   by ibv_query_gid_type, ibv_query_gid_ex and ibv_query_gid_table alike; an address handle
- *   from index 0 or 1 works, one from index 2 is EINVAL;
+ *   from index 0 or 1 works, one from index 2 is EINVAL; indices 3 to 15 are empty (the zero
+ *   GID, ENODATA from ibv_query_gid_ex, no address handle), 16 is beyond the table;
  * - the device attributes UCX and libfabric test: atomic_cap, max_qp_rd_atom, max_srq;
  * - one completion vector per CPU (UCX passes the CPU it runs on as comp_vector), one more is
  *   EINVAL;
@@ -113,7 +114,7 @@ int main(void)
 	CHECK(ip && inet_pton(AF_INET, ip, &v4) == 1, "SOFTRDMA_IP is IPv4");
 	struct ibv_port_attr port;
 	CHECK(ibv_query_port(ctx, 1, &port) == 0, "query_port");
-	CHECK(port.gid_tbl_len == 3, "three GIDs, got %d", port.gid_tbl_len);
+	CHECK(port.gid_tbl_len == 16, "a table of 16, got %d", port.gid_tbl_len);
 	for (int i = 0; i < 2; i++) {
 		union ibv_gid g;
 		CHECK(ibv_query_gid(ctx, 1, i, &g) == 0, "gid %d", i);
@@ -137,8 +138,19 @@ int main(void)
 	int type;
 	CHECK(ibv_query_gid_type(ctx, 1, 2, &type) == 0 && type == GID_TYPE_SYSFS_ROCE_V2,
 	      "GID 2 type");
-	CHECK(ibv_query_gid(ctx, 1, 3, &g3) != 0, "no GID 3");
-	CHECK(ibv_query_gid_type(ctx, 1, 3, &type) != 0, "no GID 3 type");
+	/* Entries 3 to 15 are empty, as rdma-core reads empty entries: the zero GID, type 0 (IB/RoCE
+	   v1), ENODATA from ibv_query_gid_ex; beyond the table, errors. */
+	memset(&g3, 0xaa, sizeof(g3));
+	CHECK(ibv_query_gid(ctx, 1, 3, &g3) == 0, "empty GID 3");
+	for (int i = 0; i < 16; i++)
+		CHECK(g3.raw[i] == 0, "empty GID 3 reads as zero");
+	type = -1;
+	CHECK(ibv_query_gid_type(ctx, 1, 15, &type) == 0 && type == 0, "empty GID 15 type %d", type);
+	struct ibv_gid_entry empty;
+	CHECK(ibv_query_gid_ex(ctx, 1, 3, &empty, 0) == ENODATA, "empty GID 3: ENODATA");
+	CHECK(ibv_query_gid(ctx, 1, 16, &g3) != 0, "no GID 16");
+	CHECK(ibv_query_gid_type(ctx, 1, 16, &type) != 0, "no GID 16 type");
+	CHECK(ibv_query_gid_ex(ctx, 1, 16, &empty, 0) == EINVAL, "GID 16: EINVAL");
 	struct ibv_gid_entry table[4];
 	CHECK(ibv_query_gid_table(ctx, table, 4, 0) == 3, "gid table of 3");
 	for (int i = 0; i < 3; i++)
@@ -234,6 +246,9 @@ int main(void)
 		.grh = { .dgid = gid, .sgid_index = 2, .hop_limit = 64 },
 	};
 	CHECK(!ibv_create_ah(pd, &lla) && errno == EINVAL, "no address handle from GID 2");
+	lla.grh.sgid_index = 3;
+	errno = 0;
+	CHECK(!ibv_create_ah(pd, &lla) && errno == EINVAL, "no address handle from empty GID 3");
 
 	/* An RC receive: no GRH area, sl 0. */
 	struct ibv_qp *ra, *rb;
