@@ -17,9 +17,7 @@ use softrdma::{AllocDmError, DeviceMemory, DmCopyError};
 use crate::abi::*;
 use crate::context::Context;
 use crate::pd::{access_flags, Mr, Pd};
-use crate::util::{
-    creating_user, destroying_used, fail_errno, fail_null, is_live, register, unregister, Kind,
-};
+use crate::util::{creating_user, fail_errno, fail_null, is_live, register, take_unused, Kind};
 
 /// Device memory: the C struct first, then softrdma's handle and how many regions use it.
 #[repr(C)]
@@ -88,20 +86,26 @@ pub(crate) unsafe extern "C" fn alloc_dm(
 /// `verbs_context.free_dm` (the inline `ibv_free_dm`): 0 or the errno; `EBUSY` while regions
 /// on it exist.
 pub(crate) unsafe extern "C" fn free_dm(dm: *mut ibv_dm) -> c_int {
-    let _users = destroying_used();
-    let d = match Dm::from_handle(dm) {
-        Ok(d) => d,
-        Err(e) => return fail_errno(e),
-    };
-    if d.users.load(Ordering::Acquire) != 0 {
-        return fail_errno(libc::EBUSY);
+    // SAFETY: live DM handles are boxed `Dm`s.
+    match unsafe { take_unused(dm, Kind::Dm, |d: &Dm| d.users.load(Ordering::Acquire)) } {
+        Ok(_) => 0,
+        Err(e) => fail_errno(e),
     }
-    if !unregister(dm, Kind::Dm) {
-        return fail_errno(libc::EINVAL);
+}
+
+/// The device memory and offset a copy names, or the errno; `host_ok`: the program's buffer
+/// is there (not NULL, or nothing to copy).
+fn copy_target<'a>(
+    dm: *mut ibv_dm,
+    dm_offset: u64,
+    host_ok: bool,
+) -> Result<(&'a Dm, usize), c_int> {
+    let d = Dm::from_handle(dm)?;
+    let offset = usize::try_from(dm_offset).map_err(|_| libc::EFAULT)?;
+    if !host_ok {
+        return Err(libc::EINVAL);
     }
-    // SAFETY: the handle was live (a boxed Dm), and is now unregistered: freed once.
-    drop(unsafe { Box::from_raw(dm.cast::<Dm>()) });
-    0
+    Ok((d, offset))
 }
 
 /// `ibv_dm.memcpy_to_dm` (the inline `ibv_memcpy_to_dm`): 0 or the errno.
@@ -111,16 +115,10 @@ unsafe extern "C" fn memcpy_to_dm(
     host_addr: *const c_void,
     length: usize,
 ) -> c_int {
-    let d = match Dm::from_handle(dm) {
-        Ok(d) => d,
+    let (d, offset) = match copy_target(dm, dm_offset, !host_addr.is_null() || length == 0) {
+        Ok(t) => t,
         Err(e) => return fail_errno(e),
     };
-    let Ok(offset) = usize::try_from(dm_offset) else {
-        return fail_errno(libc::EFAULT);
-    };
-    if host_addr.is_null() && length != 0 {
-        return fail_errno(libc::EINVAL);
-    }
     let data = if length == 0 {
         &[][..]
     } else {
@@ -140,16 +138,10 @@ unsafe extern "C" fn memcpy_from_dm(
     dm_offset: u64,
     length: usize,
 ) -> c_int {
-    let d = match Dm::from_handle(dm) {
-        Ok(d) => d,
+    let (d, offset) = match copy_target(dm, dm_offset, !host_addr.is_null() || length == 0) {
+        Ok(t) => t,
         Err(e) => return fail_errno(e),
     };
-    let Ok(offset) = usize::try_from(dm_offset) else {
-        return fail_errno(libc::EFAULT);
-    };
-    if host_addr.is_null() && length != 0 {
-        return fail_errno(libc::EINVAL);
-    }
     let buf = if length == 0 {
         &mut [][..]
     } else {

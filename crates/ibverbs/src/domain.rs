@@ -24,9 +24,7 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use crate::abi::*;
 use crate::context::Context;
 use crate::pd::{ParentOf, Pd};
-use crate::util::{
-    creating_user, destroying_used, fail_errno, fail_null, is_live, register, unregister, Kind,
-};
+use crate::util::{creating_user, fail_errno, fail_null, is_live, register, take_unused, Kind};
 
 /// A thread domain: the C struct first, then how many parent domains use it.
 #[repr(C)]
@@ -74,20 +72,11 @@ pub(crate) unsafe extern "C" fn alloc_td(
 /// `verbs_context.dealloc_td` (the inline `ibv_dealloc_td`): `EBUSY` while a parent domain
 /// uses it.
 pub(crate) unsafe extern "C" fn dealloc_td(td: *mut ibv_td) -> c_int {
-    let _users = destroying_used();
-    let t = match Td::from_handle(td) {
-        Ok(t) => t,
-        Err(e) => return fail_errno(e),
-    };
-    if t.users.load(Ordering::Acquire) != 0 {
-        return fail_errno(libc::EBUSY);
+    // SAFETY: live TD handles are boxed `Td`s.
+    match unsafe { take_unused(td, Kind::Td, |t: &Td| t.users.load(Ordering::Acquire)) } {
+        Ok(_) => 0,
+        Err(e) => fail_errno(e),
     }
-    if !unregister(td, Kind::Td) {
-        return fail_errno(libc::EINVAL);
-    }
-    // SAFETY: the handle was live (a boxed Td), and is now unregistered: freed once.
-    drop(unsafe { Box::from_raw(td.cast::<Td>()) });
-    0
 }
 
 /// `verbs_context.alloc_parent_domain` (the inline `ibv_alloc_parent_domain`).

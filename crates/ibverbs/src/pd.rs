@@ -14,8 +14,8 @@ use softrdma::{AccessFlags, MemoryRegion, ProtectionDomain, RegMrError};
 use crate::abi::*;
 use crate::context::Context;
 use crate::util::{
-    creating_user, destroying_used, fail_errno, fail_null, is_live, register, set_errno,
-    unregister, Kind,
+    creating_user, fail_errno, fail_null, is_live, register, set_errno, take_unused, unregister,
+    Kind,
 };
 
 /// A protection domain: the C struct first, then softrdma's handle and a count of the
@@ -139,26 +139,18 @@ pub(crate) unsafe extern "C" fn ibv_alloc_pd(context: *mut ibv_context) -> *mut 
     h
 }
 
-/// `ibv_dealloc_pd`: `EBUSY` while MRs or QPs of the PD exist.
+/// `ibv_dealloc_pd`: `EBUSY` while MRs, QPs or parent domains of the PD exist.
 pub(crate) unsafe extern "C" fn ibv_dealloc_pd(pd: *mut ibv_pd) -> c_int {
-    let users = destroying_used();
-    let p = match Pd::from_handle(pd) {
-        Ok(p) => p,
-        Err(e) => return fail_errno(e),
-    };
-    if p.users.load(Ordering::Acquire) != 0 {
-        return fail_errno(libc::EBUSY);
+    // SAFETY: live PD handles are boxed `Pd`s.
+    match unsafe { take_unused(pd, Kind::Pd, |p: &Pd| p.users.load(Ordering::Acquire)) } {
+        Ok(p) => {
+            if let Some(parent) = &p.parent {
+                parent.release();
+            }
+            0
+        }
+        Err(e) => fail_errno(e),
     }
-    if !unregister(pd, Kind::Pd) {
-        return fail_errno(libc::EINVAL);
-    }
-    drop(users);
-    // SAFETY: the handle was live (a boxed Pd), and is now unregistered: freed once.
-    let p = unsafe { Box::from_raw(pd.cast::<Pd>()) };
-    if let Some(parent) = &p.parent {
-        parent.release();
-    }
-    0
 }
 
 /// The access flags softrdma can grant, from `ibv_access_flags`; `EINVAL` for unknown bits.

@@ -92,6 +92,33 @@ pub(crate) fn destroying_used() -> RwLockWriteGuard<'static, ()> {
     USERS.write().unwrap_or_else(|e| e.into_inner())
 }
 
+/// Takes back the boxed `T` behind `h`, a live handle of `kind`, unless `users` says objects
+/// still use it: the box (to drop after any cleanup of its own), `EINVAL` for a handle that
+/// is not live, `EBUSY` for one in use. The check and the unregistering hold
+/// [`destroying_used`], so no creation that would count itself a user races them.
+///
+/// # Safety
+/// Live handles of `kind` must be boxed `T`s, registered by their own address.
+pub(crate) unsafe fn take_unused<H, T>(
+    h: *mut H,
+    kind: Kind,
+    users: impl Fn(&T) -> usize,
+) -> Result<Box<T>, c_int> {
+    let _destroying = destroying_used();
+    if !is_live(h, kind) {
+        return Err(libc::EINVAL);
+    }
+    // SAFETY: live handles of `kind` are boxed `T`s (the caller's promise).
+    if users(unsafe { &*h.cast::<T>() }) != 0 {
+        return Err(libc::EBUSY);
+    }
+    if !unregister(h, kind) {
+        return Err(libc::EINVAL);
+    }
+    // SAFETY: the handle was live and is now unregistered: taken back once.
+    Ok(unsafe { Box::from_raw(h.cast::<T>()) })
+}
+
 /// Records a new handle of the context `ctx` (a context is its own).
 pub(crate) fn register<T, C>(p: *mut T, kind: Kind, ctx: *mut C) {
     live().insert(p as usize, (kind, ctx as usize));
