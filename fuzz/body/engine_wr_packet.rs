@@ -25,7 +25,7 @@ use softrdma_proto::{
 };
 use softrdma_wire::{
     emit_headers, packet_len, Aeth, AtomicAckEth, AtomicEth, Bth, Deth, ExtHeaders, Feth, Headers,
-    Ieth, ImmDt, Opcode, Psn, Reth, Syndrome, ICRC_LEN,
+    Ieth, ImmDt, Opcode, Psn, Reth, Syndrome, Xrceth, ICRC_LEN,
 };
 
 /// Script steps per input, at most: a bound on the work one input can cause.
@@ -366,6 +366,7 @@ impl Fuzz<'_> {
             flags,
             inline_data,
             ud: None,
+            xrc_srqn: None,
         };
         let side = &mut self.sides[i];
         if side.engine.post_send(self.now, side.qpn, wr).is_ok() {
@@ -438,6 +439,9 @@ impl Fuzz<'_> {
             key(s, &target.regions, &target.stale_keys),
         );
         let ext = ExtHeaders {
+            xrceth: has(Headers::XRCETH).then(|| Xrceth {
+                srqn: s.u32() & 0xff_ffff,
+            }),
             reth: has(Headers::RETH).then(|| Reth {
                 va,
                 rkey,
@@ -600,7 +604,7 @@ impl Fuzz<'_> {
     }
 }
 
-const FORGE_OPCODES: [Opcode; 22] = [
+const FORGE_OPCODES: [Opcode; 25] = [
     Opcode::RC_SEND_FIRST,
     Opcode::RC_SEND_MIDDLE,
     Opcode::RC_SEND_LAST,
@@ -623,6 +627,10 @@ const FORGE_OPCODES: [Opcode; 22] = [
     Opcode::RC_COMPARE_SWAP,
     Opcode::RC_FETCH_ADD,
     Opcode::RC_SEND_ONLY_WITH_INVALIDATE,
+    // Another transport's packets to an RC QP: dropped as such.
+    Opcode::XRC_SEND_ONLY,
+    Opcode::XRC_RDMA_WRITE_ONLY,
+    Opcode::XRC_ACKNOWLEDGE,
 ];
 
 /// Damages a packet in transit: one bit, one byte, an extreme 8-byte value at any offset

@@ -113,6 +113,7 @@ pub(crate) unsafe extern "C" fn bind_mw(
         flags,
         inline_data: None,
         ud: None,
+        xrc_srqn: None,
     };
     if let Err(e) = q.qp.post_send([wr]) {
         return fail(crate::post::post_errno(&e.kind));

@@ -194,6 +194,7 @@ unsafe fn send_wr(qp: &Qp, wr: &ibv_send_wr) -> Result<SendWr, c_int> {
         flags,
         inline_data,
         ud,
+        xrc_srqn: None,
     })
 }
 

@@ -84,6 +84,7 @@ fn push(qp: *mut ibv_qp_ex, ops_bit: u64, op: SendOp) {
             flags,
             inline_data: None,
             ud: None,
+            xrc_srqn: None,
         });
     });
 }

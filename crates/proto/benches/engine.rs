@@ -100,6 +100,7 @@ fn write_wr(wr_id: u64, at: u64, len: u32, lkey: u32, rkey: u32) -> SendWr {
         flags: SendFlags::SIGNALED,
         inline_data: None,
         ud: None,
+        xrc_srqn: None,
     }
 }
 
@@ -177,6 +178,7 @@ fn bench_write(c: &mut Criterion) {
                 flags: SendFlags::SIGNALED,
                 inline_data: None,
                 ud: None,
+                xrc_srqn: None,
             };
             sides[0].engine.post_send(Instant::ZERO, qpn0, wr).unwrap();
             pump(&mut sides, &mut buf);

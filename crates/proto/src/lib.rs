@@ -11,6 +11,7 @@
 //!   `responder/{send,write,read,atomic}` (one file per operation), `timers`;
 //! - [`mr`]: protection domains, memory regions, every access check;
 //! - [`wr`]: work requests and completions; [`cq`]: completion queues;
+//! - [`srq`]: shared receive queues; [`xrc`]: XRC domains, which tie XRC target QPs to them;
 //! - [`stats`]: counters for every drop, NAK and retry; [`time`]: the engine's clock type;
 //! - `budget`: the device's adaptive limit on packets in flight over all QPs.
 #![forbid(unsafe_code)]
@@ -32,6 +33,7 @@ pub mod srq;
 pub mod stats;
 pub mod time;
 pub mod wr;
+pub mod xrc;
 
 pub use access::AccessFlags;
 pub use config::EngineConfig;
@@ -53,6 +55,7 @@ pub use wr::{
     FlushLevel, MwBind, RecvWr, SendFlags, SendOp, SendWr, Sge, UdDest, WcOpcode, WcStatus,
     WorkCompletion, FLUSH_GLOBAL, FLUSH_PERSISTENT, MULTICAST_QPN,
 };
+pub use xrc::{XrcSrq, XrcdHandle};
 
 /// The most READ/atomic requests a QP may have outstanding in either direction (rxe: 128).
 pub const MAX_RD_ATOMIC: u8 = 128;

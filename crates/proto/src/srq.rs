@@ -5,6 +5,7 @@ use std::collections::VecDeque;
 
 use crate::mr::PdHandle;
 use crate::wr::RecvWr;
+use crate::xrc::XrcSrq;
 
 /// A shared receive queue handle.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
@@ -28,15 +29,23 @@ pub struct SharedReceiveQueue {
     pub(crate) pd: PdHandle,
     pub(crate) wrs: VecDeque<RecvWr>,
     pub(crate) attr: SrqAttr,
+    /// Set for an XRC SRQ: its domain and CQ.
+    pub(crate) xrc: Option<XrcSrq>,
 }
 
 impl SharedReceiveQueue {
-    pub(crate) fn new(pd: PdHandle, attr: SrqAttr) -> SharedReceiveQueue {
+    pub(crate) fn new(pd: PdHandle, attr: SrqAttr, xrc: Option<XrcSrq>) -> SharedReceiveQueue {
         SharedReceiveQueue {
             pd,
             wrs: VecDeque::new(),
             attr,
+            xrc,
         }
+    }
+
+    /// The XRC domain and CQ of an XRC SRQ; `None` for a basic one.
+    pub fn xrc(&self) -> Option<XrcSrq> {
+        self.xrc
     }
 
     /// The current attributes (the limit reads 0 once it fired).

@@ -255,6 +255,9 @@ pub struct SendWr {
     /// Where a SEND on a UD QP goes (ibverbs `wr.ud`); `None` on connected QPs, which send to
     /// their one peer.
     pub ud: Option<UdDest>,
+    /// The XRC SRQ at the target that a WR of an XRC initiator QP is for (ibverbs
+    /// `wr.qp_type.xrc.remote_srqn`, 24 bits); required there, `None` on every other QP.
+    pub xrc_srqn: Option<u32>,
 }
 
 /// The destination of a UD SEND: the address handle's address, the remote QP and its Q_Key.

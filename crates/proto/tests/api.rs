@@ -67,6 +67,7 @@ fn send(wr_id: u64, sg_list: Vec<Sge>) -> SendWr {
         flags: SendFlags::SIGNALED,
         inline_data: None,
         ud: None,
+        xrc_srqn: None,
     }
 }
 
@@ -140,6 +141,7 @@ fn structural_send_errors() {
         flags: SendFlags::SIGNALED,
         inline_data: None,
         ud: None,
+        xrc_srqn: None,
     };
     assert!(
         matches!(
@@ -160,6 +162,7 @@ fn structural_send_errors() {
         flags: SendFlags::SIGNALED,
         inline_data: None,
         ud: None,
+        xrc_srqn: None,
     };
     assert!(matches!(
         e.post_send(Instant::ZERO, qpn, misaligned),
@@ -193,6 +196,7 @@ fn atomic_write_value_is_not_inline_data_of_the_qp() {
         flags: SendFlags::SIGNALED | SendFlags::INLINE,
         inline_data: Some(vec![7; 8].into()),
         ud: None,
+        xrc_srqn: None,
     };
     assert!(matches!(
         e.post_send(Instant::ZERO, qpn, inline(1, SendOp::Send)),

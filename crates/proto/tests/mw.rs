@@ -15,6 +15,7 @@ fn local(wr_id: u64, op: SendOp) -> SendWr {
         flags: SendFlags::SIGNALED,
         inline_data: None,
         ud: None,
+        xrc_srqn: None,
     }
 }
 

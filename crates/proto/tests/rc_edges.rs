@@ -20,6 +20,7 @@ fn rdma(wr_id: u64, op: SendOp, sg_list: Vec<Sge>) -> SendWr {
         flags: SendFlags::SIGNALED,
         inline_data: None,
         ud: None,
+        xrc_srqn: None,
     }
 }
 

@@ -128,6 +128,7 @@ fn ud_send_like_rxe() {
                 remote_qpn: h.bth.dest_qpn,
                 remote_qkey: h.ext.deth.unwrap().qkey,
             }),
+            xrc_srqn: None,
         };
         s.engine.post_send(Instant::ZERO, qpn, wr).unwrap();
         assert_sends(&mut s, p);
@@ -248,6 +249,7 @@ fn uc_send_like_rxe_both_ways() {
         flags: SendFlags::SIGNALED,
         inline_data: None,
         ud: None,
+        xrc_srqn: None,
     };
     s.engine.post_send(Instant::ZERO, qpn, wr).unwrap();
     for p in &ours {
@@ -316,6 +318,7 @@ fn uc_write_like_rxe() {
         flags: SendFlags::SIGNALED,
         inline_data: None,
         ud: None,
+        xrc_srqn: None,
     };
     s.engine.post_send(Instant::ZERO, qpn, wr).unwrap();
     for p in &ours {

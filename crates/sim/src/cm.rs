@@ -366,6 +366,7 @@ impl CmWorkload {
                 remote_qpn: qpn,
                 remote_qkey: GSI_QKEY,
             }),
+            xrc_srqn: None,
         };
         let (id, gsi) = (node.res.node, node.gsi);
         self.report.mads_sent += 1;

@@ -400,6 +400,7 @@ pub fn run_incast_captured(
                     flags: SendFlags::SIGNALED,
                     inline_data: None,
                     ud: None,
+                    xrc_srqn: None,
                 };
                 match f.engine_mut(s.node).map(|e| e.post_send(now, s.qpn, wr)) {
                     Ok(Ok(())) => s.next_seq += 1,

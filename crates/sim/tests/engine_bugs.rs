@@ -105,6 +105,7 @@ impl Pair {
             flags: SendFlags::SIGNALED,
             inline_data: None,
             ud: None,
+            xrc_srqn: None,
         };
         let now = self.fabric.now();
         self.fabric

@@ -119,6 +119,7 @@ impl MemoryWindow {
             flags: SendFlags::SIGNALED,
             inline_data: None,
             ud: None,
+            xrc_srqn: None,
         }
     }
 }

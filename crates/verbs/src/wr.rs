@@ -13,6 +13,7 @@ fn signaled(wr_id: u64, op: SendOp, sg_list: Vec<Sge>) -> SendWr {
         flags: SendFlags::SIGNALED,
         inline_data: None,
         ud: None,
+        xrc_srqn: None,
     }
 }
 
@@ -78,6 +79,7 @@ pub fn send_inline(wr_id: u64, data: &[u8]) -> SendWr {
         flags: SendFlags::SIGNALED | SendFlags::INLINE,
         inline_data: Some(data.into()),
         ud: None,
+        xrc_srqn: None,
     }
 }
 

@@ -535,6 +535,7 @@ fn local_misuse() {
         flags: SendFlags::SIGNALED,
         inline_data: None,
         ud: None,
+        xrc_srqn: None,
     };
     let err =
         a.qp.post_send([

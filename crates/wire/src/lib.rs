@@ -27,6 +27,7 @@
 //! | [`ImmDt`] | [`imm_dt`] | "with immediate" |
 //! | [`Ieth`] | [`ieth`] | "with invalidate" |
 //! | [`Feth`] | [`feth`] | FLUSH |
+//! | [`Xrceth`] | [`xrceth`] | every XRC request |
 //!
 //! [`GrhArea`] is the 40-byte header area a UD receive buffer starts with.
 
@@ -52,6 +53,7 @@ pub mod pcap;
 mod pretty;
 pub mod psn;
 pub mod reth;
+pub mod xrceth;
 
 pub use aeth::{rnr_timer_us, Aeth, NakCode, Syndrome};
 pub use atomic_eth::{AtomicAckEth, AtomicEth};
@@ -71,3 +73,4 @@ pub use packet::{
 };
 pub use psn::{Psn, PSN_MODULUS};
 pub use reth::Reth;
+pub use xrceth::Xrceth;

@@ -8,7 +8,9 @@
 
 use core::fmt;
 
-use crate::{Aeth, AtomicAckEth, AtomicEth, Bth, Deth, Feth, Ieth, ImmDt, Reth, CNP_RESERVED_LEN};
+use crate::{
+    Aeth, AtomicAckEth, AtomicEth, Bth, Deth, Feth, Ieth, ImmDt, Reth, Xrceth, CNP_RESERVED_LEN,
+};
 
 /// A BTH opcode byte: the high 3 bits select the transport, the low 5 the operation.
 #[derive(Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
@@ -27,7 +29,8 @@ pub enum Transport {
     Ud,
     /// Congestion notification packet (RoCEv2 Annex A17).
     Cnp,
-    /// Extended reliable connected (not implemented).
+    /// Extended reliable connected (IBTA Annex A14): RC's operations, with an XRCETH naming
+    /// the target's shared receive queue in every request.
     Xrc,
     /// Reserved / manufacturer specific transport codes.
     Other,
@@ -110,10 +113,14 @@ impl Headers {
     pub const IETH: Headers = Headers(1 << 7);
     /// The 16 reserved bytes that follow the BTH of a CNP.
     pub const CNP_RESERVED: Headers = Headers(1 << 8);
+    /// XRC extended transport header (every XRC request).
+    pub const XRCETH: Headers = Headers(1 << 9);
 
-    /// Wire order of the extension headers and their lengths.
-    pub const ORDER: [(Headers, usize); 9] = [
+    /// Wire order of the extension headers and their lengths (IBTA 9.2: an XRCETH follows
+    /// the datagram header's place and precedes the RETH or AtomicETH).
+    pub const ORDER: [(Headers, usize); 10] = [
         (Headers::DETH, Deth::LEN),
+        (Headers::XRCETH, Xrceth::LEN),
         (Headers::FETH, Feth::LEN),
         (Headers::RETH, Reth::LEN),
         (Headers::ATOMIC_ETH, AtomicEth::LEN),
@@ -178,8 +185,9 @@ impl core::ops::BitOr for Headers {
 
 impl fmt::Debug for Headers {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        const NAMES: [&str; 9] = [
+        const NAMES: [&str; 10] = [
             "DETH",
+            "XRCETH",
             "FETH",
             "RETH",
             "AtomicETH",
@@ -282,6 +290,7 @@ const ATOMIC_WRITE: u8 = 0x1d;
 const RC: u8 = 0x00;
 const UC: u8 = 0x20;
 const UD: u8 = 0x60;
+const XRC: u8 = 0xa0;
 
 #[allow(missing_docs)] // the names are the documentation: IBTA opcode names
 impl Opcode {
@@ -330,6 +339,32 @@ impl Opcode {
 
     pub const UD_SEND_ONLY: Opcode = Opcode(UD | SEND_ONLY);
     pub const UD_SEND_ONLY_WITH_IMMEDIATE: Opcode = Opcode(UD | SEND_ONLY_WITH_IMMEDIATE);
+
+    pub const XRC_SEND_FIRST: Opcode = Opcode(XRC | SEND_FIRST);
+    pub const XRC_SEND_MIDDLE: Opcode = Opcode(XRC | SEND_MIDDLE);
+    pub const XRC_SEND_LAST: Opcode = Opcode(XRC | SEND_LAST);
+    pub const XRC_SEND_LAST_WITH_IMMEDIATE: Opcode = Opcode(XRC | SEND_LAST_WITH_IMMEDIATE);
+    pub const XRC_SEND_ONLY: Opcode = Opcode(XRC | SEND_ONLY);
+    pub const XRC_SEND_ONLY_WITH_IMMEDIATE: Opcode = Opcode(XRC | SEND_ONLY_WITH_IMMEDIATE);
+    pub const XRC_RDMA_WRITE_FIRST: Opcode = Opcode(XRC | RDMA_WRITE_FIRST);
+    pub const XRC_RDMA_WRITE_MIDDLE: Opcode = Opcode(XRC | RDMA_WRITE_MIDDLE);
+    pub const XRC_RDMA_WRITE_LAST: Opcode = Opcode(XRC | RDMA_WRITE_LAST);
+    pub const XRC_RDMA_WRITE_LAST_WITH_IMMEDIATE: Opcode =
+        Opcode(XRC | RDMA_WRITE_LAST_WITH_IMMEDIATE);
+    pub const XRC_RDMA_WRITE_ONLY: Opcode = Opcode(XRC | RDMA_WRITE_ONLY);
+    pub const XRC_RDMA_WRITE_ONLY_WITH_IMMEDIATE: Opcode =
+        Opcode(XRC | RDMA_WRITE_ONLY_WITH_IMMEDIATE);
+    pub const XRC_RDMA_READ_REQUEST: Opcode = Opcode(XRC | RDMA_READ_REQUEST);
+    pub const XRC_RDMA_READ_RESPONSE_FIRST: Opcode = Opcode(XRC | RDMA_READ_RESPONSE_FIRST);
+    pub const XRC_RDMA_READ_RESPONSE_MIDDLE: Opcode = Opcode(XRC | RDMA_READ_RESPONSE_MIDDLE);
+    pub const XRC_RDMA_READ_RESPONSE_LAST: Opcode = Opcode(XRC | RDMA_READ_RESPONSE_LAST);
+    pub const XRC_RDMA_READ_RESPONSE_ONLY: Opcode = Opcode(XRC | RDMA_READ_RESPONSE_ONLY);
+    pub const XRC_ACKNOWLEDGE: Opcode = Opcode(XRC | ACKNOWLEDGE);
+    pub const XRC_ATOMIC_ACKNOWLEDGE: Opcode = Opcode(XRC | ATOMIC_ACKNOWLEDGE);
+    pub const XRC_COMPARE_SWAP: Opcode = Opcode(XRC | COMPARE_SWAP);
+    pub const XRC_FETCH_ADD: Opcode = Opcode(XRC | FETCH_ADD);
+    pub const XRC_SEND_LAST_WITH_INVALIDATE: Opcode = Opcode(XRC | SEND_LAST_WITH_INVALIDATE);
+    pub const XRC_SEND_ONLY_WITH_INVALIDATE: Opcode = Opcode(XRC | SEND_ONLY_WITH_INVALIDATE);
 
     pub const CNP: Opcode = Opcode(0x81);
 }
@@ -395,11 +430,13 @@ const fn entry(
     })
 }
 
-/// Fills the send/write entries shared by RC and UC.
+/// Fills the send/write entries shared by RC, UC and XRC; `req` is what every request of
+/// the transport carries besides (XRC: the XRCETH).
 const fn connected(
     table: &mut [Option<OpcodeInfo>; 256],
     base: u8,
     t: Transport,
+    req: Headers,
     names: &[&'static str; 12],
 ) {
     use Headers as H;
@@ -407,33 +444,80 @@ const fn connected(
     use Payload::Variable as V;
     use Position::{First, Last, Middle, Only};
     let b = base as usize;
-    table[b + SEND_FIRST as usize] = entry(names[0], t, Send, First, H::NONE, V);
-    table[b + SEND_MIDDLE as usize] = entry(names[1], t, Send, Middle, H::NONE, V);
-    table[b + SEND_LAST as usize] = entry(names[2], t, Send, Last, H::NONE, V);
-    table[b + SEND_LAST_WITH_IMMEDIATE as usize] = entry(names[3], t, Send, Last, H::IMM_DT, V);
-    table[b + SEND_ONLY as usize] = entry(names[4], t, Send, Only, H::NONE, V);
-    table[b + SEND_ONLY_WITH_IMMEDIATE as usize] = entry(names[5], t, Send, Only, H::IMM_DT, V);
-    table[b + RDMA_WRITE_FIRST as usize] = entry(names[6], t, Write, First, H::RETH, V);
-    table[b + RDMA_WRITE_MIDDLE as usize] = entry(names[7], t, Write, Middle, H::NONE, V);
-    table[b + RDMA_WRITE_LAST as usize] = entry(names[8], t, Write, Last, H::NONE, V);
-    table[b + RDMA_WRITE_LAST_WITH_IMMEDIATE as usize] =
-        entry(names[9], t, Write, Last, H::IMM_DT, V);
-    table[b + RDMA_WRITE_ONLY as usize] = entry(names[10], t, Write, Only, H::RETH, V);
+    let imm = req.union(H::IMM_DT);
+    let reth = req.union(H::RETH);
+    table[b + SEND_FIRST as usize] = entry(names[0], t, Send, First, req, V);
+    table[b + SEND_MIDDLE as usize] = entry(names[1], t, Send, Middle, req, V);
+    table[b + SEND_LAST as usize] = entry(names[2], t, Send, Last, req, V);
+    table[b + SEND_LAST_WITH_IMMEDIATE as usize] = entry(names[3], t, Send, Last, imm, V);
+    table[b + SEND_ONLY as usize] = entry(names[4], t, Send, Only, req, V);
+    table[b + SEND_ONLY_WITH_IMMEDIATE as usize] = entry(names[5], t, Send, Only, imm, V);
+    table[b + RDMA_WRITE_FIRST as usize] = entry(names[6], t, Write, First, reth, V);
+    table[b + RDMA_WRITE_MIDDLE as usize] = entry(names[7], t, Write, Middle, req, V);
+    table[b + RDMA_WRITE_LAST as usize] = entry(names[8], t, Write, Last, req, V);
+    table[b + RDMA_WRITE_LAST_WITH_IMMEDIATE as usize] = entry(names[9], t, Write, Last, imm, V);
+    table[b + RDMA_WRITE_ONLY as usize] = entry(names[10], t, Write, Only, reth, V);
     table[b + RDMA_WRITE_ONLY_WITH_IMMEDIATE as usize] =
-        entry(names[11], t, Write, Only, H::RETH.union(H::IMM_DT), V);
+        entry(names[11], t, Write, Only, reth.union(H::IMM_DT), V);
+}
+
+/// Fills the entries RC and XRC share beyond SEND and WRITE: READ, its responses, the
+/// acknowledgements, the atomics and SEND with invalidate (responses carry no XRCETH).
+const fn reliable(
+    t: &mut [Option<OpcodeInfo>; 256],
+    base: u8,
+    transport: Transport,
+    req: Headers,
+    names: &[&'static str; 11],
+) {
+    use Headers as H;
+    use OpKind::*;
+    use Payload::{None as NoPayload, Variable as V};
+    use Position::{First, Last, Middle, Only};
+    let b = base as usize;
+    let tr = transport;
+    t[b + RDMA_READ_REQUEST as usize] = entry(
+        names[0],
+        tr,
+        ReadRequest,
+        Only,
+        req.union(H::RETH),
+        NoPayload,
+    );
+    t[b + RDMA_READ_RESPONSE_FIRST as usize] = entry(names[1], tr, ReadResponse, First, H::AETH, V);
+    t[b + RDMA_READ_RESPONSE_MIDDLE as usize] =
+        entry(names[2], tr, ReadResponse, Middle, H::NONE, V);
+    t[b + RDMA_READ_RESPONSE_LAST as usize] = entry(names[3], tr, ReadResponse, Last, H::AETH, V);
+    t[b + RDMA_READ_RESPONSE_ONLY as usize] = entry(names[4], tr, ReadResponse, Only, H::AETH, V);
+    t[b + ACKNOWLEDGE as usize] = entry(names[5], tr, Acknowledge, Only, H::AETH, NoPayload);
+    t[b + ATOMIC_ACKNOWLEDGE as usize] = entry(
+        names[6],
+        tr,
+        AtomicAcknowledge,
+        Only,
+        H::AETH.union(H::ATOMIC_ACK_ETH),
+        NoPayload,
+    );
+    let atomic = req.union(H::ATOMIC_ETH);
+    t[b + COMPARE_SWAP as usize] = entry(names[7], tr, CompareSwap, Only, atomic, NoPayload);
+    t[b + FETCH_ADD as usize] = entry(names[8], tr, FetchAdd, Only, atomic, NoPayload);
+    let inv = req.union(H::IETH);
+    t[b + SEND_LAST_WITH_INVALIDATE as usize] = entry(names[9], tr, Send, Last, inv, V);
+    t[b + SEND_ONLY_WITH_INVALIDATE as usize] = entry(names[10], tr, Send, Only, inv, V);
 }
 
 const fn build_table() -> [Option<OpcodeInfo>; 256] {
     use Headers as H;
     use OpKind::*;
     use Payload::{Fixed, None as NoPayload, Variable as V};
-    use Position::{First, Last, Middle, Only};
+    use Position::Only;
     use Transport::{Rc, Ud};
     let mut t: [Option<OpcodeInfo>; 256] = [None; 256];
     connected(
         &mut t,
         RC,
         Rc,
+        H::NONE,
         &[
             "RC_SEND_FIRST",
             "RC_SEND_MIDDLE",
@@ -453,6 +537,7 @@ const fn build_table() -> [Option<OpcodeInfo>; 256] {
         &mut t,
         UC,
         Transport::Uc,
+        H::NONE,
         &[
             "UC_SEND_FIRST",
             "UC_SEND_MIDDLE",
@@ -468,68 +553,25 @@ const fn build_table() -> [Option<OpcodeInfo>; 256] {
             "UC_RDMA_WRITE_ONLY_WITH_IMMEDIATE",
         ],
     );
-    t[RDMA_READ_REQUEST as usize] = entry(
-        "RC_RDMA_READ_REQUEST",
+    reliable(
+        &mut t,
+        RC,
         Rc,
-        ReadRequest,
-        Only,
-        H::RETH,
-        NoPayload,
-    );
-    t[RDMA_READ_RESPONSE_FIRST as usize] = entry(
-        "RC_RDMA_READ_RESPONSE_FIRST",
-        Rc,
-        ReadResponse,
-        First,
-        H::AETH,
-        V,
-    );
-    t[RDMA_READ_RESPONSE_MIDDLE as usize] = entry(
-        "RC_RDMA_READ_RESPONSE_MIDDLE",
-        Rc,
-        ReadResponse,
-        Middle,
         H::NONE,
-        V,
+        &[
+            "RC_RDMA_READ_REQUEST",
+            "RC_RDMA_READ_RESPONSE_FIRST",
+            "RC_RDMA_READ_RESPONSE_MIDDLE",
+            "RC_RDMA_READ_RESPONSE_LAST",
+            "RC_RDMA_READ_RESPONSE_ONLY",
+            "RC_ACKNOWLEDGE",
+            "RC_ATOMIC_ACKNOWLEDGE",
+            "RC_COMPARE_SWAP",
+            "RC_FETCH_ADD",
+            "RC_SEND_LAST_WITH_INVALIDATE",
+            "RC_SEND_ONLY_WITH_INVALIDATE",
+        ],
     );
-    t[RDMA_READ_RESPONSE_LAST as usize] = entry(
-        "RC_RDMA_READ_RESPONSE_LAST",
-        Rc,
-        ReadResponse,
-        Last,
-        H::AETH,
-        V,
-    );
-    t[RDMA_READ_RESPONSE_ONLY as usize] = entry(
-        "RC_RDMA_READ_RESPONSE_ONLY",
-        Rc,
-        ReadResponse,
-        Only,
-        H::AETH,
-        V,
-    );
-    t[ACKNOWLEDGE as usize] = entry("RC_ACKNOWLEDGE", Rc, Acknowledge, Only, H::AETH, NoPayload);
-    t[ATOMIC_ACKNOWLEDGE as usize] = entry(
-        "RC_ATOMIC_ACKNOWLEDGE",
-        Rc,
-        AtomicAcknowledge,
-        Only,
-        H::AETH.union(H::ATOMIC_ACK_ETH),
-        NoPayload,
-    );
-    t[COMPARE_SWAP as usize] = entry(
-        "RC_COMPARE_SWAP",
-        Rc,
-        CompareSwap,
-        Only,
-        H::ATOMIC_ETH,
-        NoPayload,
-    );
-    t[FETCH_ADD as usize] = entry("RC_FETCH_ADD", Rc, FetchAdd, Only, H::ATOMIC_ETH, NoPayload);
-    t[SEND_LAST_WITH_INVALIDATE as usize] =
-        entry("RC_SEND_LAST_WITH_INVALIDATE", Rc, Send, Last, H::IETH, V);
-    t[SEND_ONLY_WITH_INVALIDATE as usize] =
-        entry("RC_SEND_ONLY_WITH_INVALIDATE", Rc, Send, Only, H::IETH, V);
     t[FLUSH as usize] = entry(
         "RC_FLUSH",
         Rc,
@@ -549,6 +591,45 @@ const fn build_table() -> [Option<OpcodeInfo>; 256] {
         V,
     );
     t[0x81] = entry("CNP", Transport::Cnp, Cnp, Only, H::CNP_RESERVED, NoPayload);
+    connected(
+        &mut t,
+        XRC,
+        Transport::Xrc,
+        H::XRCETH,
+        &[
+            "XRC_SEND_FIRST",
+            "XRC_SEND_MIDDLE",
+            "XRC_SEND_LAST",
+            "XRC_SEND_LAST_WITH_IMMEDIATE",
+            "XRC_SEND_ONLY",
+            "XRC_SEND_ONLY_WITH_IMMEDIATE",
+            "XRC_RDMA_WRITE_FIRST",
+            "XRC_RDMA_WRITE_MIDDLE",
+            "XRC_RDMA_WRITE_LAST",
+            "XRC_RDMA_WRITE_LAST_WITH_IMMEDIATE",
+            "XRC_RDMA_WRITE_ONLY",
+            "XRC_RDMA_WRITE_ONLY_WITH_IMMEDIATE",
+        ],
+    );
+    reliable(
+        &mut t,
+        XRC,
+        Transport::Xrc,
+        H::XRCETH,
+        &[
+            "XRC_RDMA_READ_REQUEST",
+            "XRC_RDMA_READ_RESPONSE_FIRST",
+            "XRC_RDMA_READ_RESPONSE_MIDDLE",
+            "XRC_RDMA_READ_RESPONSE_LAST",
+            "XRC_RDMA_READ_RESPONSE_ONLY",
+            "XRC_ACKNOWLEDGE",
+            "XRC_ATOMIC_ACKNOWLEDGE",
+            "XRC_COMPARE_SWAP",
+            "XRC_FETCH_ADD",
+            "XRC_SEND_LAST_WITH_INVALIDATE",
+            "XRC_SEND_ONLY_WITH_INVALIDATE",
+        ],
+    );
     t
 }
 
@@ -582,6 +663,7 @@ mod tests {
                 Transport::Uc => "UC_",
                 Transport::Ud => "UD_",
                 Transport::Cnp => "CNP",
+                Transport::Xrc => "XRC_",
                 _ => unreachable!(),
             };
             assert!(info.name.starts_with(prefix), "{}", info.name);
@@ -593,10 +675,30 @@ mod tests {
             if info.headers.contains(Headers::RETH) {
                 assert!(info.position.starts(), "{}", info.name);
             }
+            // Every XRC request names its SRQ, and nothing else does.
+            assert_eq!(
+                info.headers.contains(Headers::XRCETH),
+                info.transport == Transport::Xrc && info.is_request(),
+                "{}",
+                info.name
+            );
+            // XRC is RC with an XRCETH: the same operation and headers at the same low bits.
+            if info.transport == Transport::Xrc {
+                let rc = Opcode(op & 0x1f).info().unwrap();
+                assert_eq!(&info.name[4..], &rc.name[3..]);
+                assert_eq!((info.kind, info.position), (rc.kind, rc.position));
+                let xrceth = if info.is_request() {
+                    Headers::XRCETH
+                } else {
+                    Headers::NONE
+                };
+                assert_eq!(info.headers, rc.headers.union(xrceth), "{}", info.name);
+            }
         }
         // RC: 12 SEND/WRITE, READ request, 4 READ responses, ACK, ATOMIC ACK, 2 atomics,
-        // 2 SEND with invalidate, FLUSH, ATOMIC_WRITE = 25; UC: 12; UD: 2; CNP: 1.
-        assert_eq!(known, 25 + 12 + 2 + 1);
+        // 2 SEND with invalidate, FLUSH, ATOMIC_WRITE = 25; UC: 12; UD: 2; CNP: 1; XRC: RC's
+        // but FLUSH and ATOMIC_WRITE, 23.
+        assert_eq!(known, 25 + 12 + 2 + 1 + 23);
     }
 
     #[test]
@@ -620,6 +722,14 @@ mod tests {
         );
         assert_eq!(Opcode::RC_COMPARE_SWAP.info().unwrap().header_len(), 40);
         assert_eq!(Opcode::CNP.info().unwrap().header_len(), 28);
+        // XRC: the XRCETH right after the BTH, then RETH / AtomicETH / ImmDt.
+        let info = Opcode::XRC_RDMA_WRITE_ONLY_WITH_IMMEDIATE.info().unwrap();
+        assert_eq!(info.headers.offset_of(Headers::XRCETH), Some(12));
+        assert_eq!(info.headers.offset_of(Headers::RETH), Some(16));
+        assert_eq!(info.headers.offset_of(Headers::IMM_DT), Some(32));
+        assert_eq!(Opcode::XRC_COMPARE_SWAP.info().unwrap().header_len(), 44);
+        assert_eq!(Opcode::XRC_ACKNOWLEDGE.info().unwrap().header_len(), 16);
+        assert_eq!(Opcode::XRC_SEND_ONLY.0, 0xa4);
     }
 
     #[test]

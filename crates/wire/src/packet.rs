@@ -8,6 +8,7 @@
 use crate::opcode::{Headers, Payload};
 use crate::{
     Aeth, AtomicAckEth, AtomicEth, Bth, Deth, Feth, Ieth, ImmDt, Opcode, ParseError, Result, Reth,
+    Xrceth,
 };
 
 /// Length of the invariant CRC trailer.
@@ -20,6 +21,8 @@ pub const CNP_RESERVED_LEN: usize = 16;
 pub struct ExtHeaders {
     /// DETH (UD).
     pub deth: Option<Deth>,
+    /// XRCETH (every XRC request).
+    pub xrceth: Option<Xrceth>,
     /// FETH (FLUSH).
     pub feth: Option<Feth>,
     /// RETH (first WRITE packet, READ request, FLUSH, ATOMIC_WRITE).
@@ -42,6 +45,7 @@ impl ExtHeaders {
         let mut h = Headers::NONE;
         let flags = [
             (self.deth.is_some(), Headers::DETH),
+            (self.xrceth.is_some(), Headers::XRCETH),
             (self.feth.is_some(), Headers::FETH),
             (self.reth.is_some(), Headers::RETH),
             (self.atomic_eth.is_some(), Headers::ATOMIC_ETH),
@@ -104,6 +108,7 @@ impl<'a> PacketRepr<'a> {
         let at = |which: Headers| headers.offset_of(which).map(|off| &packet[off..]);
         let ext = ExtHeaders {
             deth: at(Headers::DETH).map(Deth::parse).transpose()?,
+            xrceth: at(Headers::XRCETH).map(Xrceth::parse).transpose()?,
             feth: at(Headers::FETH).map(Feth::parse).transpose()?,
             reth: at(Headers::RETH).map(Reth::parse).transpose()?,
             atomic_eth: at(Headers::ATOMIC_ETH).map(AtomicEth::parse).transpose()?,
@@ -183,6 +188,7 @@ pub fn emit_headers(bth: &Bth, ext: &ExtHeaders, payload_len: usize, buf: &mut [
         slot.fill(0);
         match which {
             Headers::DETH => ext.deth.unwrap_or_default().emit(slot),
+            Headers::XRCETH => ext.xrceth.unwrap_or_default().emit(slot),
             Headers::FETH => ext.feth.unwrap_or_default().emit(slot),
             Headers::RETH => ext.reth.unwrap_or_default().emit(slot),
             Headers::ATOMIC_ETH => ext.atomic_eth.unwrap_or_default().emit(slot),

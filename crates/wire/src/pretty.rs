@@ -30,6 +30,9 @@ impl fmt::Display for PacketRepr<'_> {
         if let Some(d) = e.deth {
             write!(f, " DETH[qkey={:#010x} srcqp={:#08x}]", d.qkey, d.src_qpn)?;
         }
+        if let Some(x) = e.xrceth {
+            write!(f, " XRCETH[srq={:#08x}]", x.srqn)?;
+        }
         if let Some(h) = e.feth {
             write!(f, " FETH[sel={} plt={}]", h.selectivity, h.placement)?;
         }

@@ -8,7 +8,7 @@ use proptest::prelude::*;
 use softrdma_wire::ip::parse_ethernet;
 use softrdma_wire::{
     icrc, Aeth, AtomicAckEth, AtomicEth, Bth, Deth, ExtHeaders, Feth, Headers, IcrcContext, Ieth,
-    ImmDt, IpPacket, Opcode, PacketRepr, Payload, Psn, Reth, Syndrome, QPN_MASK,
+    ImmDt, IpPacket, Opcode, PacketRepr, Payload, Psn, Reth, Syndrome, Xrceth, QPN_MASK,
 };
 
 fn known_opcodes() -> Vec<Opcode> {
@@ -31,6 +31,9 @@ fn arb_ext_all() -> impl Strategy<Value = ExtHeaders> {
             deth: Some(Deth {
                 qkey: d.0,
                 src_qpn: d.1 & QPN_MASK,
+            }),
+            xrceth: Some(Xrceth {
+                srqn: d.1.rotate_left(8) & QPN_MASK,
             }),
             feth: Some(Feth {
                 selectivity: d.2 & 0x3,
@@ -83,6 +86,7 @@ fn arb_packet() -> impl Strategy<Value = (Bth, ExtHeaders, Vec<u8>)> {
             let h = info.headers;
             let ext = ExtHeaders {
                 deth: all.deth.filter(|_| h.contains(Headers::DETH)),
+                xrceth: all.xrceth.filter(|_| h.contains(Headers::XRCETH)),
                 feth: all.feth.filter(|_| h.contains(Headers::FETH)),
                 reth: all.reth.filter(|_| h.contains(Headers::RETH)),
                 atomic_eth: all.atomic_eth.filter(|_| h.contains(Headers::ATOMIC_ETH)),

@@ -66,12 +66,14 @@ impl Engine {
             self.shared.stats.drop(DropReason::UnknownQp);
             return;
         };
-        let transport_ok = matches!(
-            (info.transport, qp.qp_type),
-            (Transport::Rc, QpType::Rc)
-                | (Transport::Uc, QpType::Uc)
-                | (Transport::Cnp, QpType::Rc | QpType::Uc)
-        );
+        // An XRC initiator takes only responses, an XRC target only requests.
+        let transport_ok = match (info.transport, qp.qp_type) {
+            (Transport::Rc, QpType::Rc) | (Transport::Uc, QpType::Uc) => true,
+            (Transport::Xrc, QpType::XrcIni) => !info.is_request(),
+            (Transport::Xrc, QpType::XrcTgt) => info.is_request(),
+            (Transport::Cnp, t) => t.is_connected(),
+            _ => false,
+        };
         if !transport_ok {
             self.shared.stats.drop(DropReason::WrongTransport);
             return;
@@ -99,7 +101,7 @@ impl Engine {
             }
             qp.handle_request(&mut ctx, &pkt);
         } else {
-            let connected_rc = qp.qp_type == QpType::Rc;
+            let connected_rc = qp.qp_type.is_reliable();
             if !matches!(qp.state, QpState::Rts | QpState::Sqd) || !connected_rc {
                 ctx.stats.drop(DropReason::BadState);
                 return;

@@ -16,6 +16,7 @@ mod demux;
 mod memory;
 mod peers;
 mod transmit;
+mod xrc;
 
 pub use crate::qp::validate::MAX_MESSAGE_BYTES;
 pub use peers::MAX_UD_PEERS;
@@ -83,6 +84,9 @@ pub struct Engine {
     shared: Shared,
     pds: BTreeSet<u32>,
     next_pd: u32,
+    /// Open XRC domains (see [`xrc`]).
+    xrcds: BTreeSet<u32>,
+    next_xrcd: u32,
     next_cq: u32,
     next_srq: u32,
     /// Boxed: a lookup among a thousand QPs then walks small nodes of keys and pointers,
@@ -130,6 +134,8 @@ impl Engine {
             },
             pds: BTreeSet::new(),
             next_pd: 1,
+            xrcds: BTreeSet::new(),
+            next_xrcd: 1,
             next_cq: 1,
             next_srq: 1,
             qps: BTreeMap::new(),
@@ -221,6 +227,11 @@ impl Engine {
             .qps
             .values()
             .any(|q| q.send_cq == cq || q.recv_cq == cq)
+            || self
+                .shared
+                .srqs
+                .values()
+                .any(|s| s.xrc.is_some_and(|x| x.cq == cq))
         {
             return Err(EngineError::Busy);
         }
@@ -282,10 +293,28 @@ impl Engine {
                     "the SRQ belongs to another protection domain",
                 ));
             }
+            if srq.xrc.is_some() {
+                return Err(EngineError::InvalidArgument(
+                    "an XRC SRQ is reached through XRC target QPs, not attached to a QP",
+                ));
+            }
         }
         if !self.shared.cqs.contains_key(&send_cq) || !self.shared.cqs.contains_key(&recv_cq) {
             return Err(EngineError::NoSuchCq);
         }
+        if qp_type == QpType::XrcTgt {
+            return Err(EngineError::InvalidArgument(
+                "an XRC target QP belongs to an XRC domain: create_xrc_tgt_qp",
+            ));
+        }
+        let qpn = self.alloc_qpn()?;
+        let mut qp = QueuePair::new(qpn, qp_type, pd, send_cq, recv_cq, caps);
+        qp.srq = srq;
+        Ok(self.insert_qp(qp))
+    }
+
+    /// The next free QP number of the engine's range.
+    fn alloc_qpn(&mut self) -> Result<u32, EngineError> {
         let (first, last) = (self.shared.config.first_qpn, self.shared.config.last_qpn);
         let after = |q: u32| if q >= last { first } else { q + 1 };
         let mut qpn = self.next_qpn;
@@ -298,13 +327,17 @@ impl Engine {
             }
         }
         self.next_qpn = after(qpn);
-        let mut qp = QueuePair::new(qpn, qp_type, pd, send_cq, recv_cq, caps);
-        qp.srq = srq;
+        Ok(qpn)
+    }
+
+    /// Files a new QP under its number.
+    fn insert_qp(&mut self, mut qp: QueuePair) -> u32 {
         if self.shared.config.peers_use_small_ipv4_ids {
             qp.peer_ids = crate::qp::PeerIpv4Ids::small_only();
         }
+        let qpn = qp.qpn;
         self.qps.insert(qpn, Box::new(qp));
-        Ok(qpn)
+        qpn
     }
 
     /// Creates the device's general services QP, QP 1 (IBTA 13.5.1, what Linux's MAD layer
@@ -379,6 +412,12 @@ impl Engine {
     /// Creates a shared receive queue in `pd` (ibverbs `ibv_create_srq`). A non-zero
     /// `attr.srq_limit` is armed at once.
     pub fn create_srq(&mut self, pd: PdHandle, attr: SrqAttr) -> Result<SrqHandle, EngineError> {
+        self.check_srq(pd, &attr)?;
+        self.insert_srq(SharedReceiveQueue::new(pd, attr, None))
+    }
+
+    /// What every new SRQ needs: an existing PD and room for a WQE.
+    fn check_srq(&self, pd: PdHandle, attr: &SrqAttr) -> Result<(), EngineError> {
         if !self.pds.contains(&pd.0) {
             return Err(EngineError::NoSuchPd);
         }
@@ -390,11 +429,17 @@ impl Engine {
         if attr.srq_limit > attr.max_wr {
             return Err(EngineError::InvalidArgument("srq_limit above max_wr"));
         }
+        Ok(())
+    }
+
+    /// Files a new SRQ under the next number (24 bits: XRC packets carry it).
+    fn insert_srq(&mut self, srq: SharedReceiveQueue) -> Result<SrqHandle, EngineError> {
+        if self.next_srq > softrdma_wire::QPN_MASK {
+            return Err(EngineError::InvalidArgument("every SRQ number is in use"));
+        }
         let h = SrqHandle(self.next_srq);
         self.next_srq += 1;
-        self.shared
-            .srqs
-            .insert(h, SharedReceiveQueue::new(pd, attr));
+        self.shared.srqs.insert(h, srq);
         Ok(h)
     }
 
@@ -438,10 +483,19 @@ impl Engine {
         if !self.shared.srqs.contains_key(&srq) {
             return Err(EngineError::NoSuchSrq);
         }
-        if self.qps.values().any(|q| q.srq == Some(srq)) {
+        // (An XRC target's `srq` is only the SRQ its last message went to.)
+        if self
+            .qps
+            .values()
+            .any(|q| q.srq == Some(srq) && q.qp_type != QpType::XrcTgt)
+        {
             return Err(EngineError::Busy);
         }
         self.shared.srqs.remove(&srq);
+        // XRC target QPs that delivered into it last forget it (and its PD and CQ).
+        for qp in self.qps.values_mut() {
+            qp.forget_xrc_srq(srq);
+        }
         Ok(())
     }
 
@@ -584,6 +638,11 @@ impl Engine {
         if qp.srq.is_some() {
             return Err(EngineError::InvalidArgument(
                 "the QP takes its receives from an SRQ: post to the SRQ",
+            ));
+        }
+        if matches!(qp.qp_type, QpType::XrcIni | QpType::XrcTgt) {
+            return Err(EngineError::InvalidArgument(
+                "an XRC QP has no receive queue: receives go to XRC SRQs",
             ));
         }
         if qp.state == QpState::Reset {

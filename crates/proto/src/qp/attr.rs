@@ -18,6 +18,28 @@ pub enum QpType {
     Uc,
     /// Unreliable datagram.
     Ud,
+    /// XRC initiator (ibverbs `IBV_QPT_XRC_SEND`, IBTA Annex A14): RC's requester, each
+    /// work request naming the shared receive queue at the target its message is for. It
+    /// has no receive queue.
+    XrcIni,
+    /// XRC target (ibverbs `IBV_QPT_XRC_RECV`): RC's responder, owned by an XRC domain
+    /// rather than a protection domain. Each message goes to the XRC SRQ of its domain that
+    /// the packet names, completes on that SRQ's CQ and accesses memory of that SRQ's
+    /// protection domain. It has no send queue.
+    XrcTgt,
+}
+
+impl QpType {
+    /// Whether the QP runs the reliable connected protocol (acknowledgements, retransmission,
+    /// READ and atomics): RC and both XRC types.
+    pub const fn is_reliable(self) -> bool {
+        matches!(self, QpType::Rc | QpType::XrcIni | QpType::XrcTgt)
+    }
+
+    /// Whether the QP is connected to one peer QP (RC, UC, XRC).
+    pub const fn is_connected(self) -> bool {
+        !matches!(self, QpType::Ud)
+    }
 }
 
 /// QP states (ibverbs `ibv_qp_state`).
@@ -526,12 +548,34 @@ fn transition_fields(qp_type: QpType, from: QpState, to: QpState) -> Option<Fiel
         ),
         _ => return None,
     };
-    // RC has no Q_Key; UC has no READ/atomic or ACK-timer attributes.
+    // RC has no Q_Key; UC has no READ/atomic or ACK-timer attributes; an XRC initiator has
+    // no responder, an XRC target no requester.
     match qp_type {
         QpType::Rc => Some(rc_uc),
         QpType::Ud => Some(ud),
         QpType::Uc => Some(uc_filter(from, to).unwrap_or(rc_uc)),
+        QpType::XrcIni | QpType::XrcTgt => Some(xrc_filter(qp_type, from, to).unwrap_or(rc_uc)),
     }
+}
+
+/// The XRC types' differences from RC (the Linux RDMA core's `qp_state_table`): an initiator
+/// needs no responder attributes to reach RTR, a target no retry counts or READ credit to
+/// reach RTS. What they do not need they may still be given (rdma-core's tests move both
+/// with RC's attribute sets), and it is kept, unused.
+fn xrc_filter(qp_type: QpType, from: QpState, to: QpState) -> Option<FieldRule> {
+    use Field::*;
+    use QpState::*;
+    Some(match (qp_type, from, to) {
+        (QpType::XrcIni, Init, Rtr) => (
+            &[Av, PathMtu, DestQpn, RqPsn],
+            &[AccessFlags, PkeyIndex, MaxDestRdAtomic, MinRnrTimer],
+        ),
+        (QpType::XrcTgt, Rtr, Rts) => (
+            &[SqPsn, Timeout],
+            &[AccessFlags, MinRnrTimer, RetryCnt, RnrRetry, MaxRdAtomic],
+        ),
+        _ => return None,
+    })
 }
 
 /// UC differs from RC only in leaving out the attributes of reliability and READ/atomics.

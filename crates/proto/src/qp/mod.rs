@@ -37,6 +37,7 @@ use crate::srq::{SharedReceiveQueue, SrqHandle};
 use crate::stats::Stats;
 use crate::time::Instant;
 use crate::wr::{RecvWr, SendFlags, WcOpcode, WcStatus, WorkCompletion};
+use crate::xrc::XrcdHandle;
 
 pub use attr::GSI_QKEY;
 pub use attr::{AddressVector, ModifyQpError, Mtu, QpAttr, QpCaps, QpConfig, QpState, QpType};
@@ -134,8 +135,13 @@ pub struct QueuePair {
     pub(crate) src_port: u16,
     /// Posted receive WQEs, oldest first (empty when the QP takes them from `srq`).
     pub(crate) rq: VecDeque<RecvWr>,
-    /// The shared receive queue the QP takes receive WQEs from, if any.
+    /// The shared receive queue the QP takes receive WQEs from, if any. For an XRC target,
+    /// the XRC SRQ of the message under way (or the last one), whose PD and CQ are then in
+    /// `pd` and `recv_cq`: see `responder::xrc`.
     pub(crate) srq: Option<SrqHandle>,
+    /// The XRC domain of an XRC target QP. Such a QP is created with PD 0 and CQ 0, which no
+    /// allocation hands out, so nothing resolves through them before a message names its SRQ.
+    pub(crate) xrcd: Option<XrcdHandle>,
     pub(crate) req: Requester,
     pub(crate) resp: Responder,
     pub(crate) timers: TimerTable,
@@ -238,10 +244,11 @@ impl QueuePair {
             // Connected QPs learn theirs with the remote QPN (rxe's flow-label hash).
             src_port: match qp_type {
                 QpType::Ud => ud_source_port(qpn),
-                QpType::Rc | QpType::Uc => 0xc000,
+                QpType::Rc | QpType::Uc | QpType::XrcIni | QpType::XrcTgt => 0xc000,
             },
             rq: VecDeque::new(),
             srq: None,
+            xrcd: None,
             req: Requester::default(),
             resp: Responder::default(),
             timers: TimerTable::default(),

@@ -4,7 +4,9 @@
 //! buffer exactly as a NIC does; the application must not touch it before the completion. The
 //! send queue state it walks is in `send_queue.rs`.
 
-use softrdma_wire::{packet_len, AtomicEth, Bth, ExtHeaders, Feth, Ieth, ImmDt, Opcode, Psn, Reth};
+use softrdma_wire::{
+    packet_len, AtomicEth, Bth, ExtHeaders, Feth, Ieth, ImmDt, Opcode, Psn, Reth, Xrceth,
+};
 
 use super::attr::{QpState, QpType};
 use super::send_queue::SendWqe;
@@ -62,7 +64,7 @@ impl QueuePair {
                 }
                 _ => psn,
             };
-            if self.qp_type == QpType::Rc
+            if self.qp_type.is_reliable()
                 && !self.req.in_window(last, ctx.config.max_inflight_packets)
             {
                 return None;
@@ -126,7 +128,7 @@ impl QueuePair {
     /// (`Engine::wake_starved`); one timing out towards a dead peer counts as one packet
     /// (`Requester::budget_share`), so it cannot hold the budget the others need.
     fn may_send_next(&mut self, ctx: &mut Ctx<'_>) -> bool {
-        if self.qp_type != QpType::Rc {
+        if !self.qp_type.is_reliable() {
             return true;
         }
         let wqe = &self.req.sq[self.req.cursor];
@@ -356,11 +358,17 @@ impl QueuePair {
             _ => 0,
         };
         ctx.message_tail = tail;
-        let reliable = self.qp_type == QpType::Rc;
-        if !reliable {
+        let reliable = self.qp_type.is_reliable();
+        match self.qp_type {
             // UC: the same opcodes in the UC range (IBTA 9.2: the three high bits name the
             // transport), and no acknowledgements to ask for.
-            bth.opcode = Opcode(bth.opcode.0 | UC_OPCODE_BASE);
+            QpType::Uc => bth.opcode = Opcode(bth.opcode.0 | UC_OPCODE_BASE),
+            // XRC: RC's opcodes in the XRC range, each naming the target's SRQ.
+            QpType::XrcIni => {
+                bth.opcode = Opcode(bth.opcode.0 | XRC_OPCODE_BASE);
+                ext.xrceth = wqe.wr.xrc_srqn.map(|srqn| Xrceth { srqn });
+            }
+            _ => {}
         }
         self.req.pkts_since_ackreq += 1;
         let forced = std::mem::take(&mut self.req.force_ack_req);
@@ -479,6 +487,8 @@ impl QueuePair {
 
 /// What turns an RC opcode into its UC twin (`0b001` in the transport bits).
 const UC_OPCODE_BASE: u8 = 0x20;
+/// What turns an RC opcode into its XRC twin (`0b101` in the transport bits).
+pub(crate) const XRC_OPCODE_BASE: u8 = 0xa0;
 
 enum RequestBuild {
     /// The cursor was past the WQE's last packet; try the next one.

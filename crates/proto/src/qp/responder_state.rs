@@ -6,6 +6,7 @@ use std::collections::VecDeque;
 
 use softrdma_wire::{Psn, Syndrome};
 
+use crate::mr::PdHandle;
 use crate::qp::reorder::ReorderBuffer;
 use crate::wr::RecvWr;
 
@@ -71,6 +72,9 @@ pub(crate) enum Output {
     Read {
         /// The READ request's PSN (its resource), to find the response again.
         start: Psn,
+        /// The protection domain the request was checked in (an XRC target's changes with
+        /// each message).
+        pd: PdHandle,
         psn: Psn,
         rkey: u32,
         va: u64,
@@ -233,6 +237,7 @@ mod tests {
         }
         r.output.push_back(Output::Read {
             start: Psn::new(0),
+            pd: PdHandle(1),
             psn: Psn::new(0),
             rkey: 1,
             va: 0x1000,

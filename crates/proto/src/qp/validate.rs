@@ -79,19 +79,30 @@ impl QueuePair {
             }
             _ => {}
         }
-        if wr.op.is_read_or_atomic() && self.cfg.max_rd_atomic == 0 && self.qp_type == QpType::Rc {
+        if wr.op.is_read_or_atomic() && self.cfg.max_rd_atomic == 0 && self.qp_type.is_reliable() {
             // rxe would hold the request forever (no initiator credit ever frees up).
             return invalid("max_rd_atomic is 0: the QP may not issue READ, atomics or FLUSH");
         }
         if wr.length() > MAX_MESSAGE_BYTES {
             return invalid("message longer than 2^31 bytes");
         }
+        if wr.xrc_srqn.is_some() != (self.qp_type == QpType::XrcIni) {
+            return invalid(if self.qp_type == QpType::XrcIni {
+                "an XRC initiator's work request names the SRQ at the target (remote_srqn)"
+            } else {
+                "a remote SRQ number on a QP that is not an XRC initiator"
+            });
+        }
         match self.qp_type {
-            QpType::Rc => {
+            QpType::Rc | QpType::XrcIni => {
                 if wr.ud.is_some() {
                     return invalid("a UD destination on a connected QP");
                 }
+                if wr.xrc_srqn.is_some_and(|n| n > softrdma_wire::QPN_MASK) {
+                    return invalid("an SRQ number has 24 bits");
+                }
             }
+            QpType::XrcTgt => return invalid("an XRC target QP has no send queue"),
             QpType::Uc => {
                 if wr.ud.is_some() {
                     return invalid("a UD destination on a connected QP");

@@ -348,6 +348,7 @@ pub fn ud_send(wr_id: u64, sge: Sge, to: usize, qpn: u32, qkey: u32, imm: Option
             remote_qpn: qpn,
             remote_qkey: qkey,
         }),
+        xrc_srqn: None,
     }
 }
 
@@ -359,6 +360,7 @@ pub fn wr(wr_id: u64, op: SendOp, sge: Sge) -> SendWr {
         flags: SendFlags::SIGNALED,
         inline_data: None,
         ud: None,
+        xrc_srqn: None,
     }
 }
 

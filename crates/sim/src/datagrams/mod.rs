@@ -583,6 +583,7 @@ impl DatagramWorkload {
             flags: SendFlags::SIGNALED,
             inline_data: None,
             ud: st.ud_dest,
+            xrc_srqn: None,
         };
         st.next_seq += 1;
         st.ops_left -= 1;

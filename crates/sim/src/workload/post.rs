@@ -252,6 +252,7 @@ impl Workload {
             flags,
             inline_data: None,
             ud: None,
+            xrc_srqn: None,
         };
         let res = fabric
             .engine_mut(node)

@@ -23,6 +23,10 @@ impl QueuePair {
         let Some(info) = pkt.bth.opcode.info() else {
             return;
         };
+        if self.enter_xrc_srq(ctx, pkt).is_err() {
+            ctx.stats.drop(DropReason::Duplicate);
+            return;
+        }
         let psn = pkt.bth.psn;
         match info.kind {
             OpKind::ReadRequest => {

@@ -20,6 +20,7 @@ mod read;
 mod send;
 mod uc;
 mod write;
+mod xrc;
 
 use softrdma_wire::{
     Aeth, AtomicAckEth, Bth, ExtHeaders, NakCode, OpKind, Opcode, PacketRepr, Position, Psn,
@@ -99,10 +100,24 @@ pub(super) fn check_remote<'m>(
     len: u64,
     right: crate::access::AccessFlags,
 ) -> Result<(&'m crate::mr::MemoryRegion, usize), RespError> {
+    check_remote_in(qp, qp.pd, mrs, rkey, va, len, right)
+}
+
+/// [`check_remote`] in protection domain `pd`: where an answer made later (a READ's
+/// response) must use the domain of its request, which an XRC target may have left since.
+pub(super) fn check_remote_in<'m>(
+    qp: &QueuePair,
+    pd: crate::mr::PdHandle,
+    mrs: &'m crate::mr::MrTable,
+    rkey: u32,
+    va: u64,
+    len: u64,
+    right: crate::access::AccessFlags,
+) -> Result<(&'m crate::mr::MemoryRegion, usize), RespError> {
     if !qp.cfg.access.contains(right) {
         return Err(RespError::RemoteAccess);
     }
-    mrs.check_remote(qp.pd, qp.qpn, rkey, va, len, right)
+    mrs.check_remote(pd, qp.qpn, rkey, va, len, right)
         .map_err(|_| RespError::RemoteAccess)
 }
 
@@ -208,6 +223,10 @@ impl QueuePair {
             self.respond_error(ctx, psn, e);
             return;
         }
+        if let Err(e) = self.enter_xrc_srq(ctx, pkt) {
+            self.respond_error(ctx, psn, e);
+            return;
+        }
         // rxe's `check_op_valid`, then `check_resource`: an operation the QP does not take,
         // or a READ or atomic where it keeps no responder resources at all, is refused before
         // anything else about the packet is looked at — a receive WQE, a zero length, the key.
@@ -302,7 +321,7 @@ impl QueuePair {
         if ends_message {
             self.resp.msn = (self.resp.msn + 1) & 0x00ff_ffff;
         }
-        if pkt.bth.ack_req && self.qp_type == QpType::Rc {
+        if pkt.bth.ack_req && self.qp_type.is_reliable() {
             self.resp.push_ack(pkt.bth.psn, Syndrome::ACK);
         }
     }
@@ -322,7 +341,11 @@ impl QueuePair {
                         aeth: Some(Aeth { syndrome, msn }),
                         ..ExtHeaders::default()
                     };
-                    let bth = Bth::new(Opcode::RC_ACKNOWLEDGE, self.cfg.dest_qpn, psn);
+                    let bth = Bth::new(
+                        self.response_opcode(Opcode::RC_ACKNOWLEDGE),
+                        self.cfg.dest_qpn,
+                        psn,
+                    );
                     self.build_packet(ctx, out, bth, &ext, 0, |_, _| true)
                 }
                 Output::AtomicAck { psn, orig, msn } => {
@@ -335,7 +358,11 @@ impl QueuePair {
                         atomic_ack_eth: Some(AtomicAckEth { orig }),
                         ..ExtHeaders::default()
                     };
-                    let bth = Bth::new(Opcode::RC_ATOMIC_ACKNOWLEDGE, self.cfg.dest_qpn, psn);
+                    let bth = Bth::new(
+                        self.response_opcode(Opcode::RC_ATOMIC_ACKNOWLEDGE),
+                        self.cfg.dest_qpn,
+                        psn,
+                    );
                     self.build_packet(ctx, out, bth, &ext, 0, |_, _| true)
                 }
                 Output::Read { .. } => self.next_read_response(ctx, out),
@@ -348,7 +375,11 @@ impl QueuePair {
                         }),
                         ..ExtHeaders::default()
                     };
-                    let bth = Bth::new(Opcode::RC_RDMA_READ_RESPONSE_ONLY, self.cfg.dest_qpn, psn);
+                    let bth = Bth::new(
+                        self.response_opcode(Opcode::RC_RDMA_READ_RESPONSE_ONLY),
+                        self.cfg.dest_qpn,
+                        psn,
+                    );
                     self.build_packet(ctx, out, bth, &ext, 0, |_, _| true)
                 }
             };

@@ -3,7 +3,7 @@
 
 use softrdma_wire::{Aeth, Bth, ExtHeaders, Opcode, PacketRepr, Psn, Reth, Syndrome};
 
-use super::{check_remote, RespError};
+use super::{check_remote, check_remote_in, RespError};
 use crate::access::AccessFlags;
 use crate::io::Transmit;
 use crate::qp::responder_state::{Output, Resource};
@@ -71,6 +71,7 @@ impl QueuePair {
         let msn = self.resp.msn;
         self.resp.output.push_back(Output::Read {
             start,
+            pd: self.pd,
             psn,
             rkey: reth.rkey,
             va: reth.va,
@@ -87,6 +88,7 @@ impl QueuePair {
         out: &mut Vec<u8>,
     ) -> Option<Transmit> {
         let Some(Output::Read {
+            pd,
             psn,
             rkey,
             va,
@@ -107,6 +109,7 @@ impl QueuePair {
             (false, false) => Opcode::RC_RDMA_READ_RESPONSE_MIDDLE,
             (false, true) => Opcode::RC_RDMA_READ_RESPONSE_LAST,
         };
+        let opcode = self.response_opcode(opcode);
         let mut ext = ExtHeaders::default();
         if first || last {
             ext.aeth = Some(Aeth {
@@ -119,7 +122,7 @@ impl QueuePair {
         let source = if n == 0 {
             None
         } else {
-            match check_remote(self, ctx.mrs, rkey, va, n, AccessFlags::REMOTE_READ) {
+            match check_remote_in(self, pd, ctx.mrs, rkey, va, n, AccessFlags::REMOTE_READ) {
                 Ok((mr, off)) => Some((mr.memory.clone(), off)),
                 Err(_) => {
                     self.nak_read_access(ctx, psn);
