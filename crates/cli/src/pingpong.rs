@@ -402,7 +402,7 @@ impl Ctx {
             let sgid = u32::try_from(self.gid_idx).unwrap_or(self.device.gid_index());
             let attr = AhAttr::new(remote.gid, sgid as u8);
             let ah = self
-                .qp
+                .mr
                 .pd()
                 .create_ah(&attr)
                 .map_err(|e| Fail(format!("Failed to create AH: {e}")))?;

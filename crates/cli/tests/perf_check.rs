@@ -302,7 +302,7 @@ fn read_client_verifies_reads_as_they_land() {
     let source = (VADDR_TAG + BUF) as usize;
     s.mr.write(source, &vec![0u8; BUF as usize]).unwrap();
     // Serve wrong bytes until the client is nearly done, then the right ones.
-    let dev = s.qp.pd().device().clone();
+    let dev = s.qp.device().clone();
     let deadline = Instant::now() + Duration::from_secs(30);
     let running = |c: &mut Proc| {
         c.0.as_mut()

@@ -260,6 +260,15 @@ pub struct SendWr {
     pub xrc_srqn: Option<u32>,
 }
 
+impl SendWr {
+    /// This work request, on an XRC initiator QP, for the XRC SRQ numbered `srqn` at the
+    /// target (ibverbs `wr.qp_type.xrc.remote_srqn`).
+    pub fn to_xrc_srq(mut self, srqn: u32) -> SendWr {
+        self.xrc_srqn = Some(srqn);
+        self
+    }
+}
+
 /// The destination of a UD SEND: the address handle's address, the remote QP and its Q_Key.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub struct UdDest {

@@ -218,6 +218,9 @@ pub enum SrqError {
     /// The protection domain is gone (ibverbs: EINVAL).
     #[error("no such protection domain")]
     NoSuchPd,
+    /// The protection domain, CQ and XRC domain of an XRC SRQ are not all of one device.
+    #[error("protection domain, completion queue or XRC domain of another device")]
+    WrongDevice,
 }
 
 impl SrqError {

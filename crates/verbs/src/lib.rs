@@ -180,6 +180,7 @@ mod srq;
 mod stats;
 mod tap;
 pub mod wr;
+mod xrc;
 
 pub use ah::{AddressHandle, AhAttr};
 pub use cq::{CompletionQueue, CqReady};
@@ -206,6 +207,7 @@ pub use qp::{ConnectOptions, QpEndpoint, QpInfo, QpInitAttr, QueuePair};
 pub use share::{run_directory, ServiceClaim, ShareError, SharedAddressInfo};
 pub use srq::SharedReceiveQueue;
 pub use stats::DeviceStats;
+pub use xrc::XrcDomain;
 
 pub use softrdma_proto::cc::CcConfig;
 pub use softrdma_proto::{

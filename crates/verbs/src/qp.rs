@@ -63,6 +63,13 @@ impl QpInitAttr {
     pub fn ud(cq: &CompletionQueue) -> QpInitAttr {
         QpInitAttr::new(QpType::Ud, cq)
     }
+
+    /// An XRC initiator QP (`IBV_QPT_XRC_SEND`): RC's requester, without a receive queue,
+    /// each work request naming the XRC SRQ at the target
+    /// ([`SendWr::to_xrc_srq`](crate::SendWr::to_xrc_srq)); see [`crate::XrcDomain`].
+    pub fn xrc_ini(cq: &CompletionQueue) -> QpInitAttr {
+        QpInitAttr::new(QpType::XrcIni, cq)
+    }
 }
 
 /// What a peer needs to connect to a QP: exchanged out of band (a TCP socket, a file, ...),
@@ -141,10 +148,11 @@ pub struct QpInfo {
 }
 
 struct QpInner {
-    pd: ProtectionDomain,
-    // Held so the CQs outlive the QP (the engine refers to them by handle).
-    _send_cq: CompletionQueue,
-    _recv_cq: CompletionQueue,
+    owner: QpOwner,
+    // Held so the CQs outlive the QP (the engine refers to them by handle); an XRC target
+    // has none.
+    _send_cq: Option<CompletionQueue>,
+    _recv_cq: Option<CompletionQueue>,
     // Held so the SRQ outlives the QP (dropped after the QP is destroyed, in `drop`).
     _srq: Option<crate::SharedReceiveQueue>,
     qpn: u32,
@@ -154,12 +162,27 @@ struct QpInner {
     psn: u32,
 }
 
+/// What a QP belongs to: a protection domain, or, for an XRC target, its XRC domain.
+enum QpOwner {
+    Pd(ProtectionDomain),
+    Xrcd(crate::XrcDomain),
+}
+
+impl QpInner {
+    fn device(&self) -> &crate::Device {
+        match &self.owner {
+            QpOwner::Pd(pd) => pd.device(),
+            QpOwner::Xrcd(x) => x.device(),
+        }
+    }
+}
+
 impl Drop for QpInner {
     fn drop(&mut self) {
         // ibverbs' destroy discards outstanding work silently; softrdma flushes it first so
         // every posted WR completes exactly once (with WR_FLUSH_ERR) — the CQs are still alive.
         let qpn = self.qpn;
-        self.pd.device().inner().with_core_settled(|core, _| {
+        self.device().inner().with_core_settled(|core, _| {
             let attr = QpAttr {
                 qp_state: Some(QpState::Err),
                 ..Default::default()
@@ -230,6 +253,11 @@ impl QueuePair {
             }
         }
         let mut c = init.cap;
+        if init.qp_type == QpType::XrcIni {
+            // An initiator has no receive queue (its recv_cq goes unused, as in ibverbs).
+            c.max_recv_wr = 0;
+            c.max_recv_sge = 0;
+        }
         if let Some(srq) = &init.srq {
             if !Arc::ptr_eq(&srq.pd().device().shared, &device.shared) {
                 return Err(CreateQpError::WrongDevice);
@@ -275,9 +303,9 @@ impl QueuePair {
         })?;
         Ok(QueuePair {
             inner: Arc::new(QpInner {
-                pd,
-                _send_cq: init.send_cq.clone(),
-                _recv_cq: init.recv_cq.clone(),
+                owner: QpOwner::Pd(pd),
+                _send_cq: Some(init.send_cq.clone()),
+                _recv_cq: Some(init.recv_cq.clone()),
                 _srq: init.srq.clone(),
                 qpn,
                 qp_type: init.qp_type,
@@ -286,6 +314,23 @@ impl QueuePair {
                 psn: random_psn(qpn),
             }),
         })
+    }
+
+    /// The XRC target QP `qpn` just made in `xrcd` (see [`crate::XrcDomain::create_qp`]).
+    pub(crate) fn adopt_target(xrcd: crate::XrcDomain, qpn: u32, cap: QpCaps) -> QueuePair {
+        QueuePair {
+            inner: Arc::new(QpInner {
+                owner: QpOwner::Xrcd(xrcd),
+                _send_cq: None,
+                _recv_cq: None,
+                _srq: None,
+                qpn,
+                qp_type: QpType::XrcTgt,
+                cap,
+                sq_sig_all: false,
+                psn: random_psn(qpn),
+            }),
+        }
     }
 
     /// The QP number.
@@ -303,9 +348,25 @@ impl QueuePair {
         self.inner.cap
     }
 
-    /// The protection domain.
-    pub fn pd(&self) -> &ProtectionDomain {
-        &self.inner.pd
+    /// The protection domain; `None` for an XRC target, which belongs to an XRC domain.
+    pub fn pd(&self) -> Option<&ProtectionDomain> {
+        match &self.inner.owner {
+            QpOwner::Pd(pd) => Some(pd),
+            QpOwner::Xrcd(_) => None,
+        }
+    }
+
+    /// The XRC domain of an XRC target QP; `None` for every other QP.
+    pub fn xrc_domain(&self) -> Option<&crate::XrcDomain> {
+        match &self.inner.owner {
+            QpOwner::Xrcd(x) => Some(x),
+            QpOwner::Pd(_) => None,
+        }
+    }
+
+    /// The device.
+    pub fn device(&self) -> &crate::Device {
+        self.inner.device()
     }
 
     /// The PSN [`connect`](Self::connect) uses as `sq_psn` (random per QP, like
@@ -317,7 +378,7 @@ impl QueuePair {
     /// What the peer needs to connect to this QP.
     pub fn endpoint(&self) -> QpEndpoint {
         QpEndpoint {
-            gid: self.inner.pd.device().gid(),
+            gid: self.inner.device().gid(),
             qpn: self.inner.qpn,
             psn: self.inner.psn,
         }
@@ -325,7 +386,7 @@ impl QueuePair {
 
     /// Current state and attributes (`ibv_query_qp`).
     pub fn query(&self) -> QpInfo {
-        let core = self.inner.pd.device().inner().lock();
+        let core = self.inner.device().inner().lock();
         match core.engine.qp(self.inner.qpn) {
             Some(q) => QpInfo {
                 state: q.state(),
@@ -356,7 +417,7 @@ impl QueuePair {
     /// requests and also its completions still waiting in its CQs (as mlx5's provider does):
     /// poll those first if they matter.
     pub fn modify(&self, attr: &QpAttr) -> Result<(), ModifyQpError> {
-        let device = self.inner.pd.device();
+        let device = self.inner.device();
         if let Some(av) = attr.ah_attr {
             if av.dest_ip.is_ipv4() != device.ip().is_ipv4() {
                 return Err(ModifyQpError::AddressFamily(av.dest_ip));
@@ -378,7 +439,7 @@ impl QueuePair {
 
     /// INIT → RTR towards `remote`.
     pub fn to_rtr(&self, remote: &QpEndpoint, opts: &ConnectOptions) -> Result<(), ModifyQpError> {
-        let device = self.inner.pd.device();
+        let device = self.inner.device();
         let mtu = match opts.path_mtu {
             Some(m) => m,
             None => device.query_port(1).map_or(Mtu::Mtu1024, |p| p.active_mtu),
@@ -464,7 +525,7 @@ impl QueuePair {
     pub fn attach_mcast(&self, gid: &Gid) -> Result<(), McastError> {
         let group = self.mcast_group(gid)?;
         let qpn = self.inner.qpn;
-        self.inner.pd.device().inner().with_core(|core, _| {
+        self.inner.device().inner().with_core(|core, _| {
             let joined = core.engine.mcast_groups().any(|g| g == group);
             core.engine
                 .attach_mcast(qpn, group)
@@ -484,7 +545,7 @@ impl QueuePair {
     pub fn detach_mcast(&self, gid: &Gid) -> Result<(), McastError> {
         let group = self.mcast_group(gid)?;
         let qpn = self.inner.qpn;
-        self.inner.pd.device().inner().with_core(|core, _| {
+        self.inner.device().inner().with_core(|core, _| {
             core.engine
                 .detach_mcast(qpn, group)
                 .map_err(|_| McastError::NotAttached(*gid))?;
@@ -500,9 +561,7 @@ impl QueuePair {
             return Err(McastError::NotUd);
         }
         match gid.to_ip() {
-            Some(ip)
-                if ip.is_multicast() && ip.is_ipv4() == self.inner.pd.device().ip().is_ipv4() =>
-            {
+            Some(ip) if ip.is_multicast() && ip.is_ipv4() == self.inner.device().ip().is_ipv4() => {
                 Ok(ip)
             }
             _ => Err(McastError::NotAGroup(*gid)),
@@ -517,7 +576,6 @@ impl QueuePair {
         let qpn = self.inner.qpn;
         let sig_all = self.inner.sq_sig_all;
         self.inner
-            .pd
             .device()
             .inner()
             .with_core(|core, now| post_each(core, now, qpn, sig_all, wrs))
@@ -529,7 +587,7 @@ impl QueuePair {
     pub fn post_send_all(&self, wrs: Vec<SendWr>) -> Result<(), PostSendError> {
         let qpn = self.inner.qpn;
         let sig_all = self.inner.sq_sig_all;
-        self.inner.pd.device().inner().with_core(|core, now| {
+        self.inner.device().inner().with_core(|core, now| {
             for (i, wr) in wrs.iter().enumerate() {
                 check_length(i, wr)?;
                 core.engine
@@ -544,7 +602,7 @@ impl QueuePair {
     /// [`PostRecvError::bad_wr`] were posted and the rest were not.
     pub fn post_recv(&self, wrs: impl IntoIterator<Item = RecvWr>) -> Result<(), PostRecvError> {
         let qpn = self.inner.qpn;
-        self.inner.pd.device().inner().with_core_quiet(|core, _| {
+        self.inner.device().inner().with_core_quiet(|core, _| {
             for (i, wr) in wrs.into_iter().enumerate() {
                 core.engine.post_recv(qpn, wr).map_err(|e| PostRecvError {
                     bad_wr: i,

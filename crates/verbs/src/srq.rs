@@ -24,6 +24,9 @@ pub struct SharedReceiveQueue {
 pub(crate) struct SrqInner {
     pd: ProtectionDomain,
     pub(crate) handle: SrqHandle,
+    /// An XRC SRQ's domain and CQ, held so they outlive it (the engine names them by
+    /// handle).
+    xrc: Option<(crate::XrcDomain, crate::CompletionQueue)>,
 }
 
 impl std::fmt::Debug for SharedReceiveQueue {
@@ -39,11 +42,7 @@ impl SharedReceiveQueue {
         pd: &ProtectionDomain,
         attr: SrqAttr,
     ) -> Result<SharedReceiveQueue, SrqError> {
-        if attr.max_wr > crate::limits::MAX_SRQ_WR || attr.max_sge > crate::limits::MAX_SRQ_SGE {
-            return Err(SrqError::InvalidAttr(
-                "max_wr or max_sge beyond the device's limits",
-            ));
-        }
+        check_attr(&attr)?;
         let handle = pd
             .device()
             .inner()
@@ -55,14 +54,57 @@ impl SharedReceiveQueue {
             inner: Arc::new(SrqInner {
                 pd: pd.clone(),
                 handle,
+                xrc: None,
+            }),
+        })
+    }
+
+    /// An XRC SRQ of `xrcd` (see [`crate::XrcDomain::create_srq`]).
+    pub(crate) fn new_xrc(
+        xrcd: &crate::XrcDomain,
+        pd: &ProtectionDomain,
+        cq: &crate::CompletionQueue,
+        attr: SrqAttr,
+    ) -> Result<SharedReceiveQueue, SrqError> {
+        check_attr(&attr)?;
+        let device = xrcd.device();
+        if !Arc::ptr_eq(&pd.device().shared, &device.shared)
+            || !Arc::ptr_eq(&cq.device().shared, &device.shared)
+        {
+            return Err(SrqError::WrongDevice);
+        }
+        let handle = device
+            .inner()
+            .lock()
+            .engine
+            .create_xrc_srq(pd.handle(), xrcd.handle(), cq.inner.handle, attr)
+            .map_err(SrqError::from_engine)?;
+        Ok(SharedReceiveQueue {
+            inner: Arc::new(SrqInner {
+                pd: pd.clone(),
+                handle,
+                xrc: Some((xrcd.clone(), cq.clone())),
             }),
         })
     }
 
     /// The SRQ's number on its device: what
-    /// [`AsyncEvent::SrqLimitReached`](crate::AsyncEvent::SrqLimitReached) names.
+    /// [`AsyncEvent::SrqLimitReached`](crate::AsyncEvent::SrqLimitReached) names, and, for an
+    /// XRC SRQ, what initiators put in their work requests to reach it
+    /// ([`SendWr::to_xrc_srq`](crate::SendWr::to_xrc_srq); ibverbs `ibv_get_srq_num`).
     pub fn id(&self) -> u32 {
         self.inner.handle.0
+    }
+
+    /// The XRC domain of an XRC SRQ; `None` for a basic one.
+    pub fn xrc_domain(&self) -> Option<&crate::XrcDomain> {
+        self.inner.xrc.as_ref().map(|(d, _)| d)
+    }
+
+    /// The CQ an XRC SRQ's receives complete on; `None` for a basic SRQ, whose receives
+    /// complete on the receive CQ of the QP each message arrived on.
+    pub fn cq(&self) -> Option<&crate::CompletionQueue> {
+        self.inner.xrc.as_ref().map(|(_, cq)| cq)
     }
 
     /// Its protection domain.
@@ -128,6 +170,16 @@ impl SharedReceiveQueue {
     pub fn is_empty(&self) -> bool {
         self.len() == 0
     }
+}
+
+/// The device's limits on an SRQ's size.
+fn check_attr(attr: &SrqAttr) -> Result<(), SrqError> {
+    if attr.max_wr > crate::limits::MAX_SRQ_WR || attr.max_sge > crate::limits::MAX_SRQ_SGE {
+        return Err(SrqError::InvalidAttr(
+            "max_wr or max_sge beyond the device's limits",
+        ));
+    }
+    Ok(())
 }
 
 impl Drop for SrqInner {
