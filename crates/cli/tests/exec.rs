@@ -366,3 +366,61 @@ fn perftest_write_bw_with_on_demand_paging() {
         show(&c)
     );
 }
+
+/// XRC as rdma-core's own example runs it: `ibv_xsrq_pingpong` serving two clients, one
+/// sleeping on CQ events, all with on-demand paging and 3000-byte messages at path MTU 1024
+/// (three packets each), three processes on three addresses. Each prints its QP numbers and
+/// XRC SRQ number, then "success".
+#[test]
+fn xsrq_pingpong_serves_two_clients_over_xrc() {
+    check_setup();
+    let common = [
+        "ibv_xsrq_pingpong",
+        "-g",
+        "1",
+        "-n",
+        "20",
+        "-s",
+        "3000",
+        "-m",
+        "1024",
+        "-o",
+        "-p",
+        "18730",
+    ];
+    let server = spawn(exec("127.0.14.30", &[&common[..], &["-c", "2"]].concat()));
+    let start = Instant::now();
+    while !listening(18730) {
+        assert!(start.elapsed() < Duration::from_secs(60), "never listened");
+        std::thread::sleep(Duration::from_millis(10));
+    }
+    let clients = [("127.0.14.31", false), ("127.0.14.32", true)].map(|(ip, events)| {
+        let mut args = common.to_vec();
+        if events {
+            args.push("-e");
+        }
+        args.push("127.0.14.30");
+        spawn(exec(ip, &args))
+    });
+    let limit = Duration::from_secs(60);
+    let outs: Vec<_> = clients
+        .into_iter()
+        .map(|c| finish(c, "ibv_xsrq_pingpong client", limit))
+        .chain([finish(server, "ibv_xsrq_pingpong server", limit)])
+        .collect();
+    for out in &outs {
+        let text = String::from_utf8_lossy(&out.stdout);
+        assert!(
+            out.status.success() && text.contains("success") && text.contains("SRQN 000001"),
+            "{}",
+            show(out)
+        );
+    }
+    // The server's output names both clients' receiving QPs as remote ends.
+    let server_text = String::from_utf8_lossy(&outs[2].stdout);
+    assert_eq!(
+        server_text.matches("remote: LID").count(),
+        2,
+        "{server_text}"
+    );
+}

@@ -150,6 +150,14 @@ pub(crate) type QueryDeviceExFn = unsafe extern "C" fn(
 ) -> c_int;
 pub(crate) type CreateQpExFn =
     unsafe extern "C" fn(*mut ibv_context, *mut ibv_qp_init_attr_ex) -> *mut ibv_qp;
+pub(crate) type OpenQpFn =
+    unsafe extern "C" fn(*mut ibv_context, *mut ibv_qp_open_attr) -> *mut ibv_qp;
+pub(crate) type GetSrqNumFn = unsafe extern "C" fn(*mut ibv_srq, *mut u32) -> c_int;
+pub(crate) type CreateSrqExFn =
+    unsafe extern "C" fn(*mut ibv_context, *mut ibv_srq_init_attr_ex) -> *mut ibv_srq;
+pub(crate) type OpenXrcdFn =
+    unsafe extern "C" fn(*mut ibv_context, *mut ibv_xrcd_init_attr) -> *mut ibv_xrcd;
+pub(crate) type CloseXrcdFn = unsafe extern "C" fn(*mut ibv_xrcd) -> c_int;
 
 /// `struct verbs_context`: the extended table, which lives in memory right *before* the
 /// `ibv_context` (`verbs_get_ctx` subtracts the offset of `context`). New members grow
@@ -188,12 +196,12 @@ pub(crate) struct verbs_context {
     pub abi_placeholder2: Slot,
     pub ibv_create_flow: Slot,
     pub abi_placeholder1: Slot,
-    pub open_qp: Slot,
+    pub open_qp: Option<OpenQpFn>,
     pub create_qp_ex: Option<CreateQpExFn>,
-    pub get_srq_num: Slot,
-    pub create_srq_ex: Slot,
-    pub open_xrcd: Slot,
-    pub close_xrcd: Slot,
+    pub get_srq_num: Option<GetSrqNumFn>,
+    pub create_srq_ex: Option<CreateSrqExFn>,
+    pub open_xrcd: Option<OpenXrcdFn>,
+    pub close_xrcd: Option<CloseXrcdFn>,
     pub _abi_placeholder3: u64,
     pub sz: usize,
     pub context: ibv_context,
@@ -710,7 +718,7 @@ pub(crate) struct ibv_qp_init_attr_ex {
     pub sq_sig_all: c_int,
     pub comp_mask: u32,
     pub pd: *mut ibv_pd,
-    pub xrcd: *mut c_void,
+    pub xrcd: *mut ibv_xrcd,
     pub create_flags: u32,
     pub max_tso_header: u16,
     pub rwq_ind_tbl: *mut c_void,
@@ -798,7 +806,7 @@ pub(crate) struct ibv_qp_ex {
     pub wr_send_inv: Option<unsafe extern "C" fn(*mut ibv_qp_ex, u32)>,
     pub wr_send_tso: Slot,
     pub wr_set_ud_addr: Option<unsafe extern "C" fn(*mut ibv_qp_ex, *mut ibv_ah, u32, u32)>,
-    pub wr_set_xrc_srqn: Slot,
+    pub wr_set_xrc_srqn: Option<QpExFn<unsafe extern "C" fn(*mut ibv_qp_ex, u32)>>,
     pub wr_set_inline_data: Option<unsafe extern "C" fn(*mut ibv_qp_ex, *mut c_void, usize)>,
     pub wr_set_inline_data_list:
         Option<unsafe extern "C" fn(*mut ibv_qp_ex, usize, *const ibv_data_buf)>,
@@ -821,6 +829,72 @@ pub(crate) struct ibv_srq {
     pub cond: libc::pthread_cond_t,
     pub events_completed: u32,
 }
+
+/// `struct ibv_tm_cap` (tag matching, which softrdma does not offer; layout only).
+#[repr(C)]
+#[derive(Clone, Copy, Default)]
+pub(crate) struct ibv_tm_cap {
+    pub max_num_tags: u32,
+    pub max_ops: u32,
+}
+
+/// `struct ibv_srq_init_attr_ex`.
+#[repr(C)]
+pub(crate) struct ibv_srq_init_attr_ex {
+    pub srq_context: *mut c_void,
+    pub attr: ibv_srq_attr,
+    pub comp_mask: u32,
+    /// `enum ibv_srq_type`.
+    pub srq_type: c_int,
+    pub pd: *mut ibv_pd,
+    pub xrcd: *mut ibv_xrcd,
+    pub cq: *mut ibv_cq,
+    pub tm_cap: ibv_tm_cap,
+}
+
+pub(crate) const IBV_SRQT_BASIC: c_int = 0;
+pub(crate) const IBV_SRQT_XRC: c_int = 1;
+pub(crate) const IBV_SRQ_INIT_ATTR_TYPE: u32 = 1 << 0;
+pub(crate) const IBV_SRQ_INIT_ATTR_PD: u32 = 1 << 1;
+pub(crate) const IBV_SRQ_INIT_ATTR_XRCD: u32 = 1 << 2;
+pub(crate) const IBV_SRQ_INIT_ATTR_CQ: u32 = 1 << 3;
+pub(crate) const IBV_SRQ_INIT_ATTR_TM: u32 = 1 << 4;
+pub(crate) const IBV_SRQ_INIT_ATTR_RESERVED: u32 = 1 << 5;
+
+/// `struct ibv_xrcd`.
+#[repr(C)]
+pub(crate) struct ibv_xrcd {
+    pub context: *mut ibv_context,
+}
+
+/// `struct ibv_xrcd_init_attr`.
+#[repr(C)]
+pub(crate) struct ibv_xrcd_init_attr {
+    pub comp_mask: u32,
+    pub fd: c_int,
+    pub oflags: c_int,
+}
+
+pub(crate) const IBV_XRCD_INIT_ATTR_FD: u32 = 1 << 0;
+pub(crate) const IBV_XRCD_INIT_ATTR_OFLAGS: u32 = 1 << 1;
+pub(crate) const IBV_XRCD_INIT_ATTR_RESERVED: u32 = 1 << 2;
+
+/// `struct ibv_qp_open_attr`.
+#[repr(C)]
+pub(crate) struct ibv_qp_open_attr {
+    pub comp_mask: u32,
+    pub qp_num: u32,
+    pub xrcd: *mut ibv_xrcd,
+    pub qp_context: *mut c_void,
+    /// `enum ibv_qp_type`.
+    pub qp_type: c_int,
+}
+
+pub(crate) const IBV_QP_OPEN_ATTR_NUM: u32 = 1 << 0;
+pub(crate) const IBV_QP_OPEN_ATTR_XRCD: u32 = 1 << 1;
+pub(crate) const IBV_QP_OPEN_ATTR_CONTEXT: u32 = 1 << 2;
+pub(crate) const IBV_QP_OPEN_ATTR_TYPE: u32 = 1 << 3;
+pub(crate) const IBV_QP_OPEN_ATTR_RESERVED: u32 = 1 << 4;
 
 /// `struct ibv_srq_attr`.
 #[repr(C)]
@@ -990,8 +1064,11 @@ pub(crate) const IBV_ATOMIC_GLOB: c_int = 2;
 pub(crate) const IBV_QPT_RC: c_int = 2;
 pub(crate) const IBV_QPT_UC: c_int = 3;
 pub(crate) const IBV_QPT_UD: c_int = 4;
+pub(crate) const IBV_QPT_XRC_SEND: c_int = 9;
+pub(crate) const IBV_QPT_XRC_RECV: c_int = 10;
 
 pub(crate) const IBV_QP_INIT_ATTR_PD: u32 = 1 << 0;
+pub(crate) const IBV_QP_INIT_ATTR_XRCD: u32 = 1 << 1;
 pub(crate) const IBV_QP_INIT_ATTR_CREATE_FLAGS: u32 = 1 << 2;
 pub(crate) const IBV_QP_INIT_ATTR_SEND_OPS_FLAGS: u32 = 1 << 6;
 

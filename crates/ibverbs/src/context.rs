@@ -28,6 +28,8 @@ pub(crate) struct Context {
     pub qps: Mutex<std::collections::HashMap<u32, usize>>,
     /// SRQ id → `ibv_srq` address, likewise.
     pub srqs: Mutex<std::collections::HashMap<u32, usize>>,
+    /// The XRC domains opened through files (see `crate::xrc`).
+    pub xrcd_files: crate::xrc::XrcdFiles,
 }
 
 impl Context {

@@ -318,6 +318,7 @@ pub(crate) unsafe extern "C" fn ibv_open_device(device: *mut ibv_device) -> *mut
         cqs: Mutex::new(Default::default()),
         qps: Mutex::new(Default::default()),
         srqs: Mutex::new(Default::default()),
+        xrcd_files: Mutex::new(Default::default()),
     });
     let ctx = Box::into_raw(ctx);
     // SAFETY: just allocated.
@@ -336,6 +337,7 @@ pub(crate) unsafe extern "C" fn ibv_close_device(context: *mut ibv_context) -> c
     for kind in [
         Kind::Qp,
         Kind::Srq,
+        Kind::Xrcd,
         Kind::Ah,
         Kind::Mw,
         Kind::Mr,
@@ -349,6 +351,7 @@ pub(crate) unsafe extern "C" fn ibv_close_device(context: *mut ibv_context) -> c
                 match kind {
                     Kind::Qp => crate::qp::ibv_destroy_qp(p as *mut ibv_qp),
                     Kind::Srq => crate::srq::ibv_destroy_srq(p as *mut ibv_srq),
+                    Kind::Xrcd => crate::xrc::close_xrcd(p as *mut ibv_xrcd),
                     Kind::Ah => crate::ah::ibv_destroy_ah(p as *mut ibv_ah),
                     Kind::Mw => crate::mw::dealloc_mw(p as *mut ibv_mw),
                     Kind::Mr => crate::pd::ibv_dereg_mr(p as *mut ibv_mr),

@@ -298,6 +298,12 @@ fn entries() -> Vec<LayoutEntry> {
         struct_layout!(ibv_srq; context, srq_context, pd, handle, mutex, cond, events_completed),
         struct_layout!(ibv_srq_attr; max_wr, max_sge, srq_limit),
         struct_layout!(ibv_srq_init_attr; srq_context, attr),
+        struct_layout!(ibv_tm_cap; max_num_tags, max_ops),
+        struct_layout!(ibv_srq_init_attr_ex; srq_context, attr, comp_mask, srq_type, pd, xrcd,
+            cq, tm_cap),
+        struct_layout!(ibv_xrcd; context),
+        struct_layout!(ibv_xrcd_init_attr; comp_mask, fd, oflags),
+        struct_layout!(ibv_qp_open_attr; comp_mask, qp_num, xrcd, qp_context, qp_type),
         struct_layout!(ibv_ah; context, pd, handle),
         [
             size!(ibv_async_event),

@@ -47,11 +47,11 @@
 //! the program loads and takes its generic path.
 //!
 //! # What is not there
-//! XRC, TSO, flow steering, counters and the other vendor-leaning verbs:
+//! TSO, flow steering, counters, tag matching and the other vendor-leaning verbs:
 //! they fail with `EOPNOTSUPP`, or their function-table slots are NULL, which the header's
-//! inline wrappers turn into `EOPNOTSUPP`. RC, UC and UD queue pairs, SRQs, address
-//! handles, multicast, memory windows and on-demand paging (explicit and implicit regions,
-//! `ibv_advise_mr`) are there.
+//! inline wrappers turn into `EOPNOTSUPP`. RC, UC, UD and XRC queue pairs, SRQs (basic and
+//! XRC), address handles, multicast, memory windows and on-demand paging (explicit and
+//! implicit regions, `ibv_advise_mr`) are there.
 
 mod abi;
 mod ah;
@@ -75,3 +75,4 @@ mod srq;
 mod tables;
 mod util;
 mod wr;
+mod xrc;

@@ -194,7 +194,8 @@ unsafe fn send_wr(qp: &Qp, wr: &ibv_send_wr) -> Result<SendWr, c_int> {
         flags,
         inline_data,
         ud,
-        xrc_srqn: None,
+        // `qp_type.xrc.remote_srqn`: meaningful on an XRC initiator only.
+        xrc_srqn: (qp.qp.qp_type() == QpType::XrcIni).then_some(wr.remote_srqn),
     })
 }
 

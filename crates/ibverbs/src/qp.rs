@@ -61,7 +61,14 @@ fn create(args: &CreateArgs) -> Result<*mut Qp, c_int> {
     let _users = creating_user();
     let pd = Pd::from_handle(args.pd)?;
     let send_cq = Cq::usable(args.send_cq)?;
-    let recv_cq = Cq::usable(args.recv_cq)?;
+    // An XRC initiator receives nothing: its receive CQ may be left out (it is then the send
+    // CQ for softrdma, and not counted).
+    let xrc_ini = args.qp_type == IBV_QPT_XRC_SEND;
+    let recv_cq = if xrc_ini && args.recv_cq.is_null() {
+        send_cq
+    } else {
+        Cq::usable(args.recv_cq)?
+    };
     let srq = if args.srq.is_null() {
         None
     } else {
@@ -81,8 +88,11 @@ fn create(args: &CreateArgs) -> Result<*mut Qp, c_int> {
         IBV_QPT_RC => QpType::Rc,
         IBV_QPT_UC => QpType::Uc,
         IBV_QPT_UD => QpType::Ud,
-        // Raw packet, XRC and driver QPs: not softrdma's.
-        8..=10 | 0xff => return Err(libc::EOPNOTSUPP),
+        IBV_QPT_XRC_SEND if srq.is_none() => QpType::XrcIni,
+        // A target belongs to an XRC domain (`ibv_create_qp_ex` with IBV_QP_INIT_ATTR_XRCD).
+        IBV_QPT_XRC_SEND | IBV_QPT_XRC_RECV => return Err(libc::EINVAL),
+        // Raw packet and driver QPs: not softrdma's.
+        8 | 0xff => return Err(libc::EOPNOTSUPP),
         _ => return Err(libc::EINVAL),
     };
     if args.cap.is_null() {
@@ -124,7 +134,9 @@ fn create(args: &CreateArgs) -> Result<*mut Qp, c_int> {
         s.users.fetch_add(1, Ordering::AcqRel);
     }
     send_cq.users.fetch_add(1, Ordering::AcqRel);
-    recv_cq.users.fetch_add(1, Ordering::AcqRel);
+    if !args.recv_cq.is_null() {
+        recv_cq.users.fetch_add(1, Ordering::AcqRel);
+    }
     let qpn = qp.qp_num();
     let p = Box::into_raw(Box::new(Qp {
         ibv: ibv_qp_ex {
@@ -152,6 +164,7 @@ fn create(args: &CreateArgs) -> Result<*mut Qp, c_int> {
         pd: args.pd.cast(),
         send_cq: args.send_cq.cast(),
         recv_cq: args.recv_cq.cast(),
+        xrcd: std::ptr::null_mut(),
         sq_sig_all: args.sq_sig_all != 0,
         max_inline: c.max_inline_data,
         send_ops: args.send_ops,
@@ -197,7 +210,7 @@ pub(crate) unsafe extern "C" fn ibv_create_qp(
 /// empty).
 fn send_ops_of(qp_type: c_int) -> u64 {
     match qp_type {
-        IBV_QPT_RC => DEFAULT_SEND_OPS,
+        IBV_QPT_RC | IBV_QPT_XRC_SEND => DEFAULT_SEND_OPS,
         IBV_QPT_UC => {
             IBV_QP_EX_WITH_RDMA_WRITE
                 | IBV_QP_EX_WITH_RDMA_WRITE_WITH_IMM
@@ -223,14 +236,29 @@ pub(crate) unsafe extern "C" fn create_qp_ex(
     // SAFETY: the caller passes readable, writable init attributes.
     let a = unsafe { &mut *attr };
     let known = (1 << 7) - 1;
-    if a.comp_mask & !known != 0 || a.comp_mask & IBV_QP_INIT_ATTR_PD == 0 {
+    if a.comp_mask & !known != 0 {
         return fail_null(libc::EINVAL);
     }
-    let supported =
-        IBV_QP_INIT_ATTR_PD | IBV_QP_INIT_ATTR_CREATE_FLAGS | IBV_QP_INIT_ATTR_SEND_OPS_FLAGS;
+    let supported = IBV_QP_INIT_ATTR_PD
+        | IBV_QP_INIT_ATTR_XRCD
+        | IBV_QP_INIT_ATTR_CREATE_FLAGS
+        | IBV_QP_INIT_ATTR_SEND_OPS_FLAGS;
     if a.comp_mask & !supported != 0 {
-        // XRC domains, TSO, RSS indirection: not softrdma's.
+        // TSO, RSS indirection: not softrdma's.
         return fail_null(libc::EOPNOTSUPP);
+    }
+    if a.qp_type == IBV_QPT_XRC_RECV {
+        // A target: its XRC domain instead of a PD, and no work requests to build.
+        if a.comp_mask & IBV_QP_INIT_ATTR_SEND_OPS_FLAGS != 0 && a.send_ops_flags != 0 {
+            return fail_null(libc::EINVAL);
+        }
+        return match crate::xrc::create_target(context, a) {
+            Ok(p) => p,
+            Err(e) => fail_null(e),
+        };
+    }
+    if a.comp_mask & IBV_QP_INIT_ATTR_PD == 0 {
+        return fail_null(libc::EINVAL);
     }
     if a.comp_mask & IBV_QP_INIT_ATTR_CREATE_FLAGS != 0 && a.create_flags != 0 {
         return fail_null(libc::EOPNOTSUPP);
@@ -508,17 +536,22 @@ pub(crate) unsafe extern "C" fn ibv_destroy_qp(qp: *mut ibv_qp) -> c_int {
     if let Ok(ctx) = Context::from_handle(q.ibv.qp_base.context) {
         Context::name_object(&ctx.qps, q.ibv.qp_base.qp_num, None);
     }
-    // SAFETY: the PD and CQs cannot go while the QP counts as their user.
+    // SAFETY: the PD, CQs, SRQ and XRC domain handle cannot go while the QP counts as their
+    // user; the ones it does not have are null.
     unsafe {
-        (*q.pd).users.fetch_sub(1, Ordering::AcqRel);
-        let srq = q.ibv.qp_base.srq;
-        if !srq.is_null() {
-            (*srq.cast::<crate::srq::Srq>())
-                .users
-                .fetch_sub(1, Ordering::AcqRel);
+        let srq = q.ibv.qp_base.srq.cast::<crate::srq::Srq>();
+        for users in [
+            q.pd.as_ref().map(|p| &p.users),
+            srq.as_ref().map(|s| &s.users),
+            q.send_cq.as_ref().map(|c| &c.users),
+            q.recv_cq.as_ref().map(|c| &c.users),
+            q.xrcd.as_ref().map(|x| &x.users),
+        ]
+        .into_iter()
+        .flatten()
+        {
+            users.fetch_sub(1, Ordering::AcqRel);
         }
-        (*q.send_cq).users.fetch_sub(1, Ordering::AcqRel);
-        (*q.recv_cq).users.fetch_sub(1, Ordering::AcqRel);
     }
     drop(q);
     0

@@ -38,9 +38,13 @@ pub(crate) struct WrBatch {
 pub(crate) struct Qp {
     pub ibv: ibv_qp_ex,
     pub qp: QueuePair,
+    /// Null for an XRC target, which has no PD, CQs or SRQ.
     pub pd: *mut Pd,
     pub send_cq: *mut Cq,
+    /// Null for an XRC initiator created without one (it receives nothing) and a target.
     pub recv_cq: *mut Cq,
+    /// The XRC domain handle a target QP was made or opened through (null otherwise).
+    pub xrcd: *mut crate::xrc::Xrcd,
     pub sq_sig_all: bool,
     pub max_inline: u32,
     /// `send_ops_flags` of `ibv_create_qp_ex`: the `ibv_wr_*` operations allowed.

@@ -131,7 +131,8 @@ pub(crate) unsafe extern "C" fn query_device_ex(
         cq_mod_caps: [0; 2],
         max_dm_size: ctx.device.query_device().max_dm_size,
         pci_atomic_caps: [0; 3],
-        xrc_odp_caps: 0,
+        // An XRC initiator sends as RC does; its SRQs receive as a basic SRQ does.
+        xrc_odp_caps: ODP_SEND | ODP_WRITE | ODP_READ | ODP_ATOMIC | ODP_SRQ_RECV,
         phys_port_cnt_ex: u32::from(orig.phys_port_cnt),
     };
     // SAFETY: the caller's struct holds `attr_size` bytes.

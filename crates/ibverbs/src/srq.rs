@@ -26,8 +26,16 @@ pub(crate) struct Srq {
     pub ibv: ibv_srq,
     pub srq: SharedReceiveQueue,
     pub pd: *mut Pd,
+    /// An XRC SRQ's domain and CQ handles, each counting it as a user.
+    pub xrc: Option<XrcParts>,
     /// QPs created with this SRQ and not yet destroyed.
     pub users: AtomicUsize,
+}
+
+/// The C handles an XRC SRQ was made with (besides its PD).
+pub(crate) struct XrcParts {
+    pub xrcd: *mut crate::xrc::Xrcd,
+    pub cq: *mut crate::cq::Cq,
 }
 
 impl Srq {
@@ -86,27 +94,42 @@ pub(crate) unsafe extern "C" fn ibv_create_srq(
     };
     write_attr(&mut init.attr, srq.query());
     p.users.fetch_add(1, Ordering::AcqRel);
-    let b = Box::into_raw(Box::new(Srq {
-        ibv: ibv_srq {
-            context: p.ibv.context,
-            srq_context: init.srq_context,
-            pd,
-            handle: srq.id(),
-            mutex: libc::PTHREAD_MUTEX_INITIALIZER,
-            cond: libc::PTHREAD_COND_INITIALIZER,
-            events_completed: 0,
-        },
-        srq,
-        pd: pd.cast(),
-        users: AtomicUsize::new(0),
-    }));
-    let h = b.cast::<ibv_srq>();
-    if let Ok(ctx) = Context::from_handle(p.ibv.context) {
-        // SAFETY: just allocated.
-        Context::name_object(&ctx.srqs, unsafe { (*b).srq.id() }, Some(h as usize));
+    Srq::hand_out(p, pd, init.srq_context, srq, None)
+}
+
+impl Srq {
+    /// A C handle for the new SRQ `srq` of `p` (already counted as the PD's user, and the
+    /// XRC parts' if any).
+    pub(crate) fn hand_out(
+        p: &Pd,
+        pd: *mut ibv_pd,
+        srq_context: *mut std::ffi::c_void,
+        srq: SharedReceiveQueue,
+        xrc: Option<XrcParts>,
+    ) -> *mut ibv_srq {
+        let id = srq.id();
+        let b = Box::into_raw(Box::new(Srq {
+            ibv: ibv_srq {
+                context: p.ibv.context,
+                srq_context,
+                pd,
+                handle: id,
+                mutex: libc::PTHREAD_MUTEX_INITIALIZER,
+                cond: libc::PTHREAD_COND_INITIALIZER,
+                events_completed: 0,
+            },
+            srq,
+            pd: pd.cast(),
+            xrc,
+            users: AtomicUsize::new(0),
+        }));
+        let h = b.cast::<ibv_srq>();
+        if let Ok(ctx) = Context::from_handle(p.ibv.context) {
+            Context::name_object(&ctx.srqs, id, Some(h as usize));
+        }
+        register(h, Kind::Srq, p.ibv.context);
+        h
     }
-    register(h, Kind::Srq, p.ibv.context);
-    h
 }
 
 /// `ibv_modify_srq`: `IBV_SRQ_MAX_WR` resizes, `IBV_SRQ_LIMIT` arms the limit event.
@@ -164,8 +187,14 @@ pub(crate) unsafe extern "C" fn ibv_destroy_srq(srq: *mut ibv_srq) -> c_int {
     if let Ok(ctx) = Context::from_handle(b.ibv.context) {
         Context::name_object(&ctx.srqs, b.srq.id(), None);
     }
-    // SAFETY: the PD outlives its SRQs (it counts them as users).
-    unsafe { (*b.pd).users.fetch_sub(1, Ordering::AcqRel) };
+    // SAFETY: the PD, and an XRC SRQ's domain and CQ, outlive it (they count it as a user).
+    unsafe {
+        (*b.pd).users.fetch_sub(1, Ordering::AcqRel);
+        if let Some(x) = &b.xrc {
+            (*x.xrcd).users.fetch_sub(1, Ordering::AcqRel);
+            (*x.cq).users.fetch_sub(1, Ordering::AcqRel);
+        }
+    }
     drop(b);
     0
 }

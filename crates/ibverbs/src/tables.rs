@@ -3,9 +3,7 @@
 //! inline `_ex` verbs and the `ibv_query_port` macro).
 //!
 //! A slot softrdma cannot serve stays null, so the header's inline wrapper answers
-//! `EOPNOTSUPP` itself (`verbs_get_ctx_op` tests the slot): `create_srq_ex` beyond the
-//! basic type (the inline
-//! `ibv_create_srq_ex` calls the exported `ibv_create_srq` for that) and `get_srq_num` (XRC).
+//! `EOPNOTSUPP` itself (`verbs_get_ctx_op` tests the slot): flows, counters, work queues.
 
 use std::mem::size_of;
 
@@ -51,12 +49,12 @@ pub(crate) fn verbs_context_for(
         abi_placeholder2: None,
         ibv_create_flow: None,
         abi_placeholder1: None,
-        open_qp: None,
+        open_qp: Some(crate::xrc::open_qp),
         create_qp_ex: Some(crate::qp::create_qp_ex),
-        get_srq_num: None,
-        create_srq_ex: None,
-        open_xrcd: None,
-        close_xrcd: None,
+        get_srq_num: Some(crate::xrc::get_srq_num),
+        create_srq_ex: Some(crate::xrc::create_srq_ex),
+        open_xrcd: Some(crate::xrc::open_xrcd),
+        close_xrcd: Some(crate::xrc::close_xrcd),
         _abi_placeholder3: 0,
         // The whole table exists: every slot's offset passes verbs_get_ctx_op's size test.
         sz: size_of::<verbs_context>(),

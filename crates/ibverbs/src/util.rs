@@ -53,6 +53,8 @@ pub(crate) enum Kind {
     Qp,
     Ah,
     Srq,
+    /// An XRC domain (`ibv_open_xrcd`).
+    Xrcd,
     Mw,
     /// librdmacm's objects (`cm/`).
     CmId,

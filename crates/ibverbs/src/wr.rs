@@ -36,7 +36,7 @@ pub(crate) fn builder_table() -> ibv_qp_ex {
         wr_send_inv: Some(wr_send_inv),
         wr_send_tso: None,
         wr_set_ud_addr: Some(wr_set_ud_addr),
-        wr_set_xrc_srqn: None,
+        wr_set_xrc_srqn: Some(wr_set_xrc_srqn),
         wr_set_inline_data: Some(wr_set_inline_data),
         wr_set_inline_data_list: Some(wr_set_inline_data_list),
         wr_set_sge: Some(wr_set_sge),
@@ -319,6 +319,16 @@ unsafe extern "C" fn wr_set_ud_addr(
             return Err(libc::EINVAL);
         }
         w.ud = Some(crate::ah::Ah::from_wr(ah)?.ah.dest(remote_qpn, remote_qkey));
+        Ok(())
+    });
+}
+
+unsafe extern "C" fn wr_set_xrc_srqn(qp: *mut ibv_qp_ex, remote_srqn: u32) {
+    last(qp, |q, w| {
+        if q.qp.qp_type() != softrdma::QpType::XrcIni {
+            return Err(libc::EINVAL);
+        }
+        w.xrc_srqn = Some(remote_srqn);
         Ok(())
     });
 }

@@ -186,6 +186,11 @@ fn device_memory_from_c() {
 }
 
 #[test]
+fn xrc_from_c() {
+    run_c_program("xrc", "127.0.12.12", &[]);
+}
+
+#[test]
 fn unmapped_and_protected_memory_from_c() {
     run_c_program("vanishing", "127.0.12.3", &[]);
 }

@@ -518,8 +518,14 @@ impl Device {
             max_qp: 1_048_560,
             max_qp_wr: MAX_QP_WR,
             // BAD_PKEY_CNTR | BAD_QKEY_CNTR | UD_AV_PORT_ENFORCE | PORT_ACTIVE_EVENT |
-            // SYS_IMAGE_GUID | RC_RNR_NAK_GEN: only what softrdma does.
-            device_cap_flags: (1 << 1) | (1 << 2) | (1 << 6) | (1 << 10) | (1 << 11) | (1 << 12),
+            // SYS_IMAGE_GUID | RC_RNR_NAK_GEN | XRC: only what softrdma does.
+            device_cap_flags: (1 << 1)
+                | (1 << 2)
+                | (1 << 6)
+                | (1 << 10)
+                | (1 << 11)
+                | (1 << 12)
+                | (1 << 20),
             max_sge: MAX_SGE,
             max_sge_rd: MAX_SGE,
             max_cq: 1_048_576,
