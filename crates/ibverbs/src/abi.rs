@@ -431,11 +431,11 @@ pub(crate) struct ibv_cq_ex {
     pub read_slid: Option<CqExFn<u32>>,
     pub read_sl: Option<CqExFn<u8>>,
     pub read_dlid_path_bits: Option<CqExFn<u8>>,
-    pub read_completion_ts: Slot,
+    pub read_completion_ts: Option<CqExFn<u64>>,
     pub read_cvlan: Slot,
     pub read_flow_tag: Slot,
     pub read_tm_info: Slot,
-    pub read_completion_wallclock_ns: Slot,
+    pub read_completion_wallclock_ns: Option<CqExFn<u64>>,
 }
 
 /// `struct ibv_alloc_dm_attr`.
@@ -1135,7 +1135,9 @@ pub(crate) const IBV_WC_EX_WITH_SRC_QP: u64 = 1 << 3;
 pub(crate) const IBV_WC_EX_WITH_SLID: u64 = 1 << 4;
 pub(crate) const IBV_WC_EX_WITH_SL: u64 = 1 << 5;
 pub(crate) const IBV_WC_EX_WITH_DLID_PATH_BITS: u64 = 1 << 6;
-/// `IBV_WC_STANDARD_FLAGS`: what softrdma's extended CQs can report.
+pub(crate) const IBV_WC_EX_WITH_COMPLETION_TIMESTAMP: u64 = 1 << 7;
+pub(crate) const IBV_WC_EX_WITH_COMPLETION_TIMESTAMP_WALLCLOCK: u64 = 1 << 11;
+/// `IBV_WC_STANDARD_FLAGS`: the fields every completion has.
 pub(crate) const IBV_WC_STANDARD_FLAGS: u64 = IBV_WC_EX_WITH_BYTE_LEN
     | IBV_WC_EX_WITH_IMM
     | IBV_WC_EX_WITH_QP_NUM

@@ -151,6 +151,7 @@ pub(crate) unsafe extern "C" fn ibv_init_ah_from_wc(
             qp_num: w.qp_num,
             src_qp: w.src_qp,
             grh: true,
+            timestamp: softrdma::DeviceTime::ZERO,
         };
         // SAFETY: with IBV_WC_GRH the program passes the 40-byte GRH area of the buffer.
         let area = unsafe { std::slice::from_raw_parts(grh.cast::<u8>(), softrdma::GRH_LEN) };

@@ -187,11 +187,11 @@ fn create(
             read_slid: Some(read_zero_u32),
             read_sl: Some(read_sl),
             read_dlid_path_bits: Some(read_zero_u8),
-            read_completion_ts: None,
+            read_completion_ts: Some(read_completion_ts),
             read_cvlan: None,
             read_flow_tag: None,
             read_tm_info: None,
-            read_completion_wallclock_ns: None,
+            read_completion_wallclock_ns: Some(read_completion_wallclock_ns),
         },
         cq,
         users: AtomicUsize::new(0),
@@ -251,8 +251,10 @@ pub(crate) unsafe extern "C" fn create_cq_ex(
     if a.wc_flags & !IBV_CREATE_CQ_SUP_WC_FLAGS != 0 {
         return fail_null(libc::EOPNOTSUPP);
     }
-    if a.wc_flags & !IBV_WC_STANDARD_FLAGS != 0 {
-        // Timestamps, VLAN, flow tags, tag matching: not produced by softrdma.
+    let timestamps =
+        IBV_WC_EX_WITH_COMPLETION_TIMESTAMP | IBV_WC_EX_WITH_COMPLETION_TIMESTAMP_WALLCLOCK;
+    if a.wc_flags & !(IBV_WC_STANDARD_FLAGS | timestamps) != 0 {
+        // VLAN, flow tags, tag matching: not produced by softrdma.
         return fail_null(libc::EOPNOTSUPP);
     }
     if a.comp_mask & !(IBV_CQ_INIT_ATTR_MASK_FLAGS | IBV_CQ_INIT_ATTR_MASK_PD) != 0 {
@@ -660,4 +662,19 @@ unsafe extern "C" fn read_sl(cq: *mut ibv_cq_ex) -> u8 {
 }
 unsafe extern "C" fn read_zero_u8(_cq: *mut ibv_cq_ex) -> u8 {
     0
+}
+/// When the completion was made, on the device clock (`CLOCK_MONOTONIC` ns, ticking at
+/// `hca_core_clock`: what `ibv_query_rt_values_ex` reads).
+unsafe extern "C" fn read_completion_ts(cq: *mut ibv_cq_ex) -> u64 {
+    let c = cq_of(cq);
+    with_current(cq, |w| c.cq.device().clock_ns(w.timestamp))
+}
+/// The same instant on the wall clock (`CLOCK_REALTIME` ns): the device clock shifted by the
+/// two clocks' offset now, as rdma-core converts a raw timestamp with its clock info.
+unsafe extern "C" fn read_completion_wallclock_ns(cq: *mut ibv_cq_ex) -> u64 {
+    let c = cq_of(cq);
+    let mono = with_current(cq, |w| c.cq.device().clock_ns(w.timestamp));
+    let clock = crate::util::clock_ns;
+    let offset = clock(libc::CLOCK_REALTIME).wrapping_sub(clock(libc::CLOCK_MONOTONIC));
+    mono.wrapping_add(offset)
 }

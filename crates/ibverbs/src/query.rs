@@ -113,7 +113,8 @@ pub(crate) unsafe extern "C" fn query_device_ex(
             uc_odp_caps: ODP_SEND | ODP_RECV | ODP_WRITE | ODP_SRQ_RECV,
             ud_odp_caps: ODP_SEND | ODP_RECV | ODP_SRQ_RECV,
         },
-        completion_timestamp_mask: 0,
+        // Completion timestamps are whole 64-bit nanosecond counts.
+        completion_timestamp_mask: u64::MAX,
         hca_core_clock: CLOCK_KHZ,
         device_cap_flags_ex: u64::from(orig.device_cap_flags),
         tso_caps: [0; 2],
@@ -161,21 +162,10 @@ pub(crate) unsafe extern "C" fn query_rt_values(
         return libc::EINVAL;
     }
     if v.comp_mask & IBV_VALUES_MASK_RAW_CLOCK != 0 {
-        let mut now = libc::timespec {
-            tv_sec: 0,
-            tv_nsec: 0,
-        };
-        // SAFETY: writes the live timespec; CLOCK_MONOTONIC always exists on Linux.
-        if unsafe { libc::clock_gettime(libc::CLOCK_MONOTONIC, &mut now) } != 0 {
-            return libc::EIO;
-        }
         // time_t and long are both 64 bits on the platforms softrdma runs on.
         v.raw_clock = libc::timespec {
             tv_sec: 0,
-            tv_nsec: now
-                .tv_sec
-                .saturating_mul(1_000_000_000)
-                .saturating_add(now.tv_nsec),
+            tv_nsec: crate::util::clock_ns(libc::CLOCK_MONOTONIC) as i64,
         };
     }
     0

@@ -177,6 +177,20 @@ pub(crate) unsafe fn copy_prefix<T>(src: &T, dst: *mut u8, len: usize) {
     }
 }
 
+/// Clock `id` (`CLOCK_MONOTONIC`, `CLOCK_REALTIME`) in nanoseconds.
+pub(crate) fn clock_ns(id: libc::clockid_t) -> u64 {
+    let mut ts = libc::timespec {
+        tv_sec: 0,
+        tv_nsec: 0,
+    };
+    // SAFETY: clock_gettime writes the timespec it is given; the clocks asked for exist on
+    // every Linux, so it cannot fail.
+    unsafe { libc::clock_gettime(id, &mut ts) };
+    (ts.tv_sec as u64)
+        .saturating_mul(1_000_000_000)
+        .saturating_add(ts.tv_nsec as u64)
+}
+
 /// How many completion vectors a context has: one per CPU the system may run, as rxe counts
 /// them. Programs pass a vector per thread or per CPU (UCX passes the CPU it runs on); every
 /// vector of softrdma delivers through the CQ's own completion channel, so they differ in

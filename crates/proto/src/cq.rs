@@ -99,6 +99,7 @@ mod tests {
             qp_num: 1,
             src_qp: 2,
             grh: false,
+            timestamp: crate::time::Instant::ZERO,
         }
     }
 

@@ -2,6 +2,7 @@
 
 use crate::access::AccessFlags;
 use crate::qp::attr::AddressVector;
+use crate::time::Instant;
 
 /// One scatter/gather element: `length` bytes at virtual address `addr` of the memory region
 /// whose local key is `lkey`.
@@ -459,4 +460,7 @@ pub struct WorkCompletion {
     /// The receive buffer starts with the 40-byte GRH area (ibverbs `IBV_WC_GRH`): every UD
     /// receive, which reports the area in `byte_len`.
     pub grh: bool,
+    /// When the engine made the completion, on its caller's clock (ibverbs' completion
+    /// timestamp): the latest time the engine was given when it was made.
+    pub timestamp: Instant,
 }

@@ -339,6 +339,8 @@ pub(crate) struct DeviceShared {
     share: Option<SharedAddress>,
     /// Bytes of device memory allocated (`crate::dm`).
     pub(crate) dm_in_use: AtomicUsize,
+    /// `CLOCK_MONOTONIC` (ns) when the device's clock read 0.
+    epoch_monotonic_ns: u64,
 }
 
 impl Drop for DeviceShared {
@@ -470,7 +472,9 @@ impl Device {
         let engine = Engine::new(ecfg);
         // The fd stays valid as long as the core (which owns the socket) lives in `inner`.
         let sock_fd = std::os::fd::AsRawFd::as_raw_fd(&socket.readiness_fd());
-        let mut core = Core::new(engine, socket, arena, config.gso, std::time::Instant::now());
+        let epoch = std::time::Instant::now();
+        let epoch_monotonic_ns = monotonic_ns().saturating_sub(elapsed_ns(epoch));
+        let mut core = Core::new(engine, socket, arena, config.gso, epoch);
         core.allowed_peers = config.allowed_peers.clone();
         if !config.faults.is_none() {
             core.faults = Some(crate::faults::Faults::new(config.faults));
@@ -580,6 +584,7 @@ impl Device {
                 gids,
                 share,
                 dm_in_use: AtomicUsize::new(0),
+                epoch_monotonic_ns,
             }),
         })
     }
@@ -747,6 +752,32 @@ impl Device {
     pub(crate) fn inner(&self) -> &Inner {
         &self.shared.inner
     }
+
+    /// The device's clock as `CLOCK_MONOTONIC` nanoseconds at
+    /// `t`: e.g. when a completion was made ([`WorkCompletion::timestamp`]). ibverbs' device
+    /// clock (`ibv_query_rt_values_ex`) is this clock.
+    ///
+    /// [`WorkCompletion::timestamp`]: crate::WorkCompletion::timestamp
+    pub fn clock_ns(&self, t: crate::DeviceTime) -> u64 {
+        self.shared.epoch_monotonic_ns.saturating_add(t.as_nanos())
+    }
+}
+
+/// `CLOCK_MONOTONIC` in nanoseconds (what `std::time::Instant` reads on Linux).
+pub(crate) fn monotonic_ns() -> u64 {
+    let mut ts = libc::timespec {
+        tv_sec: 0,
+        tv_nsec: 0,
+    };
+    // SAFETY: clock_gettime writes the timespec it is given; CLOCK_MONOTONIC always exists.
+    unsafe { libc::clock_gettime(libc::CLOCK_MONOTONIC, &mut ts) };
+    (ts.tv_sec as u64)
+        .saturating_mul(1_000_000_000)
+        .saturating_add(ts.tv_nsec as u64)
+}
+
+fn elapsed_ns(since: std::time::Instant) -> u64 {
+    u64::try_from(since.elapsed().as_nanos()).unwrap_or(u64::MAX)
 }
 
 /// 64 bits from the operating system's random source (`getrandom(2)`); should that fail

@@ -210,6 +210,10 @@ pub use stats::DeviceStats;
 pub use xrc::XrcDomain;
 
 pub use softrdma_proto::cc::CcConfig;
+/// A time on a device's clock: nanoseconds since the device opened (a completion's
+/// [`timestamp`](WorkCompletion::timestamp); [`Device::clock_ns`] reads it as
+/// `CLOCK_MONOTONIC`).
+pub use softrdma_proto::Instant as DeviceTime;
 pub use softrdma_proto::{
     AccessFlags, AddressVector, DropReason, FlushLevel, MemoryFault, Mtu, MwBind, MwType, NakKind,
     QpAttr, QpCaps, QpConfig, QpState, QpType, RecvWr, SendFlags, SendOp, SendWr, Sge, SrqAttr,

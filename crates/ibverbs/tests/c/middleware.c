@@ -14,6 +14,9 @@
  *   flag, the source QP, and sl 2 (an IPv4 network header, as RoCE NICs code it), which
  *   UCX's ud_verbs reads to find the destination address in the last 4 bytes of the GRH
  *   area; an RC receive has sl 0;
+ * - completion timestamps in that extended CQ: on the device clock (CLOCK_MONOTONIC, as
+ *   ibv_query_rt_values_ex reads it) between the send and the poll, and on the wall clock
+ *   likewise;
  * - ibv_query_rt_values_ex: a raw clock that advances at hca_core_clock;
  * - a non-blocking async_fd: ibv_get_async_event answers EAGAIN when nothing is pending.
  *
@@ -169,7 +172,7 @@ int main(void)
 	CHECK(dx.orig_attr.max_srq > 0 && dx.orig_attr.max_srq_wr > 0, "SRQs");
 	CHECK(dx.hca_core_clock == 1000000, "hca_core_clock %llu kHz",
 	      (unsigned long long)dx.hca_core_clock);
-	CHECK(dx.completion_timestamp_mask == 0, "no completion timestamps");
+	CHECK(dx.completion_timestamp_mask == UINT64_MAX, "64-bit completion timestamps");
 
 	/* Completion vectors. */
 	long cpus = sysconf(_SC_NPROCESSORS_CONF);
@@ -192,13 +195,14 @@ int main(void)
 	CHECK(mr, "reg_mr");
 	struct ibv_cq_init_attr_ex cxa = {
 		.cqe = 16,
-		.wc_flags = IBV_WC_STANDARD_FLAGS,
+		.wc_flags = IBV_WC_STANDARD_FLAGS | IBV_WC_EX_WITH_COMPLETION_TIMESTAMP |
+			    IBV_WC_EX_WITH_COMPLETION_TIMESTAMP_WALLCLOCK,
 		.comp_vector = ctx->num_comp_vectors - 1,
 		.comp_mask = IBV_CQ_INIT_ATTR_MASK_FLAGS,
 		.flags = IBV_CREATE_CQ_ATTR_IGNORE_OVERRUN,
 	};
 	struct ibv_cq_ex *cqx = ibv_create_cq_ex(ctx, &cxa);
-	CHECK(cqx, "create_cq_ex with IBV_WC_STANDARD_FLAGS, as UCX asks");
+	CHECK(cqx, "create_cq_ex with IBV_WC_STANDARD_FLAGS, as UCX asks, and timestamps");
 	struct ibv_cq *scq = ibv_create_cq(ctx, 16, NULL, NULL, 0);
 	struct ibv_cq *rcq = ibv_create_cq(ctx, 16, NULL, NULL, 0);
 	CHECK(scq && rcq, "create_cq");
@@ -208,6 +212,9 @@ int main(void)
 
 	memset(buf + 2048, 'u', MSG);
 	post_recv(rx_ex, 11, buf, GRH + MSG, mr->lkey);
+	struct timespec m0, r0, m1, r1;
+	clock_gettime(CLOCK_MONOTONIC, &m0);
+	clock_gettime(CLOCK_REALTIME, &r0);
 	ud_send(pd, tx, rx_ex, 0, buf + 2048, mr->lkey);
 	struct ibv_poll_cq_attr pa = { 0 };
 	time_t start = time(NULL);
@@ -223,6 +230,17 @@ int main(void)
 	CHECK(ibv_wc_read_wc_flags(cqx) & IBV_WC_GRH, "GRH flag");
 	CHECK(ibv_wc_read_sl(cqx) == 2, "sl: an IPv4 network header (%d)", ibv_wc_read_sl(cqx));
 	CHECK(ibv_wc_read_slid(cqx) == 0 && ibv_wc_read_dlid_path_bits(cqx) == 0, "no LIDs");
+	clock_gettime(CLOCK_MONOTONIC, &m1);
+	clock_gettime(CLOCK_REALTIME, &r1);
+	uint64_t ts = ibv_wc_read_completion_ts(cqx);
+	uint64_t wall = ibv_wc_read_completion_wallclock_ns(cqx);
+	uint64_t ns0 = m0.tv_sec * 1000000000ull + m0.tv_nsec, ns1 = m1.tv_sec * 1000000000ull + m1.tv_nsec;
+	uint64_t w0 = r0.tv_sec * 1000000000ull + r0.tv_nsec, w1 = r1.tv_sec * 1000000000ull + r1.tv_nsec;
+	CHECK(ts >= ns0 && ts <= ns1, "completion_ts %llu within the send and the poll (%llu..%llu)",
+	      (unsigned long long)ts, (unsigned long long)ns0, (unsigned long long)ns1);
+	/* The wall clock may be stepped between the reads; allow a millisecond either way. */
+	CHECK(wall + 1000000 >= w0 && wall <= w1 + 1000000, "wallclock_ns %llu (%llu..%llu)",
+	      (unsigned long long)wall, (unsigned long long)w0, (unsigned long long)w1);
 	CHECK(ibv_next_poll(cqx) == ENOENT, "one completion");
 	ibv_end_poll(cqx);
 	/* Where UCX's ud_verbs looks for the destination of an IPv4 packet: the last 4 bytes of

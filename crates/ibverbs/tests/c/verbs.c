@@ -137,8 +137,9 @@ int main(void)
 	};
 	struct ibv_cq_ex *cq_x = ibv_create_cq_ex(ctx, &cxa);
 	CHECK(cq_x, "create_cq_ex");
-	cxa.wc_flags = IBV_WC_EX_WITH_COMPLETION_TIMESTAMP;
-	CHECK(!ibv_create_cq_ex(ctx, &cxa) && errno == EOPNOTSUPP, "no timestamps");
+	cxa.wc_flags = IBV_WC_EX_WITH_CVLAN;
+	errno = 0;
+	CHECK(!ibv_create_cq_ex(ctx, &cxa) && errno == EOPNOTSUPP, "no VLANs");
 
 	struct ibv_qp_init_attr ia = {
 		.send_cq = cq_a,
@@ -225,9 +226,14 @@ int main(void)
 	CHECK(ibv_dereg_mr(NULL) == EINVAL, "dereg_mr(NULL)");
 	CHECK(!ibv_create_cq(NULL, 4, NULL, NULL, 0) && errno == EINVAL, "create_cq(NULL)");
 	CHECK(!ibv_create_cq(ctx, 1 << 30, NULL, NULL, 0) && errno == EINVAL, "cqe > max_cqe");
-	ia.qp_type = IBV_QPT_XRC_SEND;
-	CHECK(!ibv_create_qp(pd, &ia) && errno == EOPNOTSUPP, "XRC");
-	ia.qp_type = IBV_QPT_RC;
+	/* An XRC initiator is made like any QP of a PD; a target needs its XRC domain. */
+	struct ibv_qp_init_attr xa = ia;
+	xa.qp_type = IBV_QPT_XRC_SEND;
+	struct ibv_qp *ini = ibv_create_qp(pd, &xa);
+	CHECK(ini && xa.cap.max_recv_wr == 0 && ibv_destroy_qp(ini) == 0, "XRC initiator");
+	xa.qp_type = IBV_QPT_XRC_RECV;
+	errno = 0;
+	CHECK(!ibv_create_qp(pd, &xa) && errno == EINVAL, "XRC target of a PD: EINVAL");
 	ia.send_cq = NULL;
 	CHECK(!ibv_create_qp(pd, &ia) && errno == EINVAL, "create_qp without a CQ");
 	ia.send_cq = cq_a;

@@ -53,14 +53,19 @@ struct Shared {
     reorder_bytes: usize,
     budget: InflightBudget,
     stats: Stats,
+    /// The latest time any call gave the engine: what completions made by calls that take
+    /// no time (`modify_qp`'s flushes) are stamped with.
+    latest: Instant,
 }
 
 impl Shared {
     /// The context a QP stage runs in; borrows only these fields, so a QP borrowed from the
     /// engine's table can run next to it.
     fn ctx(&mut self, now: Instant, ipv4_id: u16) -> Ctx<'_> {
+        self.latest = self.latest.max(now);
         Ctx {
             now,
+            stamp: self.latest,
             config: &self.config,
             mrs: &mut self.mrs,
             cqs: &mut self.cqs,
@@ -131,6 +136,7 @@ impl Engine {
                 reorder_bytes: 0,
                 budget: InflightBudget::new(config.device_inflight_packets),
                 stats: Stats::default(),
+                latest: Instant::ZERO,
             },
             pds: BTreeSet::new(),
             next_pd: 1,

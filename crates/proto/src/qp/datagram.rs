@@ -156,6 +156,7 @@ impl QueuePair {
             qp_num: self.qpn,
             src_qp: deth.src_qpn,
             grh: true,
+            timestamp: crate::time::Instant::ZERO,
         };
         ctx.complete(self.recv_cq, wc);
         if status != WcStatus::Success {

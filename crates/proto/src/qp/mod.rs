@@ -70,6 +70,8 @@ pub(crate) fn turn_goes_on(used: usize, len: usize, tail: usize) -> bool {
 /// Everything outside the QP that its stages use: time, memory, CQs, SRQs, events, counters.
 pub(crate) struct Ctx<'a> {
     pub now: Instant,
+    /// What completions made now are stamped with (`now`, or a later time the engine saw).
+    pub stamp: Instant,
     pub config: &'a EngineConfig,
     pub mrs: &'a mut MrTable,
     pub cqs: &'a mut BTreeMap<CqHandle, CompletionQueue>,
@@ -102,7 +104,8 @@ impl Ctx<'_> {
     /// Delivers a completion to `cq`. A full CQ loses it: IBTA and rxe raise a CQ error
     /// (`AsyncEvent::CqError`, once per CQ: it stays in overrun) and the QP goes to the error
     /// state; a CQ overrun is the application's bug, so it is made loud.
-    pub(crate) fn complete(&mut self, cq: CqHandle, wc: WorkCompletion) {
+    pub(crate) fn complete(&mut self, cq: CqHandle, mut wc: WorkCompletion) {
+        wc.timestamp = self.stamp;
         self.stats.completions += 1;
         let Some(q) = self.cqs.get_mut(&cq) else {
             self.stats.cq_overruns += 1;
@@ -440,6 +443,7 @@ impl QueuePair {
                 qp_num: self.qpn,
                 src_qp: self.cfg.dest_qpn,
                 grh: false,
+                timestamp: crate::time::Instant::ZERO,
             },
         );
     }

@@ -79,6 +79,7 @@ impl SendWqe {
             qp_num: qpn,
             src_qp: 0,
             grh: false,
+            timestamp: crate::time::Instant::ZERO,
         }
     }
 }

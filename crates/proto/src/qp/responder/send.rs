@@ -113,6 +113,7 @@ impl QueuePair {
             qp_num: self.qpn,
             src_qp: self.cfg.dest_qpn,
             grh: false,
+            timestamp: crate::time::Instant::ZERO,
         };
         ctx.complete(self.recv_cq, wc);
     }
