@@ -19,9 +19,13 @@ pub(crate) struct Context {
     pub device: Device,
     pub async_events: AsyncEvents,
     /// What `ibv_context.cmd_fd` names. rdma-core's is the kernel's uverbs descriptor; here
-    /// nothing goes through it, but programs dup, poll or fcntl it (rdma-core's tests dup it
-    /// to try `ibv_import_device`), so it is a real descriptor: `/dev/null`.
+    /// nothing goes through it, but programs dup, poll or fcntl it, and pass a copy to
+    /// `ibv_import_device`, which finds the context by it: an empty memory file of the
+    /// context's own (a file no other context shares).
     pub cmd_fd: Option<std::fs::File>,
+    /// The descriptors `ibv_import_device` opened this context again with, one closed per
+    /// `ibv_close_device` before the last one closes the context (see `crate::import`).
+    pub imports: Mutex<Vec<std::fs::File>>,
     /// CQ id → `ibv_cq` address, to name the CQ of an asynchronous event.
     pub cqs: Mutex<std::collections::HashMap<u32, usize>>,
     /// QP number → `ibv_qp` address, likewise.

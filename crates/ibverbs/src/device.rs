@@ -16,8 +16,8 @@ use crate::context::Context;
 
 use crate::abi::*;
 use crate::util::{
-    copy_c_str, fail_errno, fail_minus_one, fail_null, is_live, owned_by, register, set_errno,
-    unregister, Kind,
+    copy_c_str, fail_errno, fail_minus_one, fail_null, owned_by, register, set_errno, unregister,
+    Kind,
 };
 
 /// The device's name in the list.
@@ -304,11 +304,12 @@ pub(crate) unsafe extern "C" fn ibv_open_device(device: *mut ibv_device) -> *mut
         }
     };
     let async_fd = std::os::fd::AsRawFd::as_raw_fd(&async_events);
-    let cmd_fd = std::fs::OpenOptions::new()
-        .read(true)
-        .write(true)
-        .open("/dev/null")
-        .ok();
+    // SAFETY: memfd_create takes a NUL-terminated name and flags; it returns a new descriptor
+    // or -1.
+    let memfd = unsafe { libc::memfd_create(c"softrdma-context".as_ptr(), libc::MFD_CLOEXEC) };
+    // SAFETY: a new descriptor this function owns (checked >= 0).
+    let cmd_fd = (memfd >= 0)
+        .then(|| unsafe { <std::fs::File as std::os::fd::FromRawFd>::from_raw_fd(memfd) });
     let cmd_raw = cmd_fd.as_ref().map_or(-1, std::os::fd::AsRawFd::as_raw_fd);
     let ctx = Box::new(Context {
         vctx: crate::tables::verbs_context_for(device, cmd_raw, async_fd),
@@ -319,6 +320,7 @@ pub(crate) unsafe extern "C" fn ibv_open_device(device: *mut ibv_device) -> *mut
         qps: Mutex::new(Default::default()),
         srqs: Mutex::new(Default::default()),
         xrcd_files: Mutex::new(Default::default()),
+        imports: Mutex::new(Vec::new()),
     });
     let ctx = Box::into_raw(ctx);
     // SAFETY: just allocated.
@@ -329,8 +331,13 @@ pub(crate) unsafe extern "C" fn ibv_open_device(device: *mut ibv_device) -> *mut
 
 /// `ibv_close_device`.
 pub(crate) unsafe extern "C" fn ibv_close_device(context: *mut ibv_context) -> c_int {
-    if !is_live(context, Kind::Context) {
+    let Ok(ctx) = Context::from_handle(context) else {
         return fail_errno(libc::EINVAL);
+    };
+    // A context opened again by ibv_import_device closes that descriptor first.
+    if let Some(taken) = ctx.imports.lock().unwrap_or_else(|e| e.into_inner()).pop() {
+        drop(taken);
+        return 0;
     }
     // Like the kernel when a context's descriptor closes: objects the program left behind
     // are destroyed (children first), so the device's address is free for the next open.

@@ -62,6 +62,7 @@ mod device;
 mod dm;
 mod domain;
 mod exports;
+mod import;
 mod layout;
 mod mapping;
 mod misc;

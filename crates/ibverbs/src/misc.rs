@@ -391,53 +391,7 @@ pub(crate) unsafe extern "C" fn ibv_resolve_eth_l2_from_gid(
     -libc::EOPNOTSUPP
 }
 
-// Objects softrdma does not have yet, or never will (imports of another process's kernel
-// objects, dma-buf regions, ECE negotiation).
-
-/// `ibv_import_device`: there are no kernel contexts to import.
-pub(crate) unsafe extern "C" fn ibv_import_device(cmd_fd: c_int) -> *mut ibv_context {
-    let _ = cmd_fd;
-    fail_null(libc::EOPNOTSUPP)
-}
-
-/// `ibv_import_pd`.
-pub(crate) unsafe extern "C" fn ibv_import_pd(
-    context: *mut ibv_context,
-    handle: u32,
-) -> *mut ibv_pd {
-    let _ = (context, handle);
-    fail_null(libc::EOPNOTSUPP)
-}
-
-/// `ibv_unimport_pd`.
-pub(crate) unsafe extern "C" fn ibv_unimport_pd(pd: *mut ibv_pd) {
-    let _ = pd;
-}
-
-/// `ibv_import_mr`.
-pub(crate) unsafe extern "C" fn ibv_import_mr(pd: *mut ibv_pd, handle: u32) -> *mut ibv_mr {
-    let _ = (pd, handle);
-    fail_null(libc::EOPNOTSUPP)
-}
-
-/// `ibv_unimport_mr`.
-pub(crate) unsafe extern "C" fn ibv_unimport_mr(mr: *mut ibv_mr) {
-    let _ = mr;
-}
-
-/// `ibv_import_dm`.
-pub(crate) unsafe extern "C" fn ibv_import_dm(
-    context: *mut ibv_context,
-    handle: u32,
-) -> *mut c_void {
-    let _ = (context, handle);
-    fail_null(libc::EOPNOTSUPP)
-}
-
-/// `ibv_unimport_dm`.
-pub(crate) unsafe extern "C" fn ibv_unimport_dm(dm: *mut c_void) {
-    let _ = dm;
-}
+// Objects softrdma does not have yet, or never will (dma-buf regions, ECE negotiation).
 
 /// `ibv_reg_dmabuf_mr`: softrdma cannot reach device memory behind a dma-buf.
 pub(crate) unsafe extern "C" fn ibv_reg_dmabuf_mr(

@@ -135,6 +135,15 @@ pub(crate) fn owned_by<C>(ctx: *mut C, kind: Kind) -> Vec<usize> {
         .collect()
 }
 
+/// Every live handle of `kind`.
+pub(crate) fn live_of(kind: Kind) -> Vec<usize> {
+    live()
+        .iter()
+        .filter(|(_, &(k, _))| k == kind)
+        .map(|(&p, _)| p)
+        .collect()
+}
+
 /// Forgets a handle; false if it was not live as `kind` (then nothing changes).
 pub(crate) fn unregister<T>(p: *mut T, kind: Kind) -> bool {
     let mut l = live();

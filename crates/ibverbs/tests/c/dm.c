@@ -8,14 +8,20 @@
  *   EINVAL, beyond the allocation EFAULT;
  * - a zero-based region on it (IBV_ACCESS_ZERO_BASED required: EINVAL without, and beyond
  *   the allocation) takes an RDMA WRITE at its address 8 and gives the bytes to an RDMA READ;
- * - ibv_free_dm is EBUSY while the region exists, 0 after ibv_dereg_mr.
+ * - ibv_free_dm is EBUSY while the region exists, 0 after ibv_dereg_mr;
+ * - imports, as with the kernel's shared objects: a dup of cmd_fd opens the same context
+ *   (ibv_import_device; a closed fd EBADF, a descriptor of no context EINVAL), in which the
+ *   PD, the region and the device memory are found by handle as themselves (another handle
+ *   EINVAL); the unimports leave them, and the first ibv_close_device closes the import.
  *
  * Exit status 0 and a last line "dm: all checks passed" on success. */
 #include <errno.h>
+#include <fcntl.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include <infiniband/verbs.h>
 
@@ -107,6 +113,31 @@ int main(void)
 	wc = poll_one(cq);
 	CHECK(wc.status == IBV_WC_SUCCESS && !strcmp(buf + 1024, "into device memory"),
 	      "READ from device memory: status %d", wc.status);
+
+	/* Imports. */
+	errno = 0;
+	CHECK(!ibv_import_device(1000) && errno == EBADF, "a closed descriptor: EBADF");
+	int devnull = open("/dev/null", O_RDWR);
+	errno = 0;
+	CHECK(!ibv_import_device(devnull) && errno == EINVAL, "no context's descriptor: EINVAL");
+	close(devnull);
+	int fd = dup(ctx->cmd_fd);
+	CHECK(fd >= 0, "dup cmd_fd");
+	struct ibv_context *again = ibv_import_device(fd);
+	CHECK(again == ctx, "the same context");
+	CHECK(ibv_import_pd(again, pd->handle) == pd, "the PD by its handle");
+	errno = 0;
+	CHECK(!ibv_import_pd(again, pd->handle + 1000) && errno == EINVAL, "no such PD: EINVAL");
+	CHECK(ibv_import_mr(pd, mr->handle) == mr, "the region by its handle");
+	CHECK(ibv_import_dm(again, dm->handle) == dm, "the device memory by its handle");
+	ibv_unimport_mr(mr);
+	ibv_unimport_pd(pd);
+	ibv_unimport_dm(dm);
+	char check[4];
+	CHECK(ibv_memcpy_from_dm(check, dm, 520, 4) == 0 && !memcmp(check, "into", 4),
+	      "unimported objects stay");
+	CHECK(ibv_close_device(again) == 0, "close the import");
+	CHECK(fcntl(fd, F_GETFD) == -1 && errno == EBADF, "which closed its descriptor");
 
 	CHECK(ibv_destroy_qp(a) == 0 && ibv_destroy_qp(b) == 0, "destroy QPs");
 	CHECK(ibv_dereg_mr(dmr) == 0 && ibv_dereg_mr(mr) == 0, "dereg");
