@@ -1,4 +1,5 @@
-//! Captures the loopback traffic of a small run of every RC operation with tcpdump, then
+//! Captures the loopback traffic of a small run of every RC operation, and of XRC's, with
+//! tcpdump, then
 //! checks every packet: it parses as RoCEv2 and its ICRC, recomputed from the captured IP and
 //! UDP headers (what a receiving rxe or RoCE NIC checks), is valid. If tshark exists, its
 //! InfiniBand dissector must report no malformed packet and no expert warning or error.
@@ -10,7 +11,7 @@ use std::process::{Command, Stdio};
 use std::time::Duration;
 
 use common::*;
-use softrdma::{wr, ConnectOptions, Device, DeviceConfig, Mtu, WcStatus};
+use softrdma::{wr, ConnectOptions, Device, DeviceConfig, Mtu, QpInitAttr, SrqAttr, WcStatus};
 use softrdma_wire::{
     icrc::compute_raw, ip::parse_ethernet, packet::stored_icrc, IpPacket, PacketRepr,
 };
@@ -69,6 +70,32 @@ fn workload() {
     assert!(wcs.iter().all(|w| w.status == WcStatus::Success), "{wcs:?}");
     assert_eq!(wait_wcs(&b.cq, 3).len(), 3);
     assert_eq!(a.mr.read_vec(30000, 5000).unwrap(), data);
+
+    // XRC: an initiator on A, a target of B's domain, the same operations through its SRQ.
+    let ini = a.pd.create_qp(&QpInitAttr::xrc_ini(&a.cq)).unwrap();
+    let xrcd = b.dev.open_xrcd();
+    let attr = SrqAttr {
+        max_wr: 8,
+        max_sge: 1,
+        srq_limit: 0,
+    };
+    let srq = xrcd.create_srq(&b.pd, &b.cq, attr).unwrap();
+    let tgt = xrcd.create_qp().unwrap();
+    ini.connect(&tgt.endpoint(), &opts).unwrap();
+    tgt.connect(&ini.endpoint(), &opts).unwrap();
+    srq.post_recv([wr::recv(11, vec![b.mr.sge(0, 8192)])])
+        .unwrap();
+    let n = srq.id();
+    ini.post_send([
+        wr::send(11, vec![a.mr.sge(0, 3000)]).to_xrc_srq(n),
+        wr::write(12, vec![a.mr.sge(0, 5000)], r.at(10000), r.rkey).to_xrc_srq(n),
+        wr::read(13, vec![a.mr.sge(30000, 5000)], r.at(10000), r.rkey).to_xrc_srq(n),
+        wr::fetch_add(14, a.mr.sge(40008, 8), r.at(48000), r.rkey, 1).to_xrc_srq(n),
+    ])
+    .unwrap();
+    let wcs = wait_wcs(&a.cq, 4);
+    assert!(wcs.iter().all(|w| w.status == WcStatus::Success), "{wcs:?}");
+    assert_eq!(wait_one(&b.cq).qp_num, tgt.qp_num());
 }
 
 /// The packets of a pcap file (link types Ethernet or raw IP).
@@ -204,10 +231,11 @@ fn capture_decodes_and_every_icrc_is_valid() {
         opcodes
     );
     // SEND first/middle/last/only-imm, WRITE first/middle/last/only-imm, READ req + responses,
-    // CMP_SWAP, FETCH_ADD, ACK, ATOMIC ACK.
+    // CMP_SWAP, FETCH_ADD, ACK, ATOMIC ACK; XRC's SEND first/middle/last, WRITE first/middle/
+    // last, READ request and responses, ACK, ATOMIC ACK, FETCH_ADD.
     for op in [
         0x00, 0x01, 0x02, 0x05, 0x06, 0x07, 0x08, 0x0b, 0x0c, 0x0d, 0x0e, 0x0f, 0x11, 0x12, 0x13,
-        0x14,
+        0x14, 0xa0, 0xa1, 0xa2, 0xa6, 0xa7, 0xa8, 0xac, 0xad, 0xae, 0xaf, 0xb1, 0xb2, 0xb4,
     ] {
         assert!(
             opcodes.contains(&op),
