@@ -15,7 +15,6 @@
 //! `fallible.rs`), and the operation ends in an access error.
 
 use std::ffi::c_int;
-use std::sync::OnceLock;
 
 use crate::abi::IBV_ACCESS_MW_BIND;
 
@@ -31,7 +30,7 @@ const MAX_PAGES: u64 = u32::MAX as u64;
 /// while `access` lets something write it. Where `/proc` is unavailable nothing can be
 /// checked, and the range is taken on trust as before.
 pub(crate) fn check_buffer(addr: usize, len: usize, access: u32) -> Result<(), c_int> {
-    let page = page_size();
+    let page = softrdma::page_size();
     let end = addr.checked_add(len).ok_or(libc::EINVAL)?;
     let pages = end.div_ceil(page) - addr / page;
     if len == 0 || pages as u64 > MAX_PAGES {
@@ -50,63 +49,9 @@ pub(crate) fn check_buffer(addr: usize, len: usize, access: u32) -> Result<(), c
     covered(lines, addr, end, write)
 }
 
-/// Faults in the pages of `[addr, addr + len)` for reading, or for writing with `write`
-/// (`ibv_advise_mr`'s prefetch): `EFAULT` if one cannot be accessed so. Without
-/// `MADV_POPULATE_*` there is nothing to do ahead: the pages come when an operation touches
-/// them.
-pub(crate) fn prefetch(addr: usize, len: usize, write: bool) -> Result<(), c_int> {
-    let end = addr.checked_add(len).ok_or(libc::EINVAL)?;
-    populate(addr, end, write).unwrap_or(Ok(()))
-}
-
-/// Faults in the pages of `[addr, end)` for reading, or for writing with `write`, as the
-/// kernel's pinning would: `Ok` if every page can be accessed so, `EFAULT` if one cannot
-/// (unmapped, protected, past a file's end, a device mapping), `None` if the kernel has no
-/// `MADV_POPULATE_*`.
+/// `softrdma::populate` with the kernel's errno: `EFAULT` for a page that cannot be had.
 fn populate(addr: usize, end: usize, write: bool) -> Option<Result<(), c_int>> {
-    static SUPPORTED: OnceLock<bool> = OnceLock::new();
-    let page = page_size();
-    let advise = |start: usize, len: usize, advice: c_int| {
-        // SAFETY: MADV_POPULATE_* only faults pages in, as touching them would: it changes no
-        // byte, maps and frees nothing; an address range that is not mapped is an error
-        // (ENOMEM), not undefined behaviour.
-        let rc = unsafe { libc::madvise(start as *mut libc::c_void, len, advice) };
-        if rc == 0 {
-            Ok(())
-        } else {
-            Err(std::io::Error::last_os_error().raw_os_error().unwrap_or(0))
-        }
-    };
-    // EINVAL means an unknown advice on kernels before 5.14, but also a device mapping: ask
-    // once, about a page that is surely mapped (this function's own stack).
-    let supported = *SUPPORTED.get_or_init(|| {
-        let here = std::ptr::addr_of!(page) as usize & !(page - 1);
-        advise(here, page, libc::MADV_POPULATE_READ) != Err(libc::EINVAL)
-    });
-    if !supported {
-        return None;
-    }
-    let start = addr & !(page - 1);
-    let advice = if write {
-        libc::MADV_POPULATE_WRITE
-    } else {
-        libc::MADV_POPULATE_READ
-    };
-    let mut result = advise(start, end - start, advice);
-    // Interrupted by a signal, or out of memory for a moment: try again, a few times.
-    for _ in 0..3 {
-        match result {
-            Err(libc::EINTR | libc::EAGAIN) => result = advise(start, end - start, advice),
-            _ => break,
-        }
-    }
-    Some(result.map_err(|_| libc::EFAULT))
-}
-
-/// The system's page size.
-fn page_size() -> usize {
-    // SAFETY: sysconf has no preconditions.
-    usize::try_from(unsafe { libc::sysconf(libc::_SC_PAGESIZE) }).unwrap_or(4096)
+    softrdma::populate(addr, end - addr, write).map(|r| r.map_err(|_| libc::EFAULT))
 }
 
 /// Whether the mappings listed in `maps` (lines of `/proc/PID/maps`, in address order) cover

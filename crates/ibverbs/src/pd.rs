@@ -197,11 +197,7 @@ unsafe fn register_memory(
         // Implicit on-demand paging: the whole address space, at its own addresses.
         // SAFETY: nothing is touched until an operation names an address, and every access
         // goes through the fault-catching copies (an unmapped address is an access error).
-        return unsafe {
-            pd.pd
-                .reg_mr_raw_iova(std::ptr::null_mut(), length, 0, flags)
-        }
-        .map_err(|e| reg_errno(&e));
+        return unsafe { pd.pd.reg_mr_implicit(flags) }.map_err(|e| reg_errno(&e));
     }
     if addr.is_null() || length == 0 {
         return Err(libc::EINVAL);
@@ -471,23 +467,25 @@ pub(crate) unsafe extern "C" fn advise_mr(
     let regions = crate::util::owned_by(p.ibv.context, Kind::Mr);
     for sge in sges {
         let end = sge.addr.checked_add(u64::from(sge.length));
-        let inside = regions.iter().any(|&h| {
+        // The on-demand region of `pd` the SGE lies in, and where in it.
+        let found = regions.iter().find_map(|&h| {
             // SAFETY: live MR handles are boxed `Mr`s.
             let m = unsafe { &*(h as *const Mr) };
             let start = m.ibv.addr as u64;
-            m.on_demand
+            let inside = m.on_demand
                 && m.ibv.lkey == sge.lkey
                 && std::ptr::eq(m.pd, p)
                 && sge.addr >= start
-                && end.is_some_and(|e| e - start <= m.ibv.length as u64)
+                && end.is_some_and(|e| e - start <= m.ibv.length as u64);
+            inside.then(|| (m, (sge.addr - start) as usize))
         });
-        if !inside || end.is_none() {
+        let Some((m, offset)) = found else {
             return libc::EINVAL;
-        }
-        if let (Some(write), true) = (fault_in, sge.length > 0) {
-            if let Err(e) = crate::mapping::prefetch(sge.addr as usize, sge.length as usize, write)
-            {
-                return e;
+        };
+        if let Some(write) = fault_in {
+            let mr = m.mr.lock().unwrap_or_else(|e| e.into_inner());
+            if mr.prefetch(offset, sge.length as usize, write).is_err() {
+                return libc::EFAULT;
             }
         }
     }

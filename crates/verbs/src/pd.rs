@@ -142,6 +142,24 @@ impl ProtectionDomain {
         self.register(memory, iova, ptr, len, access)
     }
 
+    /// Registers the whole address space of the process, at its own addresses (ibverbs'
+    /// implicit on-demand region: `ibv_reg_mr(pd, NULL, SIZE_MAX, … IBV_ACCESS_ON_DEMAND)`): a
+    /// peer holding the rkey may name any address. softrdma pins nothing, so every region is
+    /// on demand: a page is accessed when an operation reaches it, and one that is not mapped
+    /// (or not accessible as the operation needs) then is an access error for that operation,
+    /// never a fault of the process ([`MemoryRegion::prefetch`] faults pages in ahead).
+    ///
+    /// # Safety
+    /// As for [`reg_mr_raw`](Self::reg_mr_raw), for every byte of the address space: whatever
+    /// memory the rights let peers write may be written by them, and the program's own
+    /// accesses racing softrdma's must be atomics of the sizes that contract names. Give such
+    /// a region's rkey only to peers trusted with all of the process's memory.
+    pub unsafe fn reg_mr_implicit(&self, access: AccessFlags) -> Result<MemoryRegion, RegMrError> {
+        // SAFETY: forwarded from this function's contract; the null start with the whole
+        // length is the address space itself (`raw_memory` reads nothing at registration).
+        unsafe { self.reg_mr_raw_iova(std::ptr::null_mut(), usize::MAX, 0, access) }
+    }
+
     /// Registers `memory`, whose byte 0 is at `ptr` in this process and at `addr` for the
     /// device.
     pub(crate) fn register(

@@ -204,3 +204,50 @@ fn protected_memory_allows_what_its_protection_allows() {
     );
     assert_eq!(target.read_vec(PAGE, 64).unwrap(), vec![0x33; 64]);
 }
+
+/// On-demand paging in the Rust API: the implicit region (the whole address space) takes a
+/// remote WRITE and READ anywhere, and an access error for a page not mapped; prefetching
+/// faults pages in, fails for the unmapped one and for a range outside the region.
+#[test]
+fn the_implicit_region_and_prefetch() {
+    let (a, b) = (End::new("127.0.61.9"), End::new("127.0.61.10"));
+    let local = a.pd.reg_mr(PAGE, all_access()).unwrap();
+    let pages = Pages::new();
+    // SAFETY: the peer is this test, trusted with the address space; the pages are reached
+    // only through the region while operations run.
+    let all = unsafe { b.pd.reg_mr_implicit(all_access()) }.unwrap();
+    assert_eq!((all.addr(), all.len()), (0, usize::MAX));
+    let rkey = all.remote().rkey;
+    let start = pages.0 as u64;
+    all.prefetch(start as usize, 3 * PAGE, true).unwrap();
+    let (qa, _qb) = pair(&a, &b);
+    local.write(0, b"anywhere at all").unwrap();
+    qa.post_send([
+        wr::write(1, vec![local.sge(0, 15)], start + 100, rkey),
+        wr::read(2, vec![local.sge(512, 15)], start + 100, rkey),
+    ])
+    .unwrap();
+    assert_eq!(wait_one(&a.cq).status, WcStatus::Success);
+    assert_eq!(wait_one(&a.cq).status, WcStatus::Success);
+    assert_eq!(
+        all.read_vec(start as usize + 100, 15).unwrap(),
+        b"anywhere at all"
+    );
+    assert_eq!(local.read_vec(512, 15).unwrap(), b"anywhere at all");
+
+    pages.unmap_middle();
+    let hole = pages.hole() as usize;
+    assert_eq!(
+        all.prefetch(hole, PAGE, false),
+        Err(softrdma::PrefetchError::Inaccessible)
+    );
+    qa.post_send([wr::write(3, vec![local.sge(0, 8)], hole as u64, rkey)])
+        .unwrap();
+    assert_eq!(wait_one(&a.cq).status, WcStatus::RemAccessErr);
+    // A region of one page: prefetching past its end is refused.
+    assert_eq!(
+        local.prefetch(PAGE - 8, 16, false),
+        Err(softrdma::PrefetchError::OutOfRange)
+    );
+    local.prefetch(0, PAGE, true).unwrap();
+}
