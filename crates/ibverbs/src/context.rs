@@ -33,7 +33,7 @@ pub(crate) struct Context {
     /// SRQ id → `ibv_srq` address, likewise.
     pub srqs: Mutex<std::collections::HashMap<u32, usize>>,
     /// The XRC domains opened through files (see `crate::xrc`).
-    pub xrcd_files: crate::xrc::XrcdFiles,
+    pub xrcd_files: crate::xrcd::XrcdFiles,
 }
 
 impl Context {

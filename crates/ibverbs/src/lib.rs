@@ -77,3 +77,4 @@ mod tables;
 mod util;
 mod wr;
 mod xrc;
+mod xrcd;

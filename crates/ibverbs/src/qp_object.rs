@@ -44,7 +44,7 @@ pub(crate) struct Qp {
     /// Null for an XRC initiator created without one (it receives nothing) and a target.
     pub recv_cq: *mut Cq,
     /// The XRC domain handle a target QP was made or opened through (null otherwise).
-    pub xrcd: *mut crate::xrc::Xrcd,
+    pub xrcd: *mut crate::xrcd::Xrcd,
     pub sq_sig_all: bool,
     pub max_inline: u32,
     /// `send_ops_flags` of `ibv_create_qp_ex`: the `ibv_wr_*` operations allowed.

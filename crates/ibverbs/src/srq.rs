@@ -34,7 +34,7 @@ pub(crate) struct Srq {
 
 /// The C handles an XRC SRQ was made with (besides its PD).
 pub(crate) struct XrcParts {
-    pub xrcd: *mut crate::xrc::Xrcd,
+    pub xrcd: *mut crate::xrcd::Xrcd,
     pub cq: *mut crate::cq::Cq,
 }
 

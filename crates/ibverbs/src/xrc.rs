@@ -24,36 +24,8 @@ use crate::cq::Cq;
 use crate::pd::Pd;
 use crate::qp_object::{Qp, WrBatch};
 use crate::srq::Srq;
-use crate::util::{creating_user, fail_errno, fail_null, is_live, register, take_unused, Kind};
-
-/// A domain opened through a file: the file's (device, inode), for the context's table.
-type FileKey = (u64, u64);
-
-/// The domains a context has opened through files, and how many handles each has.
-pub(crate) type XrcdFiles = Mutex<HashMap<FileKey, (XrcDomain, usize)>>;
-
-/// An XRC domain handle: the C struct first.
-#[repr(C)]
-pub(crate) struct Xrcd {
-    pub ibv: ibv_xrcd,
-    pub xrcd: XrcDomain,
-    /// The file it was opened through, if any.
-    file: Option<FileKey>,
-    /// SRQs and target QPs made, or target QPs opened, through this handle.
-    pub users: AtomicUsize,
-}
-
-impl Xrcd {
-    /// The domain behind a live handle, or `EINVAL`.
-    pub(crate) fn from_handle<'a>(xrcd: *mut ibv_xrcd) -> Result<&'a Xrcd, c_int> {
-        if !is_live(xrcd, Kind::Xrcd) {
-            return Err(libc::EINVAL);
-        }
-        // SAFETY: live XRCD handles are boxed `Xrcd`s (the ibv_xrcd first) until
-        // ibv_close_xrcd.
-        Ok(unsafe { &*xrcd.cast::<Xrcd>() })
-    }
-}
+use crate::util::{creating_user, fail_errno, fail_null, register, take_unused, Kind};
+use crate::xrcd::{FileKey, Xrcd};
 
 fn files(ctx: &Context) -> MutexGuard<'_, HashMap<FileKey, (XrcDomain, usize)>> {
     ctx.xrcd_files.lock().unwrap_or_else(|e| e.into_inner())
@@ -274,7 +246,6 @@ fn hand_out_target(
 ) -> *mut ibv_qp {
     x.users.fetch_add(1, Ordering::AcqRel);
     let qpn = qp.qp_num();
-    let state = crate::qp::qp_state_code(qp.state());
     let p = Box::into_raw(Box::new(Qp {
         ibv: ibv_qp_ex {
             qp_base: ibv_qp {
@@ -286,7 +257,8 @@ fn hand_out_target(
                 srq: std::ptr::null_mut(),
                 handle: qpn,
                 qp_num: qpn,
-                state,
+                // A new QP is in RESET (IBV_QPS_RESET).
+                state: 0,
                 qp_type: IBV_QPT_XRC_RECV,
                 mutex: libc::PTHREAD_MUTEX_INITIALIZER,
                 cond: libc::PTHREAD_COND_INITIALIZER,
