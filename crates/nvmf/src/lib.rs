@@ -1,0 +1,4 @@
+//! NVMe over Fabrics on softrdma.
+#![forbid(unsafe_code)]
+
+pub mod wire;
