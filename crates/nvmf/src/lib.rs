@@ -1,4 +1,6 @@
 //! NVMe over Fabrics on softrdma.
 #![forbid(unsafe_code)]
 
+pub mod backend;
+pub mod controller;
 pub mod wire;
