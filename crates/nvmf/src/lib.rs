@@ -4,3 +4,5 @@
 pub mod backend;
 pub mod controller;
 pub mod wire;
+pub mod transport;
+pub mod host;
