@@ -3,6 +3,6 @@
 
 pub mod backend;
 pub mod controller;
-pub mod wire;
-pub mod transport;
 pub mod host;
+pub mod transport;
+pub mod wire;

@@ -177,7 +177,10 @@ pub fn run_bench(
             .collect();
         handles
             .into_iter()
-            .map(|h| h.join().unwrap_or_else(|_| Err(HostError::Transport("a bench thread panicked".into()))))
+            .map(|h| {
+                h.join()
+                    .unwrap_or_else(|_| Err(HostError::Transport("a bench thread panicked".into())))
+            })
             .collect()
     });
     let elapsed = start.elapsed();
@@ -233,7 +236,11 @@ fn one_queue(
     let mut rng = Rng(spec.seed ^ (part + 1).wrapping_mul(0x9e37_79b9_7f4a_7c15) | 1);
     let mut seq = 0u64;
     let data: Vec<u8> = (0..spec.block_size).map(|i| (i as u8) ^ 0x5a).collect();
-    let opcode = if spec.pattern.writes() { io::WRITE } else { io::READ };
+    let opcode = if spec.pattern.writes() {
+        io::WRITE
+    } else {
+        io::READ
+    };
     let depth = spec.depth.clamp(1, usize::from(q.queue().entries()));
     let mut sent: HashMap<u16, Instant> = HashMap::with_capacity(depth);
     let mut lat = Vec::new();
@@ -266,7 +273,11 @@ fn one_queue(
             };
             if !c.cqe.status.is_success() {
                 return Err(HostError::Status {
-                    command: if spec.pattern.writes() { "Write" } else { "Read" },
+                    command: if spec.pattern.writes() {
+                        "Write"
+                    } else {
+                        "Read"
+                    },
                     status: c.cqe.status,
                     dw0: c.cqe.dw0,
                 });

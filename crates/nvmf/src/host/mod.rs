@@ -178,7 +178,11 @@ fn fabrics_connect(
     };
     let data = d.emit();
     debug_assert_eq!(data.len(), CONNECT_DATA_LEN);
-    let done = q.execute("Connect", c.to_sqe(0, SglDescriptor::NONE), Data::Out(&data))?;
+    let done = q.execute(
+        "Connect",
+        c.to_sqe(0, SglDescriptor::NONE),
+        Data::Out(&data),
+    )?;
     Ok(done.cqe.dw0 as u16)
 }
 
@@ -260,7 +264,13 @@ impl RemoteController {
     }
 
     /// Reads `len` bytes of log page `log_id` from byte `offset`.
-    pub fn log_page(&self, log_id: u8, nsid: u32, offset: u64, len: usize) -> Result<Vec<u8>, HostError> {
+    pub fn log_page(
+        &self,
+        log_id: u8,
+        nsid: u32,
+        offset: u64,
+        len: usize,
+    ) -> Result<Vec<u8>, HostError> {
         if len == 0 || len % 4 != 0 {
             return Err(HostError::Invalid(format!("a log of {len} bytes")));
         }
@@ -351,8 +361,7 @@ impl RemoteController {
         let mut q = lock(&self.admin);
         prop_set_cc(&mut q, CC_ENABLE_NVM | CC_SHN_NORMAL)?;
         let deadline = Instant::now() + Duration::from_secs(5);
-        while prop_get(&mut q, property::CSTS, false)? as u32 & CSTS_SHST_MASK
-            != CSTS_SHST_COMPLETE
+        while prop_get(&mut q, property::CSTS, false)? as u32 & CSTS_SHST_MASK != CSTS_SHST_COMPLETE
         {
             if Instant::now() > deadline {
                 return Err(HostError::Timeout("CSTS.SHST"));
@@ -385,7 +394,10 @@ fn identify_sqe(cns_value: u8, nsid: u32) -> Sqe {
 }
 
 /// Sends Keep Alive every `kato / 2` until stopped.
-fn keep_alive_thread(admin: Arc<Mutex<HostQueue>>, kato_ms: u32) -> (Arc<AtomicBool>, JoinHandle<()>) {
+fn keep_alive_thread(
+    admin: Arc<Mutex<HostQueue>>,
+    kato_ms: u32,
+) -> (Arc<AtomicBool>, JoinHandle<()>) {
     let stop = Arc::new(AtomicBool::new(false));
     let flag = stop.clone();
     let period = Duration::from_millis(u64::from(kato_ms / 2).max(100));
@@ -436,7 +448,12 @@ impl IoQueue {
     }
 
     /// Reads `blocks` blocks of `ns` from `slba` (split at MDTS).
-    pub fn read(&mut self, ns: &NamespaceInfo, slba: u64, blocks: u64) -> Result<Vec<u8>, HostError> {
+    pub fn read(
+        &mut self,
+        ns: &NamespaceInfo,
+        slba: u64,
+        blocks: u64,
+    ) -> Result<Vec<u8>, HostError> {
         let per = self.blocks_per_command(ns);
         let mut out = Vec::with_capacity((blocks * ns.block_size) as usize);
         let mut lba = slba;
@@ -478,7 +495,13 @@ impl IoQueue {
 
     /// Write Zeroes over `nlb` blocks (at most 65536) at `slba`; `deallocate` lets the
     /// target drop them.
-    pub fn write_zeroes(&mut self, nsid: u32, slba: u64, nlb: u32, deallocate: bool) -> Result<(), HostError> {
+    pub fn write_zeroes(
+        &mut self,
+        nsid: u32,
+        slba: u64,
+        nlb: u32,
+        deallocate: bool,
+    ) -> Result<(), HostError> {
         let mut sqe = IoQueue::rw_sqe(io::WRITE_ZEROES, nsid, slba, nlb);
         if deallocate {
             sqe.cdw[2] |= 1 << 25;
@@ -501,7 +524,9 @@ impl IoQueue {
         sqe.nsid = nsid;
         sqe.cdw[0] = ranges.len() as u32 - 1;
         sqe.cdw[1] = 1 << 2;
-        self.q.execute("Dataset Management", sqe, Data::Out(&list)).map(|_| ())
+        self.q
+            .execute("Dataset Management", sqe, Data::Out(&list))
+            .map(|_| ())
     }
 
     fn blocks_per_command(&self, ns: &NamespaceInfo) -> u64 {

@@ -10,10 +10,11 @@ use std::time::{Duration, Instant};
 
 use softrdma::{
     wr, AccessFlags, CompletionQueue, MemoryRegion, MemoryWindow, MwBindInfo, MwType,
-    ProtectionDomain, QpInitAttr, QueuePair, SendFlags, SendWr, WcOpcode, WcStatus,
-    WorkCompletion,
+    ProtectionDomain, QpInitAttr, QueuePair, SendFlags, SendWr, WcOpcode, WcStatus, WorkCompletion,
 };
-use softrdma_rdmacm::{CmEventKind, CmId, CmService, ConnParam, EventChannel, PortSpace, RdmaQpType};
+use softrdma_rdmacm::{
+    CmEventKind, CmId, CmService, ConnParam, EventChannel, PortSpace, RdmaQpType,
+};
 
 use super::error::HostError;
 use super::HostConfig;
@@ -129,9 +130,19 @@ impl HostQueue {
             .or(config.source)
             .map(|ip| SocketAddr::new(ip, 0));
         id.resolve_addr(src, config.target)?;
-        expect(&ch, deadline, CmEventKind::AddrResolved, "address resolution")?;
+        expect(
+            &ch,
+            deadline,
+            CmEventKind::AddrResolved,
+            "address resolution",
+        )?;
         id.resolve_route()?;
-        expect(&ch, deadline, CmEventKind::RouteResolved, "route resolution")?;
+        expect(
+            &ch,
+            deadline,
+            CmEventKind::RouteResolved,
+            "route resolution",
+        )?;
         let transport = |e: String| HostError::Transport(e);
         let pd = id.pd().ok_or_else(|| transport("no device".into()))?;
         let device = id.device().ok_or_else(|| transport("no device".into()))?;
@@ -213,7 +224,10 @@ impl HostQueue {
             }
             other => return Err(transport(format!("unexpected {}", other.name()))),
         }
-        let reply = q.id.peer_param().map(|p| p.private_data).unwrap_or_default();
+        let reply =
+            q.id.peer_param()
+                .map(|p| p.private_data)
+                .unwrap_or_default();
         let reply = CmReply::parse(&reply)?;
         if reply.crqsize < entries {
             return Err(transport(format!(
@@ -279,7 +293,12 @@ impl HostQueue {
     /// Points `sqe` at its data: none, in the capsule, or the slot's buffer under its key
     /// (a window bound now, with `remote_invalidate`). Returns the work requests that must
     /// go before the command's SEND.
-    fn prepare(&mut self, cid: u16, sqe: &mut Sqe, data: Data<'_>) -> Result<Vec<SendWr>, HostError> {
+    fn prepare(
+        &mut self,
+        cid: u16,
+        sqe: &mut Sqe,
+        data: Data<'_>,
+    ) -> Result<Vec<SendWr>, HostError> {
         let slot = usize::from(cid);
         let (len, out) = match data {
             Data::None => (0, None),
@@ -301,7 +320,7 @@ impl HostQueue {
         }
         let transport = |e: String| HostError::Transport(e);
         let s = &mut self.slots[slot];
-        if s.buf.as_ref().is_none_or(|b| b.len() < len) {
+        if !s.buf.as_ref().is_some_and(|b| b.len() >= len) {
             let access = AccessFlags::LOCAL_WRITE
                 | AccessFlags::REMOTE_READ
                 | AccessFlags::REMOTE_WRITE
@@ -310,7 +329,11 @@ impl HostQueue {
             s.mw = None;
             s.mw_stale = false;
             let size = len.max(4096).next_power_of_two();
-            s.buf = Some(self.pd.reg_mr(size, access).map_err(|e| transport(e.to_string()))?);
+            s.buf = Some(
+                self.pd
+                    .reg_mr(size, access)
+                    .map_err(|e| transport(e.to_string()))?,
+            );
         }
         let Some(buf) = &s.buf else {
             return Err(transport("no buffer".into()));
@@ -326,7 +349,11 @@ impl HostQueue {
             return Ok(wrs);
         }
         if s.mw.is_none() {
-            s.mw = Some(self.pd.alloc_mw(MwType::Type2).map_err(|e| transport(e.to_string()))?);
+            s.mw = Some(
+                self.pd
+                    .alloc_mw(MwType::Type2)
+                    .map_err(|e| transport(e.to_string()))?,
+            );
         }
         let Some(mw) = &s.mw else {
             return Err(transport("no window".into()));
@@ -365,7 +392,10 @@ impl HostQueue {
         Ok(out)
     }
 
-    fn on_completion(&mut self, wc: &WorkCompletion) -> Result<Option<(u16, Completion)>, HostError> {
+    fn on_completion(
+        &mut self,
+        wc: &WorkCompletion,
+    ) -> Result<Option<(u16, Completion)>, HostError> {
         if wc.status == WcStatus::WrFlushErr {
             return Err(HostError::Transport("the queue was disconnected".into()));
         }

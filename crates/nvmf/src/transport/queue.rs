@@ -141,7 +141,9 @@ impl Queue {
     }
 
     fn post_recv(&self, i: usize) -> Result<(), End> {
-        let sge = self.recv_mr.sge(i * self.capsule_len, self.capsule_len as u32);
+        let sge = self
+            .recv_mr
+            .sge(i * self.capsule_len, self.capsule_len as u32);
         self.qp
             .post_recv([wr::recv(RECV | i as u64, vec![sge])])
             .map_err(|e| End::Fatal(format!("post_recv: {e}")))
@@ -212,7 +214,9 @@ impl Queue {
                 };
                 let len = slot.plan.len() as usize;
                 let data = match &slot.buf {
-                    Some(buf) => buf.read_vec(0, len).map_err(|e| End::Fatal(e.to_string()))?,
+                    Some(buf) => buf
+                        .read_vec(0, len)
+                        .map_err(|e| End::Fatal(e.to_string()))?,
                     None => Vec::new(),
                 };
                 self.execute(tag, &data)
@@ -376,9 +380,11 @@ impl Queue {
         }
         let cqe = self.session.cqe(slot.sqe.cid, &r).emit();
         let mut wrs = Vec::with_capacity(2);
-        if let (DataPlan::Keyed { addr, len, key, .. }, Some(buf), true) =
-            (slot.plan, &slot.buf, r.status.is_success() && !r.data.is_empty())
-        {
+        if let (DataPlan::Keyed { addr, len, key, .. }, Some(buf), true) = (
+            slot.plan,
+            &slot.buf,
+            r.status.is_success() && !r.data.is_empty(),
+        ) {
             let n = r.data.len().min(len as usize);
             buf.write(0, &r.data[..n])
                 .map_err(|e| End::Fatal(e.to_string()))?;

@@ -10,7 +10,9 @@ use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
 use softrdma::Device;
-use softrdma_rdmacm::{CmEventKind, CmId, CmService, ConnParam, EventChannel, PortSpace, RdmaQpType};
+use softrdma_rdmacm::{
+    CmEventKind, CmId, CmService, ConnParam, EventChannel, PortSpace, RdmaQpType,
+};
 
 use super::queue::{Queue, QueueShared};
 use crate::controller::{
@@ -127,7 +129,11 @@ impl std::fmt::Debug for Target {
 impl Target {
     /// Listens on `config.addr` and serves hosts on threads of its own.
     pub fn start(config: TargetConfig) -> Result<Target, TargetError> {
-        let registry = Arc::new(Registry::new(config.addr, config.subsystems, config.limits)?);
+        let registry = Arc::new(Registry::new(
+            config.addr,
+            config.subsystems,
+            config.limits,
+        )?);
         let ch = EventChannel::new();
         let listen = CmId::new(&ch, PortSpace::Tcp, RdmaQpType::Rc);
         let listen_err = |source| TargetError::Listen {
