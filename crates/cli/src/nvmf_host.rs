@@ -84,7 +84,7 @@ enum Cmd {
         #[arg(long, value_parser = parse_size)]
         size: u64,
         /// Where to (default: stdout).
-        #[arg(short = 'o', long)]
+        #[arg(short = 'd', long = "data")]
         output: Option<PathBuf>,
     },
     /// Write a file (or stdin) to blocks.
@@ -95,7 +95,7 @@ enum Cmd {
         #[arg(long, default_value_t = 0)]
         lba: u64,
         /// What to write (default: stdin); padded with zeros to whole blocks.
-        #[arg(short = 'i', long = "input")]
+        #[arg(short = 'd', long = "data")]
         input: Option<PathBuf>,
     },
     /// Write a pseudo-random pattern, read it back and compare.

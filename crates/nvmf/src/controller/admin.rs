@@ -6,9 +6,10 @@ use std::net::SocketAddr;
 use std::sync::atomic::Ordering;
 use std::time::Instant;
 
-use super::session::{Outcome, Request, Response};
-use super::state::{ERROR_LOG_ENTRIES, MAX_AERS};
-use super::{Controller, Registry, MAX_QUEUE_SIZE};
+use super::registry::Registry;
+use super::request::{Outcome, Request, Response};
+use super::state::{Controller, ERROR_LOG_ENTRIES, MAX_AERS};
+use super::subsystem::{ADMIN_QUEUE_SIZE, MAX_QUEUE_SIZE};
 use crate::wire::cqe::Status;
 use crate::wire::fabrics::{property, Property};
 use crate::wire::identify::{
@@ -291,7 +292,7 @@ pub(crate) fn discovery_log(registry: &Registry, ctrl: &Controller) -> Discovery
         treq: TREQ_DISABLE_SQFLOW,
         portid: 1,
         cntlid: 0xffff,
-        asqsz: super::ADMIN_QUEUE_SIZE,
+        asqsz: ADMIN_QUEUE_SIZE,
         trsvcid: port.port().to_string(),
         subnqn: nqn.into(),
         traddr: port.ip().to_string(),

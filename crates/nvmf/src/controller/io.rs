@@ -4,8 +4,9 @@
 
 use std::sync::Arc;
 
-use super::session::{Request, Response};
-use super::{Controller, IoCounters, Namespace};
+use super::request::{Request, Response};
+use super::state::Controller;
+use super::subsystem::{IoCounters, Namespace};
 use crate::wire::cqe::Status;
 use crate::wire::sqe::{io, offset, Sqe};
 

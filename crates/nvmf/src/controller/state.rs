@@ -6,7 +6,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use super::{lock, Limits, Subsystem};
+use super::subsystem::{lock, Limits, Subsystem};
 use crate::wire::cqe::Status;
 use crate::wire::fabrics::{
     CC_EN, CC_SHN_MASK, CSTS_CFS, CSTS_RDY, CSTS_SHST_COMPLETE, CSTS_SHST_MASK,

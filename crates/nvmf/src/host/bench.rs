@@ -5,8 +5,9 @@
 use std::collections::HashMap;
 use std::time::{Duration, Instant};
 
+use super::controller::{IoQueue, NamespaceInfo};
+use super::error::HostError;
 use super::queue::Data;
-use super::{HostError, IoQueue, NamespaceInfo};
 use crate::wire::sqe::io;
 
 /// What a job does.

@@ -16,8 +16,8 @@ use softrdma_rdmacm::{
     CmEventKind, CmId, CmService, ConnParam, EventChannel, PortSpace, RdmaQpType,
 };
 
+use super::config::HostConfig;
 use super::error::HostError;
-use super::HostConfig;
 use crate::wire::cqe::{Cqe, CQE_LEN};
 use crate::wire::rdma_cm::{CmReject, CmReply, CmRequest};
 use crate::wire::sgl::{SglDescriptor, KEYED_MAX_LEN};
@@ -288,6 +288,49 @@ impl HostQueue {
             .post_send(wrs)
             .map_err(|e| HostError::Transport(format!("post_send: {e}")))?;
         Ok(cid)
+    }
+
+    /// Sends `sqe` exactly as given (only its cid replaced by a free one) followed by
+    /// `extra` bytes of in-capsule data, whatever its data pointer says: for probing how a
+    /// target answers commands a well-behaved host would not send. Returns the cid.
+    pub fn submit_capsule(&mut self, mut sqe: Sqe, extra: &[u8]) -> Result<u16, HostError> {
+        if SQE_LEN + extra.len() > self.capsule_len {
+            return Err(HostError::Invalid(format!(
+                "{} bytes of in-capsule data",
+                extra.len()
+            )));
+        }
+        let Some(cid) = self.free.pop() else {
+            return Err(HostError::Invalid("the queue is full".into()));
+        };
+        sqe.cid = cid;
+        self.slots[usize::from(cid)].busy = Some((0, None));
+        let mut capsule = sqe.emit().to_vec();
+        capsule.extend_from_slice(extra);
+        self.send_bytes(usize::from(cid), &capsule)?;
+        Ok(cid)
+    }
+
+    /// SENDs `bytes` as a capsule from ring slot `slot` (no command is tracked).
+    fn send_bytes(&mut self, slot: usize, bytes: &[u8]) -> Result<(), HostError> {
+        let at = slot * self.capsule_len;
+        self.cmd_mr
+            .write(at, bytes)
+            .map_err(|e| HostError::Transport(e.to_string()))?;
+        let sge = self.cmd_mr.sge(at, bytes.len() as u32);
+        self.qp
+            .post_send([wr::send(SEND | slot as u64, vec![sge])])
+            .map_err(|e| HostError::Transport(format!("post_send: {e}")))
+    }
+
+    /// SENDs a capsule of `bytes` that is not a whole command (shorter than 64 bytes, say):
+    /// a target drops the queue, as nvmet-rdma does.
+    pub fn send_runt(&mut self, bytes: &[u8]) -> Result<(), HostError> {
+        let slot = self.free.last().copied().unwrap_or(0);
+        self.send_bytes(
+            usize::from(slot),
+            &bytes[..bytes.len().min(self.capsule_len)],
+        )
     }
 
     /// Points `sqe` at its data: none, in the capsule, or the slot's buffer under its key

@@ -16,8 +16,8 @@ use softrdma::{
 use softrdma_rdmacm::CmId;
 
 use super::pool::BufferPool;
-use super::target::StatsInner;
-use super::{map_sgl, DataPlan};
+use super::sgl::{map_sgl, DataPlan};
+use super::stats::StatsInner;
 use crate::controller::{Outcome, QueueHandle, Registry, Request, Response, Session};
 use crate::wire::cqe::Status;
 use crate::wire::sqe::{offset, DataDirection, Sqe, SQE_LEN};
