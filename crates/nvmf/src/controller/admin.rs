@@ -203,7 +203,10 @@ pub(crate) fn identify_controller(registry: &Registry, ctrl: &Controller) -> Ide
         mdts: limits.mdts,
         cntlid: ctrl.cntlid,
         ver: VERSION,
-        oaes: 0,
+        // Namespace attribute notices (I/O) and discovery log changes (discovery), as
+        // nvmet: Linux's host then configures them and keeps an AER outstanding. None is
+        // ever raised: the namespaces and the log do not change while the target runs.
+        oaes: if discovery { 1 << 31 } else { 1 << 8 },
         ctratt: 1 | 1 << 6,
         cntrltype: if discovery {
             cntrltype::DISCOVERY

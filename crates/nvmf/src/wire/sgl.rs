@@ -87,7 +87,9 @@ impl SglDescriptor {
         let id = b[15];
         let (kind, subtype) = (id >> 4, id & 0xf);
         match kind {
-            TYPE_DATA_BLOCK if b[12..15] == [0, 0, 0] => SglDescriptor::DataBlock {
+            // Bytes 12..15 are reserved, and ignored: Linux's host leaves the key of the
+            // command slot's previous keyed descriptor there when it sends in-capsule data.
+            TYPE_DATA_BLOCK => SglDescriptor::DataBlock {
                 address: le64(b, 0),
                 length: le32(b, 8),
                 subtype,
@@ -177,6 +179,14 @@ mod tests {
         assert_eq!(b[15], 0x01);
         assert_eq!(&b[8..12], &4096u32.to_le_bytes());
         assert_eq!(SglDescriptor::parse(&b), d);
+    }
+
+    /// An in-capsule write of Linux's host (from a capture of it writing to softrdma's
+    /// target): 8 KiB at offset 0, with a stale key byte in the reserved bytes.
+    #[test]
+    fn test_in_capsule_descriptor_with_dirty_reserved_bytes() {
+        let bytes = [0, 0, 0, 0, 0, 0, 0, 0, 0, 0x20, 0, 0, 0xe5, 0, 0, 0x01];
+        assert_eq!(SglDescriptor::parse(&bytes), SglDescriptor::in_capsule(0, 8192));
     }
 
     #[test]
