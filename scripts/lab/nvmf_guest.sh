@@ -25,7 +25,9 @@ connect() { # ADDR NQN
 fs() { # ADDR NQN
   local addr=$1 nqn=$2 i ok
   connect "$addr" "$nqn" || return 1
-  mkfs.ext4 -q -F "$NS_DEV" || { echo "mkfs.ext4 failed"; nvme disconnect -n "$nqn"; return 1; }
+  mkfs.ext4 -q -F "$NS_DEV" || {
+    echo "mkfs.ext4 failed"; dmesg | grep -i "nvme\|rxe" | tail -20; nvme disconnect -n "$nqn"; return 1
+  }
   mkdir -p /mnt/ns && mount "$NS_DEV" /mnt/ns || { nvme disconnect -n "$nqn"; return 1; }
   for i in $(seq 8); do dd if=/dev/urandom of=/mnt/ns/f$i bs=1M count=2 status=none; done
   (cd /mnt/ns && sha256sum f*) > /tmp/sums
@@ -39,6 +41,7 @@ fs() { # ADDR NQN
   umount /mnt/ns
   nvme disconnect -n "$nqn"
   [ $ok = 1 ] && echo "fs: mounted again after reconnecting, checksums equal"
+  [ $ok = 1 ] || dmesg | grep -i "nvme\|rxe" | tail -20
   [ $ok = 1 ]
 }
 

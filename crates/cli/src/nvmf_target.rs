@@ -55,6 +55,10 @@ pub(crate) struct Args {
     /// In-capsule data an I/O command may carry, bytes (0 to 65536, a multiple of 16).
     #[arg(long, default_value_t = 8192, value_parser = in_capsule)]
     in_capsule: u32,
+    /// Answer with plain SENDs even when the host asks for remote invalidation (the host
+    /// then invalidates its keys itself).
+    #[arg(long)]
+    no_remote_invalidate: bool,
     /// Write every RoCEv2 datagram of the device to this pcap file (`softrdma decode`).
     #[arg(long, value_name = "FILE")]
     pcap: Option<PathBuf>,
@@ -160,6 +164,7 @@ fn serve(args: &Args) -> Result<(), String> {
     config.limits = Limits {
         max_io_queues: args.max_io_queues,
         in_capsule_data: args.in_capsule,
+        remote_invalidate: !args.no_remote_invalidate,
         ..Limits::default()
     };
     if let Some(pcap) = &args.pcap {

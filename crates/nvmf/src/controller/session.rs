@@ -80,10 +80,10 @@ impl Session {
 
     /// The checks before a command's data is fetched: reserved flags, and a first command
     /// that is not a Connect. `Err` is the response to send.
-    pub fn precheck(&mut self, sqe: &Sqe, now: Instant) -> Result<(), Response> {
+    pub fn precheck(&mut self, sqe: &Sqe) -> Result<(), Response> {
         self.advance_head();
         if let Some(c) = &self.ctrl {
-            c.touch(now);
+            c.touch();
         }
         if sqe.flags & FUSE_MASK != 0 || sqe.flags & PSDT_MASK != PSDT_SGL {
             return Err(self.failed(
@@ -255,7 +255,6 @@ impl Session {
         if self.sqhd_disabled {
             self.sqhd = 0;
         }
-        ctrl.touch(now);
         let cntlid = ctrl.cntlid;
         self.ctrl = Some(ctrl);
         Response::dw0(u32::from(cntlid))

@@ -57,7 +57,9 @@ struct State {
     cc: u32,
     csts: u32,
     kato_ms: u32,
-    last_traffic: Instant,
+    /// Start of the current keep alive window, and whether a command came in it.
+    window_start: Instant,
+    traffic: bool,
     /// Set Features Number of Queues' grant (I/O queues); the maximum until set.
     io_queues: u16,
     async_event_config: u32,
@@ -103,7 +105,8 @@ impl Controller {
                 cc: 0,
                 csts: 0,
                 kato_ms,
-                last_traffic: now,
+                window_start: now,
+                traffic: false,
                 io_queues: limits.max_io_queues,
                 async_event_config: 0,
                 aers: Vec::new(),
@@ -172,23 +175,36 @@ impl Controller {
     pub(crate) fn set_kato(&self, ms: u32, now: Instant) {
         let mut s = lock(&self.state);
         s.kato_ms = ms;
-        s.last_traffic = now;
+        s.window_start = now;
+        s.traffic = false;
     }
 
-    /// Any command restarts the keep alive timer (traffic based keep alive, CTRATT bit 6,
-    /// as nvmet-rdma advertises): a busy host need not send Keep Alive.
-    pub(crate) fn touch(&self, now: Instant) {
-        lock(&self.state).last_traffic = now;
+    /// A command arrived (any command: traffic based keep alive, CTRATT bit 6, as
+    /// nvmet-rdma advertises), or a queue came or went: the host is alive.
+    pub(crate) fn touch(&self) {
+        lock(&self.state).traffic = true;
         self.commands.fetch_add(1, Ordering::Relaxed);
     }
 
-    /// Whether no command came within the keep alive timeout.
+    /// The keep alive check, as nvmet runs it: once per timeout, the controller expires if
+    /// no command came in the window just ended, else a new window begins. A silent host is
+    /// found between one and two timeouts after its last command: a Keep Alive delayed by a
+    /// retransmission or two on a lossy path does not cost the host its controller.
     pub fn keep_alive_expired(&self, now: Instant) -> bool {
-        let s = lock(&self.state);
-        s.torn_down.is_none()
-            && s.kato_ms != 0
-            && now.saturating_duration_since(s.last_traffic)
-                > Duration::from_millis(u64::from(s.kato_ms))
+        let mut s = lock(&self.state);
+        if s.torn_down.is_some() || s.kato_ms == 0 {
+            return false;
+        }
+        let kato = Duration::from_millis(u64::from(s.kato_ms));
+        if now.saturating_duration_since(s.window_start) < kato {
+            return false;
+        }
+        if s.traffic {
+            s.traffic = false;
+            s.window_start = now;
+            return false;
+        }
+        true
     }
 
     /// I/O queues granted.
@@ -245,12 +261,15 @@ impl Controller {
             return Err(Status::CONNECT_CONTROLLER_BUSY.dnr());
         }
         s.queues.insert(qid, handle);
+        s.traffic = true;
         Ok(())
     }
 
     /// Queue `qid` went away.
     pub(crate) fn detach(&self, qid: u16) {
-        lock(&self.state).queues.remove(&qid);
+        let mut s = lock(&self.state);
+        s.queues.remove(&qid);
+        s.traffic = true;
     }
 
     /// The connected queues' ids.

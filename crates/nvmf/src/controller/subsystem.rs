@@ -219,6 +219,9 @@ pub struct Limits {
     pub in_capsule_data: u32,
     /// MDTS: a command moves at most 4 KiB << mdts.
     pub mdts: u8,
+    /// Answer a host that asks for its key's invalidation with SEND with Invalidate (as
+    /// nvmet-rdma does); without it the host invalidates the key itself.
+    pub remote_invalidate: bool,
 }
 
 impl Default for Limits {
@@ -229,6 +232,7 @@ impl Default for Limits {
             max_io_queues: 64,
             in_capsule_data: 8192,
             mdts: 8,
+            remote_invalidate: true,
         }
     }
 }

@@ -76,6 +76,7 @@ pub(crate) struct Queue {
     capsule_len: usize,
     in_capsule_max: usize,
     max_transfer: u32,
+    remote_invalidate: bool,
     session: Session,
     pool: BufferPool,
     slots: Vec<Option<Slot>>,
@@ -123,6 +124,7 @@ impl Queue {
             capsule_len,
             in_capsule_max,
             max_transfer: limits.max_transfer(),
+            remote_invalidate: limits.remote_invalidate,
             session: Session::new(registry.clone(), qid, entries, shared.clone()),
             pool: BufferPool::new(pd, budget),
             slots: Vec::new(),
@@ -262,7 +264,7 @@ impl Queue {
         };
         self.stats.capsules.fetch_add(1, Ordering::Relaxed);
         let icd = &bytes[SQE_LEN..];
-        if let Err(r) = self.session.precheck(&sqe, Instant::now()) {
+        if let Err(r) = self.session.precheck(&sqe) {
             let tag = self.new_slot(sqe, DataPlan::None);
             return self.respond(tag, r);
         }
@@ -393,7 +395,7 @@ impl Queue {
                 ..wr::write(WRITE | tag as u64, vec![buf.sge(0, n as u32)], addr, key)
             });
         }
-        let op = match slot.plan.invalidate() {
+        let op = match slot.plan.invalidate().filter(|_| self.remote_invalidate) {
             Some(rkey) => SendOp::SendWithInv { rkey },
             None => SendOp::Send,
         };

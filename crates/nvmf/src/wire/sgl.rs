@@ -186,7 +186,10 @@ mod tests {
     #[test]
     fn test_in_capsule_descriptor_with_dirty_reserved_bytes() {
         let bytes = [0, 0, 0, 0, 0, 0, 0, 0, 0, 0x20, 0, 0, 0xe5, 0, 0, 0x01];
-        assert_eq!(SglDescriptor::parse(&bytes), SglDescriptor::in_capsule(0, 8192));
+        assert_eq!(
+            SglDescriptor::parse(&bytes),
+            SglDescriptor::in_capsule(0, 8192)
+        );
     }
 
     #[test]
