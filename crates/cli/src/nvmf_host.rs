@@ -11,7 +11,8 @@ use std::time::Duration;
 use clap::{Args as ClapArgs, Subcommand};
 use softrdma::{Device, DeviceConfig};
 use softrdma_nvmf::host::{
-    run_bench, BenchSpec, HostConfig, HostError, NamespaceInfo, Pattern, RemoteController,
+    random_bytes, run_bench, BenchSpec, HostConfig, HostError, NamespaceInfo, Pattern,
+    RemoteController,
 };
 use softrdma_nvmf::transport::NVMF_PORT;
 use softrdma_nvmf::wire::fabrics::DISCOVERY_NQN;
@@ -374,16 +375,8 @@ fn verify(c: &Conn, lba: u64, size: u64) -> Result<(), String> {
         ));
     }
     let mut q = ctrl.io_queue(1).map_err(err)?;
-    // xorshift bytes: a pattern no earlier run left behind.
-    let mut x = 0x9e37_79b9_7f4a_7c15u64 ^ size ^ std::process::id() as u64;
-    let data: Vec<u8> = (0..size)
-        .map(|_| {
-            x ^= x << 13;
-            x ^= x >> 7;
-            x ^= x << 17;
-            x as u8
-        })
-        .collect();
+    let seed = size ^ u64::from(std::process::id()) << 32 ^ lba;
+    let data = random_bytes(seed, size as usize);
     let t = std::time::Instant::now();
     q.write(&ns, lba, &data).map_err(err)?;
     q.flush(ns.nsid).map_err(err)?;

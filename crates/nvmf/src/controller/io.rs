@@ -63,16 +63,27 @@ fn media_error(ctrl: &Controller, status: Status, slba: u64, e: &std::io::Error)
     }
 }
 
-fn read_write(ctrl: &Controller, req: &Request<'_>) -> Response {
-    let sqe = req.sqe;
-    let ns = match namespace(ctrl, sqe.nsid) {
-        Ok(ns) => ns,
-        Err(r) => return r,
-    };
+/// The blocks a Read, Write or Write Zeroes names (SLBA in dwords 10-11, NLB 0's based in
+/// dword 12), as a namespace and a byte range of it.
+struct Blocks<'a> {
+    ns: &'a Arc<Namespace>,
+    slba: u64,
+    at: u64,
+    len: u64,
+}
+
+fn blocks<'a>(ctrl: &'a Controller, sqe: &Sqe) -> Result<Blocks<'a>, Response> {
+    let ns = namespace(ctrl, sqe.nsid)?;
     let slba = u64::from(sqe.cdw(10)) | u64::from(sqe.cdw(11)) << 32;
     let nlb = u64::from(sqe.cdw(12) & 0xffff) + 1;
-    let (at, len) = match byte_range(ns, slba, nlb) {
-        Ok(r) => r,
+    let (at, len) = byte_range(ns, slba, nlb)?;
+    Ok(Blocks { ns, slba, at, len })
+}
+
+fn read_write(ctrl: &Controller, req: &Request<'_>) -> Response {
+    let sqe = req.sqe;
+    let Blocks { ns, slba, at, len } = match blocks(ctrl, sqe) {
+        Ok(b) => b,
         Err(r) => return r,
     };
     if len > u64::from(ctrl.limits.max_transfer()) {
@@ -128,14 +139,8 @@ fn flush(ctrl: &Controller, sqe: &Sqe) -> Response {
 }
 
 fn write_zeroes(ctrl: &Controller, sqe: &Sqe) -> Response {
-    let ns = match namespace(ctrl, sqe.nsid) {
-        Ok(ns) => ns,
-        Err(r) => return r,
-    };
-    let slba = u64::from(sqe.cdw(10)) | u64::from(sqe.cdw(11)) << 32;
-    let nlb = u64::from(sqe.cdw(12) & 0xffff) + 1;
-    let (at, len) = match byte_range(ns, slba, nlb) {
-        Ok(r) => r,
+    let Blocks { ns, slba, at, len } = match blocks(ctrl, sqe) {
+        Ok(b) => b,
         Err(r) => return r,
     };
     let done = if sqe.cdw(12) & DEAC != 0 {

@@ -18,6 +18,14 @@ use crate::wire::sqe::{admin, io, Sqe};
 
 const NQN: &str = "nqn.2026-12.io.softrdma:test";
 const HOST: &str = "nqn.2014-08.org.nvmexpress:uuid:test-host";
+/// The admin queue's Connect fields: record format 0, 32 entries, no keep alive timeout.
+const ADMIN_CONNECT: Connect = Connect {
+    recfmt: 0,
+    qid: 0,
+    sqsize: 31,
+    cattr: 0,
+    kato: 0,
+};
 
 #[derive(Default)]
 struct Handle(AtomicUsize);
@@ -113,6 +121,16 @@ impl Q {
     }
 }
 
+/// A Property Get of `offset`, 8 bytes wide or 4.
+fn get_sqe(eight_bytes: bool, offset: u32) -> Sqe {
+    let p = Property {
+        eight_bytes,
+        offset,
+        value: 0,
+    };
+    p.to_sqe(false, 4)
+}
+
 /// An admin queue connected to the NVM subsystem and enabled.
 fn enabled_admin(reg: &Arc<Registry>) -> Q {
     let mut a = Q::new(reg, 0, 32);
@@ -125,6 +143,16 @@ fn enabled_admin(reg: &Arc<Registry>) -> Q {
         Status::SUCCESS
     );
     a
+}
+
+/// An enabled admin queue and I/O queue 1 of `entries` connected to its controller.
+fn io_queue(reg: &Arc<Registry>, entries: u16) -> (Q, Q) {
+    let a = enabled_admin(reg);
+    let cntlid = a.s.controller().unwrap().cntlid;
+    let mut q = Q::new(reg, 1, entries);
+    let r = q.connect(NQN, HOST, cntlid, entries - 1);
+    assert!(r.status.is_success());
+    (a, q)
 }
 
 fn rw(opcode: u8, slba: u64, nlb: u16) -> Sqe {
@@ -159,15 +187,8 @@ fn test_admin_connect_enable_and_properties() {
     assert_eq!(a.prop(false, property::CC, 0).dw0, CC_ENABLE_NVM);
     assert_eq!(a.prop(false, property::CSTS, 0).dw0, CSTS_RDY);
     // A 4-byte read of CAP, a write of CSTS, an unknown offset: Invalid Field.
-    let bad = Property {
-        eight_bytes: false,
-        offset: property::CAP,
-        value: 0,
-    };
-    assert_eq!(
-        a.run(&bad.to_sqe(false, 4), &[], 0).status,
-        Status::INVALID_FIELD.dnr()
-    );
+    let bad = get_sqe(false, property::CAP);
+    assert_eq!(a.run(&bad, &[], 0).status, Status::INVALID_FIELD.dnr());
     assert_eq!(
         a.prop(true, property::CSTS, 1).status,
         Status::INVALID_FIELD.dnr()
@@ -213,13 +234,7 @@ fn test_connect_rejections_name_the_field() {
         );
     }
     // Connect data of the wrong length.
-    let c = Connect {
-        recfmt: 0,
-        qid: 0,
-        sqsize: 31,
-        cattr: 0,
-        kato: 0,
-    };
+    let c = ADMIN_CONNECT;
     let r = a.run(&c.to_sqe(1, SglDescriptor::NONE), &[0; 512], 512);
     assert_eq!(r.status, Status::SGL_DATA_LENGTH_INVALID.dnr());
     // Record format 1.
@@ -485,13 +500,7 @@ fn test_logs_features_keep_alive_aer() {
 fn test_discovery_controller() {
     let reg = registry(vec![HOST.into()]);
     let mut a = Q::new(&reg, 0, 32);
-    let c = Connect {
-        recfmt: 0,
-        qid: 0,
-        sqsize: 31,
-        cattr: 0,
-        kato: 0,
-    };
+    let c = ADMIN_CONNECT;
     let d = ConnectData {
         hostid: [1; 16],
         cntlid: CNTLID_DYNAMIC,
@@ -585,10 +594,7 @@ fn test_discovery_controller() {
 #[test]
 fn test_io_commands() {
     let reg = registry(Vec::new());
-    let a = enabled_admin(&reg);
-    let cntlid = a.s.controller().unwrap().cntlid;
-    let mut q = Q::new(&reg, 1, 128);
-    assert!(q.connect(NQN, HOST, cntlid, 127).status.is_success());
+    let (_a, mut q) = io_queue(&reg, 128);
     let data: Vec<u8> = (0..4096u32).map(|i| (i * 7) as u8).collect();
     assert!(q
         .run(&rw(io::WRITE, 10, 8), &data, 4096)
@@ -668,24 +674,14 @@ fn test_io_commands() {
     prp.flags = 0;
     assert_eq!(q.run(&prp, &[], 512).status, Status::INVALID_FIELD.dnr());
     // Property Get on an I/O queue.
-    let p = Property {
-        eight_bytes: true,
-        offset: property::CAP,
-        value: 0,
-    };
-    assert_eq!(
-        q.run(&p.to_sqe(false, 1), &[], 0).status,
-        Status::INVALID_OPCODE.dnr()
-    );
+    let get_cap = get_sqe(true, property::CAP);
+    assert_eq!(q.run(&get_cap, &[], 0).status, Status::INVALID_OPCODE.dnr());
 }
 
 #[test]
 fn test_sq_head_wraps_at_the_queue_size() {
     let reg = registry(Vec::new());
-    let a = enabled_admin(&reg);
-    let cntlid = a.s.controller().unwrap().cntlid;
-    let mut q = Q::new(&reg, 1, 4);
-    assert!(q.connect(NQN, HOST, cntlid, 3).status.is_success());
+    let (_a, mut q) = io_queue(&reg, 4);
     let heads: Vec<u16> = (0..5)
         .map(|_| {
             let r = q.run(&rw(io::READ, 0, 1), &[], 512);

@@ -137,16 +137,40 @@ impl BenchReport {
     }
 }
 
-/// xorshift64*: offsets for random jobs, reproducible from the seed.
-struct Rng(u64);
+/// PCG32 (O'Neill's PCG-XSH-RR): random offsets and data, the same for the same seed.
+struct Pcg32(u64);
 
-impl Rng {
-    fn next(&mut self) -> u64 {
-        self.0 ^= self.0 >> 12;
-        self.0 ^= self.0 << 25;
-        self.0 ^= self.0 >> 27;
-        self.0.wrapping_mul(0x2545_f491_4f6c_dd1d)
+impl Pcg32 {
+    fn new(seed: u64) -> Pcg32 {
+        let mut p = Pcg32(seed.wrapping_add(0x1405_7b7e_f767_814f));
+        p.next_u32();
+        p
     }
+
+    fn next_u32(&mut self) -> u32 {
+        let old = self.0;
+        self.0 = old
+            .wrapping_mul(0x5851_f42d_4c95_7f2d)
+            .wrapping_add(0x1405_7b7e_f767_814f);
+        let xorshifted = (((old >> 18) ^ old) >> 27) as u32;
+        xorshifted.rotate_right((old >> 59) as u32)
+    }
+
+    fn next(&mut self) -> u64 {
+        u64::from(self.next_u32()) << 32 | u64::from(self.next_u32())
+    }
+}
+
+/// `len` pseudo-random bytes from `seed`: data no earlier run left on a namespace, which
+/// a verify then expects back.
+pub fn random_bytes(seed: u64, len: usize) -> Vec<u8> {
+    let mut rng = Pcg32::new(seed);
+    let mut out = Vec::with_capacity(len + 4);
+    while out.len() < len {
+        out.extend_from_slice(&rng.next_u32().to_le_bytes());
+    }
+    out.truncate(len);
+    out
 }
 
 /// Runs `spec` on each queue (a thread per queue) against namespace `ns`.
@@ -234,7 +258,7 @@ fn one_queue(
     let nlb = spec.block_size as u64 / ns.block_size;
     let slots = ns.blocks / nlb;
     let (first, span) = (slots * part / parts, (slots / parts).max(1));
-    let mut rng = Rng(spec.seed ^ (part + 1).wrapping_mul(0x9e37_79b9_7f4a_7c15) | 1);
+    let mut rng = Pcg32::new(spec.seed ^ (part + 1).wrapping_mul(0x9e37_79b9_7f4a_7c15));
     let mut seq = 0u64;
     let data: Vec<u8> = (0..spec.block_size).map(|i| (i as u8) ^ 0x5a).collect();
     let opcode = if spec.pattern.writes() {
@@ -288,4 +312,55 @@ fn one_queue(
     }
     q.disconnect();
     Ok((lat.len() as u64, lat))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn test_random_bytes_repeat_for_a_seed() {
+        let a = random_bytes(7, 1001);
+        assert_eq!(a.len(), 1001);
+        assert_eq!(a, random_bytes(7, 1001));
+        assert_ne!(a, random_bytes(8, 1001));
+        assert!(a.windows(2).any(|w| w[0] != w[1]));
+    }
+
+    #[test]
+    fn test_latency_statistics() {
+        let mut ns: Vec<u64> = (1..=1000).rev().map(|us| us * 1000).collect();
+        let l = latency(&mut ns);
+        assert_eq!((l.min, l.max), (1.0, 1000.0));
+        assert_eq!(l.mean, 500.5);
+        assert_eq!((l.p50, l.p99, l.p999), (501.0, 991.0, 1000.0));
+        assert_eq!(latency(&mut []), Latency::default());
+    }
+
+    #[test]
+    fn test_fio_summary() {
+        let r = BenchReport {
+            spec: BenchSpec {
+                pattern: Pattern::RandRead,
+                block_size: 4096,
+                depth: 32,
+                duration: Duration::from_secs(1),
+                seed: 1,
+            },
+            queues: 1,
+            ios: 25_600,
+            bytes: 25_600 * 4096,
+            elapsed: Duration::from_secs(1),
+            latency: Latency::default(),
+        };
+        let s = r.fio_summary();
+        assert!(
+            s.starts_with("randread: (g=0): rw=randread, bs=(R) 4096B-4096B"),
+            "{s}"
+        );
+        assert!(
+            s.contains("read: IOPS=25.6k, BW=100MiB/s (105MB/s)(100MiB/1000msec)"),
+            "{s}"
+        );
+    }
 }

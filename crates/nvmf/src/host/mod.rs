@@ -10,7 +10,7 @@ mod controller;
 mod error;
 mod queue;
 
-pub use bench::{run_bench, BenchReport, BenchSpec, Latency, Pattern};
+pub use bench::{random_bytes, run_bench, BenchReport, BenchSpec, Latency, Pattern};
 pub use config::HostConfig;
 pub use controller::{IoQueue, NamespaceInfo, RemoteController};
 pub use error::HostError;
