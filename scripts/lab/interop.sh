@@ -7,8 +7,10 @@
 # exec), cm.sh (the CM machine's probe against ucmatose), rping.sh, ucmatose.sh and
 # udaddy.sh (softrdma rping / ucmatose / udaddy against librdmacm's), rdmacm.sh (the
 # unmodified librdmacm tools and perftest -R through softrdma exec), errpaths.sh (RC error
-# paths, crafted packet by crafted packet, on rxe and on softrdma) and shared.sh (two
-# processes on the host's one address against two guests at once), one after the other;
+# paths, crafted packet by crafted packet, on rxe and on softrdma), shared.sh (two
+# processes on the host's one address against two guests at once) and nvmf.sh (NVMe over
+# Fabrics: the kernel's host against softrdma's target, softrdma's host against the kernel's
+# target), one after the other; nvmf.sh again with LAB_LOSS=3;
 # then ibverbs.sh again with `softrdma exec --loss 0.05` (fault injection against rxe), and
 # perf.sh again with `--cc dcqcn` on softrdma's side (a subset), as rxe has no CC.
 # Without SOFTRDMA_LAB each part prints why it skips and exits 0. Exit status: 0 if every
@@ -20,9 +22,12 @@ if [ -z "${SOFTRDMA_LAB:-}" ]; then
   exit 0
 fi
 rc=0
-for part in pingpong perf ibverbs cm rping ucmatose udaddy rdmacm errpaths shared; do
+for part in pingpong perf ibverbs cm rping ucmatose udaddy rdmacm errpaths shared nvmf; do
   bash "$HERE/$part.sh" || rc=1
 done
+# NVMe-oF under 3 % loss each way: the kernel's and softrdma's RC recovery under a block
+# device, a file system and the keep alive timer.
+LAB_LOSS=3 bash "$HERE/nvmf.sh" || rc=1
 # softrdma's own fault injection against rxe: 5 % of the host device's datagrams lost each
 # way, and ib_write_bw still completes both ways. Not the pingpongs: they end without a
 # handshake, so under loss the ACK of one side's last SEND can be lost after the other side

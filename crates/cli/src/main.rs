@@ -18,6 +18,8 @@ mod fuzz_pcap_read;
 #[cfg(test)]
 mod fuzz_stable;
 mod limits;
+mod nvmf_host;
+mod nvmf_target;
 mod oob;
 mod perf;
 mod pingpong;
@@ -60,6 +62,15 @@ enum Command {
     /// Exit status: the program's; 1 if the address's UDP port 4791 is taken, 2 if the
     /// library is missing, 127 if the program cannot be run.
     Exec(exec::Args),
+    /// An NVMe over Fabrics host (RDMA): discover, identify, read, write, verify, bench.
+    ///
+    /// Exit status: 0 on success, 1 on any failure, 2 on usage errors.
+    Nvmf(nvmf_host::Args),
+    /// An NVMe over Fabrics target (RDMA, port 4420): a discovery controller and an NVM
+    /// subsystem whose namespaces are files or memory, for Linux's `nvme connect -t rdma`.
+    ///
+    /// Exit status: 0 after --duration, 1 if the target could not start, 2 on usage errors.
+    NvmfTarget(nvmf_target::Args),
     /// perftest's benchmarks (write-bw, read-bw, send-bw, atomic-bw, write-lat, read-lat,
     /// send-lat, atomic-lat), interoperable with perftest's `ib_*` programs.
     ///
@@ -102,6 +113,8 @@ fn main() -> ExitCode {
         Command::Decode(args) => decode::run(args),
         Command::Devinfo(args) => devinfo::run(args),
         Command::Exec(args) => exec::run(args),
+        Command::Nvmf(args) => nvmf_host::run(args),
+        Command::NvmfTarget(args) => nvmf_target::run(args),
         Command::Perf(args) => perf::run(args),
         Command::Pingpong(args) if args.srq => srq_pingpong::run(args),
         Command::Pingpong(args) => pingpong::run(args),

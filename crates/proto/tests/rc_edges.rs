@@ -551,3 +551,79 @@ fn a_packet_built_over_an_older_one_carries_nothing_of_it() {
         .verify(pkt)
         .unwrap();
 }
+
+/// A duplicate READ whose repeat the responder queues, then a SEND_WITH_INV that revokes the
+/// window the READ read through, both before the repeat leaves (an NVMe-oF target's stale
+/// READ retransmission reaching the host after the response that invalidated its key, under
+/// loss): the requester completed the READ long ago, so the repeat is dropped, not answered
+/// with a remote access NAK that fails both QPs.
+#[test]
+fn a_stale_duplicate_read_through_a_revoked_window_is_dropped() {
+    let mut net = Net::new(2);
+    let [a, b] = net.rc_pair_on([None, None]);
+    let data = pattern(6, 4 * 1024);
+    net.write_mem(1, 0, &data);
+    let pd = net.nodes[1].pd;
+    let mw = net.nodes[1].engine.alloc_mw(pd, MwType::Type2).unwrap();
+    let bind = MwBind {
+        mw_rkey: mw,
+        new_rkey: (mw & !0xff) | u32::from((mw as u8).wrapping_add(1)),
+        mr_lkey: net.nodes[1].key,
+        addr: BASE,
+        length: 4 * 1024,
+        access: AccessFlags::REMOTE_READ,
+    };
+    let rkey = bind.new_rkey;
+    let bind_wr = rdma(9, SendOp::BindMw(bind), vec![]);
+    net.nodes[1].engine.post_send(net.now, b, bind_wr).unwrap();
+    net.run();
+    net.completions(1);
+    let read = rdma(
+        1,
+        SendOp::RdmaRead {
+            remote_addr: BASE,
+            rkey,
+        },
+        vec![net.sge(0, 0, 4 * 1024)],
+    );
+    net.nodes[0].engine.post_send(net.now, a, read).unwrap();
+    let request = drain(&mut net, 0).remove(0);
+    deliver(&mut net, 0, 1, &request);
+    for p in drain(&mut net, 1) {
+        deliver(&mut net, 1, 0, &p);
+    }
+    assert_eq!(net.completions(0)[0].status, WcStatus::Success);
+    assert_eq!(net.read_mem(0, 0, 4 * 1024), data);
+    // The requester ends its use of the window; a stale copy of its READ arrives first.
+    net.recv(1, b, 20, 0x8000, 64);
+    let inv = rdma(
+        2,
+        SendOp::SendWithInv { rkey },
+        vec![net.sge(0, 0x8000, 16)],
+    );
+    net.nodes[0].engine.post_send(net.now, a, inv).unwrap();
+    let send = drain(&mut net, 0);
+    deliver(&mut net, 0, 1, &request);
+    for p in &send {
+        deliver(&mut net, 0, 1, p);
+    }
+    let answers = drain(&mut net, 1);
+    for (_, p) in &answers {
+        let pkt = PacketRepr::parse(p).unwrap();
+        assert!(
+            !matches!(pkt.ext.aeth, Some(a) if a.syndrome != softrdma_wire::Syndrome::ACK),
+            "no NAK: {:?}",
+            pkt.ext.aeth
+        );
+    }
+    for p in &answers {
+        deliver(&mut net, 1, 0, p);
+    }
+    net.run_for(Duration::from_millis(10));
+    let recv = net.completions(1);
+    assert_eq!(recv[0].invalidated_rkey, Some(rkey));
+    assert_eq!(net.completions(0)[0].status, WcStatus::Success);
+    assert_eq!(net.nodes[1].engine.qp(b).unwrap().state(), QpState::Rts);
+    assert_eq!(net.nodes[0].engine.qp(a).unwrap().state(), QpState::Rts);
+    assert!(net.drops(1, DropReason::Duplicate) >= 1);
+}

@@ -8,6 +8,7 @@ use crate::access::AccessFlags;
 use crate::io::Transmit;
 use crate::qp::responder_state::{Output, Resource};
 use crate::qp::{Ctx, QueuePair};
+use crate::stats::DropReason;
 
 impl QueuePair {
     pub(super) fn execute_read(
@@ -88,6 +89,7 @@ impl QueuePair {
         out: &mut Vec<u8>,
     ) -> Option<Transmit> {
         let Some(Output::Read {
+            start,
             pd,
             psn,
             rkey,
@@ -95,7 +97,6 @@ impl QueuePair {
             remaining,
             first,
             msn,
-            ..
         }) = self.resp.output.front().copied()
         else {
             return None;
@@ -124,6 +125,20 @@ impl QueuePair {
         } else {
             match check_remote_in(self, pd, ctx.mrs, rkey, va, n, AccessFlags::REMOTE_READ) {
                 Ok((mr, off)) => Some((mr.memory.clone(), off)),
+                Err(_) if self.resp.replayed.contains(&start) => {
+                    // A repeat for a duplicate request, whose key has been invalidated (or
+                    // region deregistered) since the duplicate came: the requester got the
+                    // first answer and completed the READ — it could not have revoked the
+                    // key after a READ still waiting for data — so the repeat is dropped
+                    // rather than failing the connection. rxe, whose resource holds the
+                    // region, sends the old bytes again. (NVMe-oF over a lossy path: a
+                    // target's stale READ retransmission reaches the host after the SEND
+                    // with Invalidate that ended the command.)
+                    self.resp.output.pop_front();
+                    self.resp.replayed.retain(|&p| p != start);
+                    ctx.stats.drop(DropReason::Duplicate);
+                    return None;
+                }
                 Err(_) => {
                     self.nak_read_access(ctx, psn);
                     return None;
