@@ -15,6 +15,7 @@ use std::sync::{Arc, Condvar, Mutex, MutexGuard, OnceLock, Weak};
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant as WallClock};
 
+use softrdma::farewell::{Farewell, Farewells};
 use softrdma::{
     wr, AddressHandle, AhAttr, CompletionQueue, Device, DeviceConfig, MemoryRegion,
     ProtectionDomain, QpInitAttr, QueuePair, WcOpcode, WcStatus, WeakDevice, WorkCompletion,
@@ -95,6 +96,9 @@ pub(crate) struct State {
     /// Ids looked up while the lock is held, released after it: dropping the last handle of
     /// an id runs the CM, which needs the lock.
     hold: Vec<Arc<dyn Endpoint>>,
+    /// What the CM would send if the process ended now, where another process finds it
+    /// (`softrdma::farewell`): made with the first connection; `None` inside if it cannot be.
+    farewells: Option<Option<Farewells<softrdma_cm::ib::CmId>>>,
 }
 
 impl State {
@@ -281,6 +285,7 @@ impl Service {
                 next_send: 0,
                 pending: VecDeque::new(),
                 hold: Vec::new(),
+                farewells: None,
             }),
             sending: AtomicUsize::new(0),
             stop: AtomicBool::new(false),
@@ -330,7 +335,40 @@ impl Service {
                 self.on_event(st, now, e);
             }
             if !progressed {
-                return;
+                break;
+            }
+        }
+        self.keep_farewells(st);
+    }
+
+    /// Writes down each connection's farewell that changed: what the kernel's CM would send
+    /// for it if this process died now (see `softrdma::farewell`).
+    fn keep_farewells(&self, st: &mut State) {
+        let changes = st.cm.farewell_changes();
+        if changes.is_empty() {
+            return;
+        }
+        let file = st.farewells.get_or_insert_with(|| {
+            Farewells::create(self.device.ip())
+                .map_err(|e| {
+                    tracing::debug!(
+                        "rdma_cm: no farewell file (a killed process's peers will not be \
+                         told): {e}"
+                    )
+                })
+                .ok()
+        });
+        let Some(file) = file else { return };
+        for (id, mad) in changes {
+            let said = mad.and_then(|m| {
+                Some(Farewell {
+                    dst: m.dst.to_ip()?,
+                    dst_qpn: m.dst_qpn,
+                    mad: m.mad,
+                })
+            });
+            if let Err(e) = file.set(id, said.as_ref()) {
+                tracing::debug!("rdma_cm: farewell not written: {e}");
             }
         }
     }
