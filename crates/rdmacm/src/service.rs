@@ -322,7 +322,8 @@ impl Service {
 
     /// Sends every MAD the CM has queued and turns its events into the ids' events (doing
     /// for the consumer what librdmacm does inside the library: the active side's QP goes to
-    /// RTR and RTS on the REP and the RTU leaves at once; a disconnected QP goes to ERR).
+    /// RTR and RTS on the REP and the RTU leaves at once; a disconnected or rejected QP goes
+    /// to ERR).
     fn pump(&self, st: &mut State, now: Instant) {
         loop {
             let mut progressed = false;
@@ -404,13 +405,17 @@ impl Service {
             RdmaEventKind::Rejected {
                 reason,
                 private_data,
-            } => st.pending.push_back((
-                id,
-                CmEventKind::Rejected {
-                    reason,
-                    private_data,
-                },
-            )),
+            } => {
+                // librdmacm moves a rejected id's QP to the error state (ucma_modify_qp_err).
+                id.qp_to_error();
+                st.pending.push_back((
+                    id,
+                    CmEventKind::Rejected {
+                        reason,
+                        private_data,
+                    },
+                ));
+            }
             RdmaEventKind::Unreachable { .. } => {
                 st.pending.push_back((id, CmEventKind::Unreachable))
             }
