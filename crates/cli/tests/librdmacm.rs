@@ -266,6 +266,28 @@ impl Drop for Guard {
     }
 }
 
+/// An rping server on `ip` that reports its connections' events (`-d`), `-P` if
+/// `persistent`, listening.
+fn rping_server(ip: &str, persistent: bool) -> Guard {
+    let mut args = vec!["-s", "-a", ip, "-d"];
+    if persistent {
+        args.push("-P");
+    }
+    Guard(Some(start_server(exec(ip, "rping", &args), ip, "rping -s")))
+}
+
+/// An rping server (`-d`) ends by itself within 15 s, having reported the disconnect.
+fn ends_disconnected(server: Guard, what: &str) {
+    let s = finish(server.take(), what, Duration::from_secs(15));
+    let text =
+        String::from_utf8_lossy(&s.stdout).into_owned() + &String::from_utf8_lossy(&s.stderr);
+    assert!(
+        text.contains("server DISCONNECT EVENT"),
+        "{what}:\n{}",
+        show(&s)
+    );
+}
+
 fn kill9(pid: u32) {
     let st = Command::new("kill").args(["-9", &pid.to_string()]).status();
     assert!(st.is_ok_and(|s| s.success()), "kill -9 {pid}");
@@ -298,11 +320,7 @@ fn endless_rping_client(ip: &str, server_ip: &str) -> (Child, Receiver<String>) 
 #[test]
 fn a_killed_client_is_disconnected_from_its_rping_server() {
     let ip = "127.0.70.40";
-    let server = Guard(Some(start_server(
-        exec(ip, "rping", &["-s", "-a", ip, "-d"]),
-        ip,
-        "rping -s",
-    )));
+    let server = rping_server(ip, false);
     let (client, _lines) = endless_rping_client("127.0.70.41", ip);
     kill9(program_of(&client));
     let c = finish(client, "the killed rping client", Duration::from_secs(10));
@@ -314,14 +332,7 @@ fn a_killed_client_is_disconnected_from_its_rping_server() {
             "exec dies of its program's signal"
         );
     }
-    let s = finish(
-        server.take(),
-        "rping -s after its client was killed",
-        Duration::from_secs(15),
-    );
-    let text =
-        String::from_utf8_lossy(&s.stdout).into_owned() + &String::from_utf8_lossy(&s.stderr);
-    assert!(text.contains("server DISCONNECT EVENT"), "{}", show(&s));
+    ends_disconnected(server, "rping -s after its client was killed");
 }
 
 /// A persistent rping server (`-P`) whose client is killed gets the disconnect and serves the
@@ -329,11 +340,7 @@ fn a_killed_client_is_disconnected_from_its_rping_server() {
 #[test]
 fn a_persistent_rping_server_serves_on_after_its_client_is_killed() {
     let ip = "127.0.70.42";
-    let mut server = Guard(Some(start_server(
-        exec(ip, "rping", &["-s", "-P", "-a", ip, "-d"]),
-        ip,
-        "rping -s -P",
-    )));
+    let mut server = rping_server(ip, true);
     let lines = watch(server.get());
     let (client, _) = endless_rping_client("127.0.70.43", ip);
     kill9(program_of(&client));
@@ -366,23 +373,12 @@ fn a_persistent_rping_server_serves_on_after_its_client_is_killed() {
 #[test]
 fn a_killed_exec_takes_its_program_along_and_its_neighbour_speaks_for_it() {
     let ip = "127.0.70.44";
-    let server = Guard(Some(start_server(
-        exec(ip, "rping", &["-s", "-a", ip, "-d"]),
-        ip,
-        "rping -s",
-    )));
+    let server = rping_server(ip, false);
     let (client, _lines) = endless_rping_client(ip, ip);
     let program = program_of(&client);
     kill9(client.id());
     let _ = finish(client, "the killed exec", Duration::from_secs(10));
-    let s = finish(
-        server.take(),
-        "rping -s after its client's exec was killed",
-        Duration::from_secs(15),
-    );
-    let text =
-        String::from_utf8_lossy(&s.stdout).into_owned() + &String::from_utf8_lossy(&s.stderr);
-    assert!(text.contains("server DISCONNECT EVENT"), "{}", show(&s));
+    ends_disconnected(server, "rping -s after its client's exec was killed");
     let status = std::fs::read_to_string(format!("/proc/{program}/status")).unwrap_or_default();
     assert!(
         status.is_empty() || status.contains("zombie"),

@@ -45,8 +45,8 @@ use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicU32, Ordering};
 
 use softrdma_udp::{Config, Ecn, RoceSocket, Transmit, ROCEV2_UDP_PORT};
-use softrdma_wire::mad::{GSI_QKEY, GSI_QPN, MAD_LEN};
-use softrdma_wire::{Bth, Deth, ExtHeaders, IcrcContext, Opcode, PacketRepr, Psn};
+use softrdma_wire::mad::{gsi_packet, MAD_LEN};
+use softrdma_wire::{IcrcContext, Psn};
 
 mod supervise;
 pub use supervise::{exit_as, run_and_speak};
@@ -366,17 +366,7 @@ fn send(ip: IpAddr, farewells: &[Farewell]) -> io::Result<usize> {
     let sport = socket.local_addr().port();
     let mut sent = 0;
     for f in farewells {
-        let packet = PacketRepr {
-            bth: Bth::new(Opcode::UD_SEND_ONLY, f.dst_qpn, Psn::ZERO),
-            ext: ExtHeaders {
-                deth: Some(Deth {
-                    qkey: GSI_QKEY,
-                    src_qpn: GSI_QPN,
-                }),
-                ..ExtHeaders::default()
-            },
-            payload: &f.mad,
-        };
+        let packet = gsi_packet(f.dst_qpn, Psn::ZERO, &f.mad);
         let mut buf = vec![0u8; packet.buffer_len()];
         packet.emit(&mut buf);
         IcrcContext::new(ip, f.dst, sport, ROCEV2_UDP_PORT)
