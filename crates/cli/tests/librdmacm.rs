@@ -1,8 +1,10 @@
 //! Debian's unmodified librdmacm programs (rdmacm-utils: rping, ucmatose, udaddy, mckey,
 //! cmtime, rdma_server/rdma_client, riostream), perftest's `-R` and libfabric's verbs
 //! provider run through `softrdma exec` on softrdma's `librdmacm.so.1`, each against itself
-//! on loopback, checked by its own exit status and success output. Addresses 127.0.70.x (and
-//! the host's own address for libfabric, whose server and client share it).
+//! on loopback, checked by its own exit status and success output; and what becomes of a
+//! connection whose peer is killed (its farewell, sent by exec or a neighbour on the address).
+//! Addresses 127.0.70.x (and the host's own address for libfabric, whose server and client
+//! share it).
 //!
 //! Needs `libibverbs.so.1` and `librdmacm.so.1` in the binary's directory (`cargo build
 //! --workspace`, which `cargo test --workspace` does), rdmacm-utils, perftest and
