@@ -13,7 +13,7 @@
 //! - If the caller is killed (`SIGKILL`), the program is killed with it (parent-death
 //!   signal), as it would be killed were it the caller itself; nobody speaks for it then.
 //! - When the program ends, the farewells of every process that died with some left are
-//!   said ([`super::speak_for_the_dead`]), then the caller exits with the program's status,
+//!   said ([`super::speak_for_the_dead`](super::file::speak_for_the_dead)), then the caller exits with the program's status,
 //!   or dies of the signal the program died of (without a core dump of its own).
 
 use std::io;
@@ -60,7 +60,7 @@ pub fn run_and_speak(cmd: &mut Command) -> io::Result<ExitStatus> {
     // SAFETY: restores the mask saved above.
     unsafe { libc::pthread_sigmask(libc::SIG_SETMASK, &old, std::ptr::null_mut()) };
     let status = result?;
-    super::speak_for_the_dead(None);
+    super::file::speak_for_the_dead(None);
     Ok(status)
 }
 

@@ -200,7 +200,7 @@ impl SharedAddress {
         drop(locked);
         tracing::debug!(%addr, slot, members = t.members.len(), "joined shared address");
         if reaped {
-            crate::farewell::speak_for_the_dead(Some(addr.ip()));
+            crate::farewell::file::speak_for_the_dead(Some(addr.ip()));
         }
         let probe_socket = UdpSocket::bind((addr.ip(), 0)).map_err(|e| table.error(e))?;
         let state = Arc::new(State {
@@ -502,7 +502,7 @@ fn maintain(state: &State) {
     loop {
         match state.tick() {
             Ok(true) => {
-                crate::farewell::speak_for_the_dead(Some(state.addr.ip()));
+                crate::farewell::file::speak_for_the_dead(Some(state.addr.ip()));
             }
             Ok(false) => {}
             Err(e) => {
