@@ -21,7 +21,16 @@
 #   rdma_server / rdma_client ("rdma_server: end 0", "rdma_client: end 0")
 #   ib_write_bw -R, ib_read_lat -R, ib_send_bw -R, ib_atomic_bw -R (-d softrdma0 on this
 #     host, -d rxe0 -x 1 in the guest; result rows with plausible figures, except the
-#     passive ib_read_lat server, which prints none)
+#     passive ib_read_lat server, which prints none). With this host as the client, Debian's
+#     perftest 4.5-0.17 mostly meets its own rdma_cm race against the slow TCG guest (and
+#     under loss, rarely, the guest's client against this host's server); such a run is
+#     repeated, and a cell whose every attempt met it reads RACE, not PASS, and does not fail
+#     the run: see "perftest 4.5-0.17's race" below for what is checked first.
+#   rping-killed: an rping client pinging without end is killed (kill -9) after 5 s; its
+#     server must end by itself at once (rping ends on RDMA_CM_EVENT_DISCONNECTED), and the
+#     capture must show the dead client's DREQ: sent by the guest kernel's CM for a guest
+#     client, and by `softrdma exec` from the farewell the client's CM left (see
+#     softrdma::farewell) for a host client.
 # then rping, ucmatose and ib_write_bw -R again with RDMACM_LOSS percent (default 3) of the
 # RoCEv2 datagrams to and from this host dropped at random both ways (common.sh's set_loss,
 # nftables in the namespace): they must still pass.
@@ -35,8 +44,8 @@
 # (testdata/conformance/write_bw_cm.pcap: 16 such frames; 0 with them disabled).
 #
 # Environment: SOFTRDMA_LAB (required), RDMACM_OUT (default target/lab/rdmacm), RDMACM_CASES
-# (a subset of: rping rping-S65000 ucmatose udaddy mckey cmtime rdma_server ib_write_bw
-# ib_read_lat ib_send_bw ib_atomic_bw loss; default all), RDMACM_LOSS (default 3),
+# (a subset of: rping rping-S65000 ucmatose udaddy mckey cmtime rdma_server rping-killed
+# ib_write_bw ib_read_lat ib_send_bw ib_atomic_bw loss; default all), RDMACM_LOSS (default 3),
 # RDMACM_ITERS (perftest -n, default 200), GUEST_TIMEOUT (default 150), LAB_NS (default
 # rxe-rdmacm), LAB_TAPS (default "c1 c2"), CARGO_TARGET_DIR, CARGO_BUILD_JOBS.
 # LAB_LOSS is not used (the loss applies to the loss runs only).
@@ -67,7 +76,7 @@ HOST_IP=10.88.0.1
 G=10.88.0.11
 MCAST=239.88.0.1
 ITERS=${RDMACM_ITERS:-200}
-CASES=${RDMACM_CASES:-rping rping-S65000 ucmatose udaddy mckey cmtime rdma_server ib_write_bw ib_read_lat ib_send_bw ib_atomic_bw loss}
+CASES=${RDMACM_CASES:-rping rping-S65000 ucmatose udaddy mckey cmtime rdma_server rping-killed ib_write_bw ib_read_lat ib_send_bw ib_atomic_bw loss}
 OUT=${RDMACM_OUT:-$ROOT/target/lab/rdmacm}
 CONSOLE=${RXE_LAB_BUILD:-/var/tmp/rxe-lab}/logs/$GUEST.log
 SHARE=$OUT/share
@@ -141,6 +150,15 @@ ok_lat() { # bytes iters t_min t_max t_typical ...: 0 < t_min <= t_typical <= t_
   done <<< "$r"
 }
 ok_norows() { [ -z "$(rows "$1")" ] && grep -q 'Data ex. method : rdma_cm' "$1"; }
+# The killed rping client: it pinged, was killed as planned, and its side's DREQ is on the wire.
+ok_killed_client() {
+  local src=$G
+  case $1 in *.host.log) src=$HOST_IP ;; esac
+  [ "$(pings "$1")" -ge 3 ] && grep -q 'rping-client-killed' "$1" &&
+    [ -n "$(tshark -r "${1%.*.log}.wire.pcap" -Y "ip.src == $src && infiniband.mad.attributeid == 0x0015" 2>/dev/null | head -1)" ]
+}
+# Its server: it served pings and ended by itself, without errors.
+ok_killed_server() { [ "$(pings "$1")" -ge 3 ] && ! grep -qiE 'mismatch|error|still running' "$1"; }
 
 # brief LOG -> the line that best shows the outcome
 brief() {
@@ -220,7 +238,7 @@ run() {
     # it reports the disconnect, and softrdma's CM, which lives in the host process, answers
     # nothing once that process has exited (a DREP lost under LAB loss is not resent).
     local gwrap="$gcmd" grace=160
-    case $case in ib_*) grace=30 ;; esac
+    case $case in ib_*) grace=30 ;; rping-killed) grace=20 ;; esac
     [ "$case" = cmtime ] || gwrap="$gcmd & s=\$!; while kill -0 \$s 2>/dev/null && [ ! -e /mnt/share/stop ]; do sleep 0.3; done; for i in \$(seq $grace); do kill -0 \$s 2>/dev/null || break; sleep 0.5; done; kill \$s 2>/dev/null && echo 'rdmacm.sh: server still running $((grace / 2)) s after its client ended: killed'; wait \$s"
     GUEST_SHARE=$SHARE "$LAB/guest.sh" "$GUEST" "$G" "echo ${READY%-*}''-${READY##*-}; $gwrap; $FOOT" \
       > "$OUT/$TAG.guest.log" 2>&1 &
@@ -280,49 +298,111 @@ pair() {
   run "$c" host-client "$hc" "$gs" "$cck" "$sck"
 }
 
-# perftest 4.5-0.17's race (host client, guest server). With -R the client first connects a
+# perftest 4.5-0.17's race (mostly host client, guest server). With -R the client first connects a
 # control QP, exchanges versions and keys over it, and then at once sends the REQ of the test
-# QP; the server, meanwhile, closes its control listener and listens again on the same port.
-# softrdma's client is so much faster than the TCG guest that its second REQ often arrives
-# before the new listener: rxe answers REJ reason 8 (no listener), as it would to any fast
-# client. perftest means to retry that (10 times, 100 ms apart: rdma_cm_client_connection),
-# but in 4.5-0.17 the first failure destroys the ids, the event channel and the nodes, and the
-# retries reuse them (rdma_resolve_addr on a destroyed id: "Failed to resolve RDMA CM
-# address", then "Failed to destroy RDMA CM ID number 0"; with the kernel's librdmacm that is
-# a use after free). Upstream fixed it in perftest 3d9d8d0 ("Fix crashes and logical flaws in
-# RDMA CM connection retry"). Not an interop fault: such a run is repeated with a fresh
-# guest, up to PERFTEST_ATTEMPTS times; the attempts show in the result, earlier attempts'
-# logs and captures stay in OUT as *.attemptN.*.
+# QP; the server, meanwhile, destroyed its control listener when it accepted, and listens again
+# on the same port only once its last key SEND is acknowledged. softrdma's client sends that
+# REQ about 0.4 ms after its ACK of the server's last SEND (rxe's client in a TCG guest takes
+# 3.8 ms: testdata/conformance/write_bw_cm.pcap), before the TCG guest listens again: rxe
+# answers REJ reason 8 (no listener), as any IB CM answers any fast client. perftest means to
+# retry that (10 times, 100 ms apart: rdma_cm_client_connection), but in 4.5-0.17 the first
+# failure destroys the ids, the event channel and the node array, and the retry reuses them:
+# rdma_resolve_addr on a freed id read from a freed array. softrdma's librdmacm answers EINVAL
+# ("Failed to resolve RDMA CM address", then "Failed to destroy RDMA CM ID number 0"); the
+# kernel's librdmacm dereferences it: the same race provoked rxe to rxe (perftest_race.sh:
+# the server guest made slower than its client) ends in "Segmentation fault". Upstream fixed
+# the retry in perftest 3d9d8d0 ("Fix crashes and logical flaws in RDMA CM connection retry",
+# first released in 26.04.17: it reallocates the nodes and ids before each retry), which no
+# Debian perftest has yet. So, not an interop fault, and nothing softrdma can do without
+# slowing its client down on purpose: a run that fails exactly so is repeated with a fresh
+# guest, up to PERFTEST_ATTEMPTS times, and if every attempt fails so, the cell reads RACE
+# (with the timing of the last attempt) and does not fail the run. Exactly so means all of:
+# the client's log shows REJECTED with status 8 and then 0.17's broken retry; the capture
+# shows the guest accepted the control connection, and its REJ reason 8 answered our next
+# REQ, sent after our ACK of its last SEND. Earlier attempts' logs and captures stay in OUT
+# as *.attemptN.*.
+# The same race can hit the other direction under loss: a lost ACK of softrdma's last key
+# SEND holds softrdma's server back for its retransmission (about 30 ms), and rxe's client,
+# which moves on once it has received the SEND, sends its test REQ first (REJ 8 from this
+# host; the guest's rxe-retry then runs a second client against the test listener). A
+# host-server run that failed with that on the wire (our REP for the control connection,
+# then our REJ 8 to the guest's next REQ) is repeated likewise.
 PERFTEST_ATTEMPTS=${RDMACM_PERFTEST_ATTEMPTS:-4}
-perftest_race() { # TAG -> 0 if the run failed by that race
-  grep -q 'Event: RDMA_CM_EVENT_REJECTED; error: 8' "$OUT/$1.host.log" &&
-    grep -q 'Failed to resolve RDMA CM address' "$OUT/$1.host.log" &&
-    guest_accepted "$OUT/$1.wire.pcap"
+# race_timing PCAP SERVER CLIENT -> the timing of the race if the capture shows it (status 0):
+# SERVER accepted the control connection, and answered CLIENT's next REQ with REJ 8
+race_timing() {
+  tshark -r "$1" -T fields -e frame.time_relative -e ip.src -e infiniband.bth.opcode \
+    -e infiniband.mad.attributeid -e infiniband.cm.rej.reason 2>/dev/null |
+    awk -F'\t' -v s="$2" -v c="$3" '
+      $2 == s && $4 == "0x0013" && !rep { rep = 1 }
+      $2 == c && $3 == 17 { ack = $1 }
+      rep && !req && $2 == c && $4 == "0x0010" { req = $1; last = ack }
+      req && !rej && $2 == s && $4 == "0x0012" { rej = $1; reason = $5 }
+      END {
+        if (!(req && last && rej && reason == "0x0008")) exit 1
+        printf "test REQ %.2f ms after the client'"'"'s ACK of the last key SEND, REJ 8 %.2f ms after the REQ\n",
+          (req - last) * 1000, (rej - req) * 1000
+      }'
+}
+# perftest_race TAG DIR -> 0 if the run failed by that race (see above)
+perftest_race() {
+  if [ "$2" = host-client ]; then
+    grep -q 'Event: RDMA_CM_EVENT_REJECTED; error: 8' "$OUT/$1.host.log" &&
+      grep -q 'Failed to resolve RDMA CM address' "$OUT/$1.host.log" &&
+      race_timing "$OUT/$1.wire.pcap" "$G" "$HOST_IP" >/dev/null
+  else
+    race_timing "$OUT/$1.wire.pcap" "$HOST_IP" "$G" >/dev/null
+  fi
 }
 
-perftest() { # CASE PROGRAM FLAGS SERVER_CHECK CLIENT_CHECK
-  local c=$1 p=$2 f=$3 sck=$4 cck=$5 n=1 tag r
-  run "$c" host-server "$p -R -d softrdma0 -F $f" "$p -R -d rxe0 -x 1 -F $f $HOST_IP" "$sck" "$cck"
-  tag="$c.host-client"
+# race_cell CASE DIR HOST_CMD GUEST_CMD HOST_CHECK GUEST_CHECK: run, repeated while it fails
+# by perftest 0.17's race (see above)
+race_cell() {
+  local c=$1 dir=$2 n=1 tag=$1.$2 r raced=0 line s=$G cl=$HOST_IP
+  [ "$dir" = host-server ] && { s=$HOST_IP; cl=$G; }
   while :; do
-    run "$c" host-client "$p -R -d softrdma0 -F $f $G" "$p -R -d rxe0 -x 1 -F $f" "$cck" "$sck"
+    run "$c" "$dir" "$3" "$4" "$5" "$6"
     [ "${CELL[$tag]}" = ok ] && break
-    perftest_race "$tag" || break
-    [ $n -lt "$PERFTEST_ATTEMPTS" ] || break
+    perftest_race "$tag" "$dir" || break
+    [ $n -lt "$PERFTEST_ATTEMPTS" ] || { raced=1; break; }
     echo "   (perftest 4.5-0.17's rdma_cm race, see the script: attempt $((n + 1)) with a fresh guest)"
     for r in "$OUT/$tag".*; do
       case $r in *.attempt[0-9]*) ;; *) mv "$r" "$OUT/$tag.attempt$n.${r#"$OUT/$tag".}" ;; esac
     done
     unset 'RESULTS[-1]'
-    FAILED=0
-    for r in "${RESULTS[@]}"; do [ "$(awk '{print $2}' <<< "$r")" = ok ] || FAILED=1; done
     n=$((n + 1))
   done
-  if [ $n -gt 1 ]; then
+  if [ $raced = 1 ]; then
+    # The result row's status column (34 + 1 characters in) becomes "race".
+    line=${RESULTS[-1]}
+    RESULTS[-1]="$(printf '%-34s %-4s %s' "$tag" race "${line:40}") | all $n attempts met perftest 4.5-0.17's rdma_cm race, not an interop fault (see the script): $(race_timing "$OUT/$tag.wire.pcap" "$s" "$cl")"
+    CELL[$tag]="RACE (perftest 0.17, $n tries)"
+  elif [ $n -gt 1 ]; then
     RESULTS[-1]="${RESULTS[-1]} (attempt $n of $PERFTEST_ATTEMPTS: the earlier ones met perftest 4.5-0.17's rdma_cm race)"
     CELL[$tag]="${CELL[$tag]} (try $n)"
   fi
+  FAILED=0
+  for r in "${RESULTS[@]}"; do
+    case $(awk '{print $2}' <<< "$r") in ok | race) ;; *) FAILED=1 ;; esac
+  done
 }
+
+perftest() { # CASE PROGRAM FLAGS SERVER_CHECK CLIENT_CHECK
+  local c=$1 p=$2 f=$3 sck=$4 cck=$5
+  race_cell "$c" host-server "$p -R -d softrdma0 -F $f" "$p -R -d rxe0 -x 1 -F $f $HOST_IP" "$sck" "$cck"
+  race_cell "$c" host-client "$p -R -d softrdma0 -F $f $G" "$p -R -d rxe0 -x 1 -F $f" "$cck" "$sck"
+}
+
+# The killed client: pings its server until it is killed (kill -9) after 5 s; exits 0 if it
+# pinged and died of that kill (the rping-killed case).
+cat > "$SHARE/killed-client.sh" <<'KILLED'
+rping -c -a "$1" -v -C 100000000 & p=$!
+sleep 5
+kill -9 $p
+wait $p; rc=$?
+[ $rc = 137 ] && echo rping-client-killed
+[ $rc = 137 ]
+KILLED
 
 matrix() {
   local suffix=${1:-}
@@ -350,6 +430,13 @@ matrix() {
         ok_cmtime_client ok_cmtime_server
     fi
     wanted rdma_server && pair rdma_server "rdma_server -s @B@" "rdma_client -s @S@" ok_rdma_server ok_rdma_client
+    if wanted rping-killed; then
+      # rping's server ends on RDMA_CM_EVENT_DISCONNECTED: the killed client's DREQ.
+      run rping-killed host-server "rping -s -a $HOST_IP -v" \
+        "bash /mnt/share/killed-client.sh $HOST_IP" ok_killed_server ok_killed_client
+      run rping-killed host-client "bash $SHARE/killed-client.sh $G" "rping -s -a $G -v" \
+        ok_killed_client ok_killed_server
+    fi
   }
   wanted ib_write_bw && perftest "ib_write_bw$suffix" ib_write_bw "-n $ITERS -s 4096" ok_bw ok_bw
   [ -n "$suffix" ] || {

@@ -1,8 +1,7 @@
 //! `softrdma exec [--ip ADDR] -- PROGRAM ARGS…`: runs an unmodified libibverbs program on
 //! softrdma.
 //!
-//! The program is executed (it replaces this process: its exit status and signals are its
-//! own) with `LD_LIBRARY_PATH` starting with the directory of the `softrdma` binary, where
+//! The program runs with `LD_LIBRARY_PATH` starting with the directory of the `softrdma` binary, where
 //! `cargo build --release --workspace` puts `libibverbs.so.1` and the provider stubs, with
 //! `SOFTRDMA_IP` set to the device's address, and with `LD_PRELOAD` starting with
 //! `libsoftrdma-devnode.so` from that directory: the device node
@@ -16,6 +15,13 @@
 //! 4791 is probed: if something that does not share it holds it (the kernel's rdma_rxe,
 //! another user's program), `exec` says so instead of letting the program fail later.
 //!
+//! `exec` stays as the program's parent and ends as it ends (its exit status, or the signal
+//! it died of; signals sent to `exec` are passed on, and killing `exec` kills the program):
+//! when the program ends, however it ends, `exec` sends what the connection managers of
+//! dead processes left to be said — the DREQ of each rdma_cm connection still open, a REJ
+//! for one in its handshake — so that their peers get `RDMA_CM_EVENT_DISCONNECTED` at once,
+//! as the kernel's CM tells them when a process dies (see `softrdma::farewell`).
+//!
 //! `--loss`, `--dup`, `--reorder`, `--delay-us`, `--corrupt` and `--seed` make the device
 //! inject those faults into its own traffic (`SOFTRDMA_FAULTS`, see `softrdma::FaultConfig`),
 //! and `--counters` has it print its counters when the program closes it
@@ -23,7 +29,6 @@
 
 use std::ffi::OsString;
 use std::net::{IpAddr, Ipv4Addr};
-use std::os::unix::process::CommandExt;
 use std::path::PathBuf;
 use std::process::{Command, ExitCode};
 
@@ -195,10 +200,14 @@ pub(crate) fn run(args: &Args) -> ExitCode {
     if args.counters {
         cmd.env("SOFTRDMA_COUNTERS", "1");
     }
-    let err = cmd.exec();
-    eprintln!(
-        "softrdma exec: cannot run {}: {err}",
-        program.to_string_lossy()
-    );
-    ExitCode::from(127)
+    match softrdma::farewell::run_and_speak(&mut cmd) {
+        Ok(status) => softrdma::farewell::exit_as(status),
+        Err(err) => {
+            eprintln!(
+                "softrdma exec: cannot run {}: {err}",
+                program.to_string_lossy()
+            );
+            ExitCode::from(127)
+        }
+    }
 }

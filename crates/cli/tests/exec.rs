@@ -12,7 +12,7 @@ use std::time::{Duration, Instant};
 
 #[path = "common/programs.rs"]
 mod programs;
-use programs::{counter, exec, finish, listening, pair, show, spawn, BIN};
+use programs::{counter, exec, finish, listening, pair, program_of, show, spawn, BIN};
 
 fn check_setup() {
     let dir = Path::new(BIN).parent().expect("binary directory");
@@ -75,6 +75,65 @@ fn exec_sets_the_library_and_address() {
         .output()
         .unwrap();
     assert_eq!(out.status.code(), Some(7));
+}
+
+/// `exec` stays as the program's parent (to speak for it if it dies with connections open),
+/// yet ends as the program ends: of the signal it died of, a signal sent to `exec` reaches
+/// the program (which starts with no signal blocked), and killing `exec` kills the program.
+#[test]
+fn exec_ends_as_its_program_ends_and_passes_signals_on() {
+    use std::os::unix::process::ExitStatusExt;
+    check_setup();
+    let out = exec("127.0.14.1", &["sh", "-c", "kill -USR1 $$"])
+        .output()
+        .unwrap();
+    assert_eq!(out.status.signal(), Some(10), "{}", show(&out));
+    // The program's signal mask and ignored signals are those its caller would give it,
+    // not exec's (exec blocks the signals it waits for, and Rust ignores SIGPIPE).
+    let masks = ["grep", "-E", "^Sig(Blk|Ign)", "/proc/self/status"];
+    let direct = Command::new(masks[0]).args(&masks[1..]).output().unwrap();
+    let out = exec("127.0.14.1", &masks).output().unwrap();
+    assert_eq!(
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&direct.stdout),
+        "{}",
+        show(&out)
+    );
+
+    let signal = |sig: &str, pid: u32| {
+        let st = Command::new("kill").args([sig, &pid.to_string()]).status();
+        assert!(st.is_ok_and(|s| s.success()), "kill {sig} {pid}");
+    };
+    // A SIGTERM sent to exec reaches the program, and exec dies of it too.
+    let sup = spawn(exec("127.0.14.1", &["sleep", "30"]));
+    let program = program_of(&sup);
+    signal("-TERM", sup.id());
+    let out = finish(
+        sup,
+        "exec -- sleep 30, sent SIGTERM",
+        Duration::from_secs(10),
+    );
+    assert_eq!(out.status.signal(), Some(15), "{}", show(&out));
+    assert!(!Path::new(&format!("/proc/{program}")).exists());
+
+    // SIGKILL of exec takes the program with it.
+    let sup = spawn(exec("127.0.14.1", &["sleep", "30"]));
+    let program = program_of(&sup);
+    signal("-KILL", sup.id());
+    let out = finish(sup, "exec -- sleep 30, killed", Duration::from_secs(10));
+    assert_eq!(out.status.signal(), Some(9));
+    let start = Instant::now();
+    while Path::new(&format!("/proc/{program}/status")).exists()
+        && !std::fs::read_to_string(format!("/proc/{program}/status"))
+            .unwrap_or_default()
+            .contains("zombie")
+    {
+        assert!(
+            start.elapsed() < Duration::from_secs(5),
+            "the program outlived exec"
+        );
+        std::thread::sleep(Duration::from_millis(20));
+    }
 }
 
 /// The device's `/sys/class/infiniband/softrdma0`, as programs read it through exec's preload:

@@ -1,21 +1,25 @@
 //! Debian's unmodified librdmacm programs (rdmacm-utils: rping, ucmatose, udaddy, mckey,
 //! cmtime, rdma_server/rdma_client, riostream), perftest's `-R` and libfabric's verbs
 //! provider run through `softrdma exec` on softrdma's `librdmacm.so.1`, each against itself
-//! on loopback, checked by its own exit status and success output. Addresses 127.0.70.x (and
-//! the host's own address for libfabric, whose server and client share it).
+//! on loopback, checked by its own exit status and success output; and what becomes of a
+//! connection whose peer is killed (its farewell, sent by exec or a neighbour on the address).
+//! Addresses 127.0.70.x (and the host's own address for libfabric, whose server and client
+//! share it).
 //!
 //! Needs `libibverbs.so.1` and `librdmacm.so.1` in the binary's directory (`cargo build
 //! --workspace`, which `cargo test --workspace` does), rdmacm-utils, perftest and
 //! libfabric-bin; libfabric's fabtests (`fi_msg_pingpong`, `fi_rma_bw`) where
 //! `../shared/peers/bin` has them.
 
+use std::io::{BufRead, BufReader, Read};
 use std::path::Path;
 use std::process::{Child, Command, Output, Stdio};
+use std::sync::mpsc::{channel, Receiver};
 use std::time::{Duration, Instant};
 
 #[path = "common/programs.rs"]
 mod programs;
-use programs::{assert_ok, devices_on, finish, show, BIN};
+use programs::{assert_ok, devices_on, finish, program_of, show, BIN};
 
 fn check_setup(tool: &str) {
     let dir = Path::new(BIN).parent().expect("binary directory");
@@ -190,6 +194,198 @@ fn rping_survives_loss() {
         true,
     );
     assert_both_ok(&s, &c);
+}
+
+/// The lines a child prints on stdout and stderr, as they come (read on threads).
+fn watch(child: &mut Child) -> Receiver<String> {
+    let (tx, rx) = channel();
+    let streams: [Option<Box<dyn Read + Send>>; 2] = [
+        child
+            .stdout
+            .take()
+            .map(|s| Box::new(s) as Box<dyn Read + Send>),
+        child
+            .stderr
+            .take()
+            .map(|s| Box::new(s) as Box<dyn Read + Send>),
+    ];
+    for stream in streams.into_iter().flatten() {
+        let tx = tx.clone();
+        std::thread::spawn(move || {
+            for line in BufReader::new(stream).lines() {
+                let Ok(line) = line else { return };
+                if tx.send(line).is_err() {
+                    return;
+                }
+            }
+        });
+    }
+    rx
+}
+
+/// Waits at most `limit` for a line with `marker` among `lines` (keeping what it read in
+/// `seen`, for the failure message).
+fn wait_for(lines: &Receiver<String>, seen: &mut Vec<String>, marker: &str, limit: Duration) {
+    let deadline = Instant::now() + limit;
+    while let Some(left) = deadline.checked_duration_since(Instant::now()) {
+        match lines.recv_timeout(left) {
+            Ok(line) => {
+                let found = line.contains(marker);
+                seen.push(line);
+                if found {
+                    return;
+                }
+            }
+            Err(_) => break,
+        }
+    }
+    panic!(
+        "no {marker:?} within {limit:?}; output:\n{}",
+        seen.join("\n")
+    );
+}
+
+/// A child that is killed if the test fails before it is done with it (a server left
+/// behind would hold its address for the next run).
+struct Guard(Option<Child>);
+
+impl Guard {
+    fn get(&mut self) -> &mut Child {
+        self.0.as_mut().expect("held")
+    }
+
+    fn take(mut self) -> Child {
+        self.0.take().expect("held")
+    }
+}
+
+impl Drop for Guard {
+    fn drop(&mut self) {
+        if let Some(mut c) = self.0.take() {
+            let _ = c.kill();
+            let _ = c.wait();
+        }
+    }
+}
+
+/// An rping server on `ip` that reports its connections' events (`-d`), `-P` if
+/// `persistent`, listening.
+fn rping_server(ip: &str, persistent: bool) -> Guard {
+    let mut args = vec!["-s", "-a", ip, "-d"];
+    if persistent {
+        args.push("-P");
+    }
+    Guard(Some(start_server(exec(ip, "rping", &args), ip, "rping -s")))
+}
+
+/// An rping server (`-d`) ends by itself within 15 s, having reported the disconnect.
+fn ends_disconnected(server: Guard, what: &str) {
+    let s = finish(server.take(), what, Duration::from_secs(15));
+    let text =
+        String::from_utf8_lossy(&s.stdout).into_owned() + &String::from_utf8_lossy(&s.stderr);
+    assert!(
+        text.contains("server DISCONNECT EVENT"),
+        "{what}:\n{}",
+        show(&s)
+    );
+}
+
+fn kill9(pid: u32) {
+    let st = Command::new("kill").args(["-9", &pid.to_string()]).status();
+    assert!(st.is_ok_and(|s| s.success()), "kill -9 {pid}");
+}
+
+/// An rping client that pings `server_ip` until it is killed, started once its pings flow.
+fn endless_rping_client(ip: &str, server_ip: &str) -> (Child, Receiver<String>) {
+    let mut c = exec(
+        ip,
+        "rping",
+        &["-c", "-a", server_ip, "-v", "-C", "100000000"],
+    )
+    .spawn()
+    .expect("spawn client");
+    let lines = watch(&mut c);
+    wait_for(
+        &lines,
+        &mut Vec::new(),
+        "ping data",
+        Duration::from_secs(30),
+    );
+    (c, lines)
+}
+
+/// A client killed with `kill -9` in mid-connection (its program, not `softrdma exec`): its
+/// rping server gets `RDMA_CM_EVENT_DISCONNECTED` at once and ends, as with the kernel's CM,
+/// which sends the dead process's DREQ. softrdma's CM lives in the process; exec, its
+/// parent, sends the DREQ the CM left in its farewell file. (Before, the server waited for
+/// the next ping forever.)
+#[test]
+fn a_killed_client_is_disconnected_from_its_rping_server() {
+    let ip = "127.0.70.40";
+    let server = rping_server(ip, false);
+    let (client, _lines) = endless_rping_client("127.0.70.41", ip);
+    kill9(program_of(&client));
+    let c = finish(client, "the killed rping client", Duration::from_secs(10));
+    {
+        use std::os::unix::process::ExitStatusExt;
+        assert_eq!(
+            c.status.signal(),
+            Some(9),
+            "exec dies of its program's signal"
+        );
+    }
+    ends_disconnected(server, "rping -s after its client was killed");
+}
+
+/// A persistent rping server (`-P`) whose client is killed gets the disconnect and serves the
+/// next client, as with the kernel.
+#[test]
+fn a_persistent_rping_server_serves_on_after_its_client_is_killed() {
+    let ip = "127.0.70.42";
+    let mut server = rping_server(ip, true);
+    let lines = watch(server.get());
+    let (client, _) = endless_rping_client("127.0.70.43", ip);
+    kill9(program_of(&client));
+    let mut seen = Vec::new();
+    wait_for(
+        &lines,
+        &mut seen,
+        "server DISCONNECT EVENT",
+        Duration::from_secs(10),
+    );
+    let _ = finish(client, "the killed rping client", Duration::from_secs(10));
+    let next = finish(
+        exec("127.0.70.43", "rping", &["-c", "-a", ip, "-v", "-C", "3"])
+            .spawn()
+            .expect("spawn"),
+        "the next rping client",
+        Duration::from_secs(30),
+    );
+    assert_ok(&next, "the next rping client", "ping data: rdma-ping-2: ");
+    assert!(
+        server.get().try_wait().expect("wait").is_none(),
+        "the persistent server ended"
+    );
+}
+
+/// Killing `softrdma exec` itself kills its program (as killing the program's own process
+/// would, before exec stayed as a parent), and then nobody in exec speaks for it; a device
+/// that shares its address does: the rping server on the same address finds the member
+/// dead within 50 ms, sends its DREQ, and is disconnected.
+#[test]
+fn a_killed_exec_takes_its_program_along_and_its_neighbour_speaks_for_it() {
+    let ip = "127.0.70.44";
+    let server = rping_server(ip, false);
+    let (client, _lines) = endless_rping_client(ip, ip);
+    let program = program_of(&client);
+    kill9(client.id());
+    let _ = finish(client, "the killed exec", Duration::from_secs(10));
+    ends_disconnected(server, "rping -s after its client's exec was killed");
+    let status = std::fs::read_to_string(format!("/proc/{program}/status")).unwrap_or_default();
+    assert!(
+        status.is_empty() || status.contains("zombie"),
+        "the program outlived its exec:\n{status}"
+    );
 }
 
 #[test]

@@ -24,10 +24,8 @@ use softrdma_proto::Instant as CmInstant;
 use softrdma_udp::{Config, Ecn, RecvArena, RoceSocket, Transmit};
 use softrdma_wire::mad::cm::RejectReason;
 use softrdma_wire::mad::cma::PortSpace;
-use softrdma_wire::mad::{GSI_QKEY, GSI_QPN};
-use softrdma_wire::{
-    Bth, Deth, ExtHeaders, Gid, IcrcContext, Opcode, PacketRepr, Psn, ROCEV2_UDP_PORT,
-};
+use softrdma_wire::mad::{gsi_packet, GSI_QKEY, GSI_QPN};
+use softrdma_wire::{Gid, IcrcContext, PacketRepr, Psn, ROCEV2_UDP_PORT};
 
 /// The GSI QP of this probe: a UDP socket on 4791 and the MADs' PSN counter.
 struct Gsi {
@@ -47,20 +45,9 @@ impl Gsi {
     fn flush(&mut self, cm: &mut RdmaCm) -> Result<(), Box<dyn std::error::Error>> {
         while let Some(out) = cm.poll_transmit() {
             let dst = out.dst.to_ip().ok_or("MAD for a GID without an IP")?;
-            let mut bth = Bth::new(Opcode::UD_SEND_ONLY, out.dst_qpn, self.psn);
-            bth.ack_req = true;
+            let mut packet = gsi_packet(out.dst_qpn, self.psn, &out.mad);
+            packet.bth.ack_req = true;
             self.psn = self.psn.next();
-            let packet = PacketRepr {
-                bth,
-                ext: ExtHeaders {
-                    deth: Some(Deth {
-                        qkey: GSI_QKEY,
-                        src_qpn: GSI_QPN,
-                    }),
-                    ..ExtHeaders::default()
-                },
-                payload: &out.mad,
-            };
             let mut buf = vec![0u8; packet.buffer_len()];
             packet.emit(&mut buf);
             let sport = self

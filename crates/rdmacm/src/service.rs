@@ -15,6 +15,7 @@ use std::sync::{Arc, Condvar, Mutex, MutexGuard, OnceLock, Weak};
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant as WallClock};
 
+use softrdma::farewell::{Farewell, Farewells};
 use softrdma::{
     wr, AddressHandle, AhAttr, CompletionQueue, Device, DeviceConfig, MemoryRegion,
     ProtectionDomain, QpInitAttr, QueuePair, WcOpcode, WcStatus, WeakDevice, WorkCompletion,
@@ -95,6 +96,9 @@ pub(crate) struct State {
     /// Ids looked up while the lock is held, released after it: dropping the last handle of
     /// an id runs the CM, which needs the lock.
     hold: Vec<Arc<dyn Endpoint>>,
+    /// What the CM would send if the process ended now, where another process finds it
+    /// (`softrdma::farewell`): made with the first connection; `None` inside if it cannot be.
+    farewells: Option<Option<Farewells<softrdma_cm::ib::CmId>>>,
 }
 
 impl State {
@@ -281,6 +285,7 @@ impl Service {
                 next_send: 0,
                 pending: VecDeque::new(),
                 hold: Vec::new(),
+                farewells: None,
             }),
             sending: AtomicUsize::new(0),
             stop: AtomicBool::new(false),
@@ -317,7 +322,8 @@ impl Service {
 
     /// Sends every MAD the CM has queued and turns its events into the ids' events (doing
     /// for the consumer what librdmacm does inside the library: the active side's QP goes to
-    /// RTR and RTS on the REP and the RTU leaves at once; a disconnected QP goes to ERR).
+    /// RTR and RTS on the REP and the RTU leaves at once; a disconnected or rejected QP goes
+    /// to ERR).
     fn pump(&self, st: &mut State, now: Instant) {
         loop {
             let mut progressed = false;
@@ -330,7 +336,40 @@ impl Service {
                 self.on_event(st, now, e);
             }
             if !progressed {
-                return;
+                break;
+            }
+        }
+        self.keep_farewells(st);
+    }
+
+    /// Writes down each connection's farewell that changed: what the kernel's CM would send
+    /// for it if this process died now (see `softrdma::farewell`).
+    fn keep_farewells(&self, st: &mut State) {
+        let changes = st.cm.farewell_changes();
+        if changes.is_empty() {
+            return;
+        }
+        let file = st.farewells.get_or_insert_with(|| {
+            Farewells::create(self.device.ip())
+                .map_err(|e| {
+                    tracing::debug!(
+                        "rdma_cm: no farewell file (a killed process's peers will not be \
+                         told): {e}"
+                    )
+                })
+                .ok()
+        });
+        let Some(file) = file else { return };
+        for (id, mad) in changes {
+            let said = mad.and_then(|m| {
+                Some(Farewell {
+                    dst: m.dst.to_ip()?,
+                    dst_qpn: m.dst_qpn,
+                    mad: m.mad,
+                })
+            });
+            if let Err(e) = file.set(id, said.as_ref()) {
+                tracing::debug!("rdma_cm: farewell not written: {e}");
             }
         }
     }
@@ -366,13 +405,17 @@ impl Service {
             RdmaEventKind::Rejected {
                 reason,
                 private_data,
-            } => st.pending.push_back((
-                id,
-                CmEventKind::Rejected {
-                    reason,
-                    private_data,
-                },
-            )),
+            } => {
+                // librdmacm moves a rejected id's QP to the error state (ucma_modify_qp_err).
+                id.qp_to_error();
+                st.pending.push_back((
+                    id,
+                    CmEventKind::Rejected {
+                        reason,
+                        private_data,
+                    },
+                ));
+            }
             RdmaEventKind::Unreachable { .. } => {
                 st.pending.push_back((id, CmEventKind::Unreachable))
             }

@@ -165,6 +165,7 @@ mod dm;
 mod error;
 mod event;
 mod fallible;
+pub mod farewell;
 mod faults;
 pub mod gid;
 mod limits;

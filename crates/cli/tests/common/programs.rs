@@ -22,6 +22,24 @@ pub(crate) fn spawn(mut cmd: Command) -> Child {
     cmd.spawn().expect("spawn")
 }
 
+/// The program a `softrdma exec` child runs (exec stays as its parent), once it started.
+pub(crate) fn program_of(exec: &Child) -> u32 {
+    let children = format!("/proc/{0}/task/{0}/children", exec.id());
+    let start = Instant::now();
+    loop {
+        let text = std::fs::read_to_string(&children).unwrap_or_default();
+        if let Some(pid) = text.split_whitespace().next().and_then(|p| p.parse().ok()) {
+            return pid;
+        }
+        assert!(
+            start.elapsed() < Duration::from_secs(20),
+            "softrdma exec ({}) started no program",
+            exec.id()
+        );
+        std::thread::sleep(Duration::from_millis(10));
+    }
+}
+
 /// Waits for `child` at most `limit`; past it, kills it and fails, naming `what`.
 pub(crate) fn finish(mut child: Child, what: &str, limit: Duration) -> Output {
     let deadline = Instant::now() + limit;

@@ -31,6 +31,14 @@ impl IbCm {
     }
 
     fn send_dreq(&mut self, now: Instant, id: CmId, private_data: &[u8]) {
+        let dreq = self.format_dreq(id, private_data);
+        let timeout = self.conns[&id].timeout;
+        self.conns.get_mut(&id).expect("exists").state = CmState::DreqSent;
+        self.send_and_wait(now, id, dreq, timeout);
+    }
+
+    /// Our DREQ for connection `id`, under our TID for it.
+    pub(super) fn format_dreq(&self, id: CmId, private_data: &[u8]) -> CmMad {
         let c = &self.conns[&id];
         let dreq = Dreq {
             local_comm_id: c.local_comm_id,
@@ -38,9 +46,7 @@ impl IbCm {
             remote_qpn: c.remote_qpn,
             private_data: PrivateData::from_slice(private_data).unwrap_or_default(),
         };
-        let (tid, timeout) = (self.form_tid(c.local_comm_id), c.timeout);
-        self.conns.get_mut(&id).expect("exists").state = CmState::DreqSent;
-        self.send_and_wait(now, id, CmMad::new(tid, CmMessage::Dreq(dreq)), timeout);
+        CmMad::new(self.form_tid(c.local_comm_id), CmMessage::Dreq(dreq))
     }
 
     /// A new connection request showed that `old` is stale: Linux sends it a DREQ if it is
@@ -69,18 +75,18 @@ impl IbCm {
         }
         self.conn_mut(id)?.private_data = private_data.to_vec();
         self.enter_timewait(now, id);
-        let drep = self.format_drep(id);
+        let drep = self.format_drep(id, private_data);
         self.send_to_peer(id, drep);
         Ok(())
     }
 
-    /// Our DREP for connection `id`, with its stored private data and the DREQ's TID.
-    fn format_drep(&self, id: CmId) -> CmMad {
+    /// Our DREP for connection `id` with `private_data`, under the DREQ's TID.
+    pub(super) fn format_drep(&self, id: CmId, private_data: &[u8]) -> CmMad {
         let c = &self.conns[&id];
         let drep = Drep {
             local_comm_id: c.local_comm_id,
             remote_comm_id: c.remote_comm_id,
-            private_data: PrivateData::from_slice(&c.private_data).unwrap_or_default(),
+            private_data: PrivateData::from_slice(private_data).unwrap_or_default(),
         };
         CmMad::new(c.tid, CmMessage::Drep(drep))
     }
@@ -110,9 +116,9 @@ impl IbCm {
             CmState::RepSent | CmState::DreqSent => self.cancel(id),
             CmState::Established | CmState::MraRepRcvd => {}
             CmState::Timewait => {
-                // Our DREP was lost: send it again.
+                // Our DREP was lost: send it again, with the private data it had.
                 self.stats.rx_duplicates.bump(attr::DREQ);
-                let drep = self.format_drep(id);
+                let drep = self.format_drep(id, &c.private_data);
                 self.send(rx.src, rx.src_qpn, drep);
                 return;
             }

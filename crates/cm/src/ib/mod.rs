@@ -43,7 +43,9 @@
 //!    - `SidrReqReceived` / `SidrRepReceived` / `SidrReqError`: UD service resolution.
 //! 5. **Teardown.** [`IbCm::disconnect`] sends a DREQ; [`IbCm::destroy`] forgets a
 //!    connection, first sending whatever Linux's `ib_destroy_cm_id` sends in its state (a
-//!    REJ, a DREQ, a DREP).
+//!    REJ, a DREQ, a DREP). [`IbCm::farewell`] is that MAD ahead of time, and
+//!    [`IbCm::farewell_changes`] says whose changed: a driver keeps them where someone finds
+//!    them if its process dies (Linux destroys a dead process's ids itself).
 //!
 //! The rdma_cm layer ([`crate::rdma`]) is such a driver for the addressing part and is what
 //! the verbs layer is meant to run; it passes MADs and time straight through.
@@ -187,6 +189,8 @@ pub struct IbCm {
     outbox: VecDeque<OutMad>,
     events: VecDeque<CmEvent>,
     stats: CmStats,
+    /// What [`IbCm::farewell_changes`] last reported each connection's farewell from.
+    farewell_keys: HashMap<CmId, (CmState, u32, u64)>,
 }
 
 impl IbCm {
@@ -206,6 +210,7 @@ impl IbCm {
             outbox: VecDeque::new(),
             events: VecDeque::new(),
             stats: CmStats::default(),
+            farewell_keys: HashMap::new(),
         }
     }
 

@@ -1,6 +1,8 @@
 //! Saying no and asking for time, both ways — REJ and MRA (`ib_send_cm_rej`, `cm_rej_handler`,
 //! `cm_issue_rej`, `ib_send_cm_mra`, `cm_mra_handler`) — and `destroy`, which is mostly
-//! about what to say to the peer on the way out (`cm_destroy_id`).
+//! about what to say to the peer on the way out (`cm_destroy_id`), and `farewell`: that same
+//! last word, given to the driver beforehand so that it can be said for a process that dies
+//! without destroying its connections, as the kernel says it for a killed process's ids.
 
 use softrdma_proto::Instant;
 use softrdma_wire::mad::cm::reply::{Mra, ARI_LEN};
@@ -11,7 +13,8 @@ use softrdma_wire::mad::PrivateData;
 
 use super::timers::iba_time;
 use super::{
-    check_private_data, CmDrop, CmError, CmEvent, CmId, CmState, IbCm, Received, SidrRepParams,
+    check_private_data, CmDrop, CmError, CmEvent, CmId, CmState, IbCm, OutMad, Received,
+    SidrRepParams,
 };
 
 impl IbCm {
@@ -235,19 +238,6 @@ impl IbCm {
                     self.sidr_reply(now, id, &SidrRepParams::refuse(SidrStatus::Reject))?;
                     break;
                 }
-                CmState::ReqSent | CmState::MraReqRcvd => {
-                    let guid = self.config.ca_guid.to_be_bytes();
-                    self.reject(now, id, RejectReason::Timeout, &guid, &[])?;
-                    break;
-                }
-                CmState::ReqRcvd
-                | CmState::MraReqSent
-                | CmState::RepRcvd
-                | CmState::MraRepSent
-                | CmState::RepSent
-                | CmState::MraRepRcvd => {
-                    self.reject(now, id, RejectReason::ConsumerDefined, &[], &[])?;
-                }
                 CmState::Established => {
                     self.disconnect(now, id, &[])?;
                 }
@@ -261,9 +251,87 @@ impl IbCm {
                 CmState::Timewait => {
                     self.conn_mut(id)?.state = CmState::Idle;
                 }
+                // The handshake: rejected, which ends in idle (before our REP) or time-wait.
+                handshake => {
+                    let (reason, ari) = self.rej_on_destroy(handshake);
+                    self.reject(now, id, reason, &ari, &[])?;
+                }
             }
         }
         self.forget(id);
         Ok(())
+    }
+
+    /// The REJ `destroy` sends in a handshake state: the active side giving up says timeout,
+    /// with its CA GUID as the ARI; any other says no as the consumer.
+    fn rej_on_destroy(&self, state: CmState) -> (RejectReason, Vec<u8>) {
+        match state {
+            CmState::ReqSent | CmState::MraReqRcvd => (
+                RejectReason::Timeout,
+                self.config.ca_guid.to_be_bytes().to_vec(),
+            ),
+            _ => (RejectReason::ConsumerDefined, Vec::new()),
+        }
+    }
+
+    /// The MAD [`IbCm::destroy`] would send first for `id` now, changing nothing: a REJ in
+    /// the handshake, the DREQ of an established connection, the DREP of an unanswered DREQ.
+    /// `None` where destroy sends nothing (idle, time-wait, a DREQ of ours outstanding,
+    /// SIDR). A driver keeps these where another process finds them, so that a process that
+    /// is killed still has its connections ended as Linux ends a dead process's (its CM
+    /// destroys them: one DREQ, not resent, for an established one).
+    pub fn farewell(&self, id: CmId) -> Option<OutMad> {
+        let c = self.conns.get(&id)?;
+        let mad = match c.state {
+            CmState::Established => self.format_dreq(id, &[]),
+            CmState::DreqRcvd => self.format_drep(id, &[]),
+            CmState::Idle
+            | CmState::SidrReqSent
+            | CmState::SidrReqRcvd
+            | CmState::DreqSent
+            | CmState::Timewait => return None,
+            handshake => {
+                let (reason, ari) = self.rej_on_destroy(handshake);
+                self.format_rej(id, reason, &ari, &[])
+            }
+        };
+        Some(OutMad {
+            dst: c.peer,
+            dst_qpn: c.peer_qpn,
+            mad: mad.to_bytes(),
+        })
+    }
+
+    /// The connections whose [`IbCm::farewell`] changed since the last call, each with its
+    /// new one (`None`: nothing to say any more, or the connection is gone). Cheap when
+    /// nothing changed: one comparison per connection.
+    pub fn farewell_changes(&mut self) -> Vec<(CmId, Option<OutMad>)> {
+        let mut changes = Vec::new();
+        // A farewell follows from the state, the peer's comm ID (and QPN, learnt with it)
+        // and the exchange's TID; everything else in it is fixed when the connection is made.
+        for (&id, c) in &self.conns {
+            let key = (c.state, c.remote_comm_id, c.tid);
+            if self.farewell_keys.get(&id) != Some(&key) {
+                changes.push(id);
+            }
+        }
+        let mut out: Vec<(CmId, Option<OutMad>)> = Vec::with_capacity(changes.len());
+        for id in changes {
+            let c = &self.conns[&id];
+            self.farewell_keys
+                .insert(id, (c.state, c.remote_comm_id, c.tid));
+            out.push((id, self.farewell(id)));
+        }
+        let gone: Vec<CmId> = self
+            .farewell_keys
+            .keys()
+            .filter(|id| !self.conns.contains_key(id))
+            .copied()
+            .collect();
+        for id in gone {
+            self.farewell_keys.remove(&id);
+            out.push((id, None));
+        }
+        out
     }
 }

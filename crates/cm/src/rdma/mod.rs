@@ -268,6 +268,12 @@ impl RdmaCm {
         self.events.pop_front()
     }
 
+    /// The connections whose last word changed (see [`IbCm::farewell_changes`]): what a
+    /// driver keeps for someone to send should its process die.
+    pub fn farewell_changes(&mut self) -> Vec<(CmId, Option<OutMad>)> {
+        self.ib.farewell_changes()
+    }
+
     // ---- ids ----
 
     /// A new id in port space `ps` for QP type `qp_type` (`rdma_create_id`).

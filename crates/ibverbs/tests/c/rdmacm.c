@@ -8,7 +8,8 @@
  *  - a connection inside the process, through the inline helpers of <rdma/rdma_verbs.h>
  *    (rdma_reg_msgs, rdma_post_recv/send, rdma_get_recv_comp/send_comp), with private data
  *    both ways;
- *  - a connect to a port nobody listens on: RDMA_CM_EVENT_REJECTED, status 8;
+ *  - a connect to a port nobody listens on: RDMA_CM_EVENT_REJECTED, status 8, the REJ's
+ *    148 bytes of private data, the QP in the error state (librdmacm's ucma_modify_qp_err);
  *  - misuse: NULL and destroyed ids (EINVAL), destroying an id with an event not
  *    acknowledged or a channel with ids on it (EBUSY), an id destroyed before its QP;
  *  - rsockets fail with ENOSYS. */
@@ -313,7 +314,19 @@ static void nobody_listens(const char *ip)
 	CHECK(rdma_connect(id, NULL) == 0, "rdma_connect");
 	e = expect(ch, RDMA_CM_EVENT_REJECTED);
 	CHECK(e->status == 8, "status %d, wanted 8 (invalid service ID)", e->status);
+	/* The REJ's whole private data field, as the kernel reports it. */
+	CHECK(e->param.conn.private_data_len == 148, "private data %d bytes, wanted 148",
+	      e->param.conn.private_data_len);
 	ack(e);
+	{
+		/* librdmacm moves the QP of a rejected connection to the error state. */
+		struct ibv_qp_attr qattr;
+		struct ibv_qp_init_attr qinit;
+
+		CHECK(ibv_query_qp(id->qp, &qattr, IBV_QP_STATE, &qinit) == 0, "query");
+		CHECK(qattr.qp_state == IBV_QPS_ERR, "QP state %d after REJECTED, wanted ERR",
+		      qattr.qp_state);
+	}
 	rdma_destroy_qp(id);
 	CHECK(rdma_destroy_id(id) == 0, "destroy");
 	rdma_destroy_event_channel(ch);

@@ -20,7 +20,10 @@
 //! - a device that closes attaches the program without it and closes its socket, under the
 //!   lock, so the kernel's move of the last socket and the table's happen together;
 //! - a process that dies (`kill -9`) drops its liveness lock; within [`TICK`] another
-//!   member removes it from the table as the kernel did, and attaches the new program.
+//!   member removes it from the table as the kernel did, and attaches the new program. It
+//!   also sends what the dead member's connection manager left to be said for it (the DREQs
+//!   of its connections: see [`crate::farewell`]), as the kernel's CM does for a dead
+//!   process.
 //!
 //! Two deaths at once can leave the mirror wrong (the kernel's result depends on their
 //! order), and so can a death whose socket the kernel removes only after a new member joined.
@@ -168,7 +171,7 @@ impl SharedAddress {
         let table = TableFile::open(addr.ip(), addr.port())?;
         let locked = table.lock()?;
         let mut t = locked.read()?;
-        reap(&table, &mut t, None);
+        let reaped = reap(&table, &mut t, None);
         if t.members.is_empty() {
             // Nobody left: a lone process gets slot 0, and so rxe's QPNs (0x11 on).
             t.next_slot = 0;
@@ -196,6 +199,9 @@ impl SharedAddress {
         locked.write(&t)?;
         drop(locked);
         tracing::debug!(%addr, slot, members = t.members.len(), "joined shared address");
+        if reaped {
+            crate::farewell::file::speak_for_the_dead(Some(addr.ip()));
+        }
         let probe_socket = UdpSocket::bind((addr.ip(), 0)).map_err(|e| table.error(e))?;
         let state = Arc::new(State {
             table,
@@ -374,11 +380,12 @@ impl State {
 
     /// One look: removes members that died, puts this one back if the table lost it, asks
     /// everyone to check their index if datagrams for others arrived here, and checks this
-    /// member's own when asked.
-    fn tick(&self) -> Result<(), ShareError> {
+    /// member's own when asked. True if members died.
+    fn tick(&self) -> Result<bool, ShareError> {
         let locked = self.table.lock()?;
         let mut t = locked.read()?;
-        let mut changed = reap(&self.table, &mut t, Some(self.slot));
+        let reaped = reap(&self.table, &mut t, Some(self.slot));
+        let mut changed = reaped;
         if !t.members.iter().any(|m| m.slot == self.slot) {
             t.members.push(Member {
                 slot: self.slot,
@@ -404,11 +411,11 @@ impl State {
         self.members
             .store(t.members.len() as u64, Ordering::Relaxed);
         if t.verify_epoch == self.verified.load(Ordering::Relaxed) {
-            return Ok(());
+            return Ok(reaped);
         }
         let count = t.members.len() as u32;
         let Some(index) = self.probe(count) else {
-            return Ok(()); // inconclusive: the next look tries again
+            return Ok(reaped); // inconclusive: the next look tries again
         };
         let me = t
             .members
@@ -427,7 +434,7 @@ impl State {
             self.commit(&locked, &mut t)?;
         }
         self.verified.store(t.verify_epoch, Ordering::Relaxed);
-        Ok(())
+        Ok(reaped)
     }
 
     /// Asks the kernel which of the `count` indices is this member's: one probe per index,
@@ -489,11 +496,18 @@ fn attach(handle: &SteeringHandle, t: &Table) -> Result<(), ShareError> {
         .map_err(ShareError::Attach)
 }
 
-/// The maintenance thread: a look every [`TICK`] until the device closes.
+/// The maintenance thread: a look every [`TICK`] until the device closes; the farewells of
+/// members found dead are said after the table's lock is released.
 fn maintain(state: &State) {
     loop {
-        if let Err(e) = state.tick() {
-            tracing::warn!(addr = %state.addr, error = %e, "shared address upkeep failed");
+        match state.tick() {
+            Ok(true) => {
+                crate::farewell::file::speak_for_the_dead(Some(state.addr.ip()));
+            }
+            Ok(false) => {}
+            Err(e) => {
+                tracing::warn!(addr = %state.addr, error = %e, "shared address upkeep failed")
+            }
         }
         let stop = lock(&state.stop);
         let (stop, _) = state

@@ -12,7 +12,8 @@
 //! - [`cma`]: what Linux's rdma_cm adds inside CM private data (the IP addressing header) and
 //!   how it forms service IDs from port spaces and ports;
 //! - [`ClassPortInfo`]: the attribute every class shares;
-//! - [`unmatched_response`]: the reply Linux's MAD layer sends for a Get/Set nobody handles.
+//! - [`unmatched_response`]: the reply Linux's MAD layer sends for a Get/Set nobody handles;
+//! - [`gsi_packet`]: a MAD as the UD packet from QP 1 that carries it.
 //!
 //! The same contract as the packet headers holds: parsing never panics and checks the length
 //! first, emitting writes exactly the bytes a parser reads (reserved bits as zero).
@@ -30,3 +31,21 @@ pub use header::{
     GSI_QKEY, GSI_QPN, MAD_DATA_LEN, MAD_HEADER_LEN, MAD_LEN, STATUS_UNSUPPORTED_METHOD_ATTR,
 };
 pub use pretty::describe;
+
+use crate::{Bth, Deth, ExtHeaders, Opcode, PacketRepr, Psn};
+
+/// `mad` as a UD SEND_ONLY from QP 1 to `dst_qpn` with the GSI Q_Key: the packet a CM sends
+/// (emit it, then fill the ICRC once the IP and UDP headers are known).
+pub fn gsi_packet(dst_qpn: u32, psn: Psn, mad: &[u8; MAD_LEN]) -> PacketRepr<'_> {
+    PacketRepr {
+        bth: Bth::new(Opcode::UD_SEND_ONLY, dst_qpn, psn),
+        ext: ExtHeaders {
+            deth: Some(Deth {
+                qkey: GSI_QKEY,
+                src_qpn: GSI_QPN,
+            }),
+            ..ExtHeaders::default()
+        },
+        payload: mad,
+    }
+}
