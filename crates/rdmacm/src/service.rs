@@ -97,7 +97,8 @@ pub(crate) struct State {
     /// an id runs the CM, which needs the lock.
     hold: Vec<Arc<dyn Endpoint>>,
     /// What the CM would send if the process ended now, where another process finds it
-    /// (`softrdma::farewell`): made with the first connection; `None` inside if it cannot be.
+    /// (`softrdma::farewell`): made when a connection has something to say, removed when none
+    /// has; `None` inside if it cannot be made.
     farewells: Option<Option<Farewells<softrdma_cm::ib::CmId>>>,
 }
 
@@ -346,7 +347,7 @@ impl Service {
     /// for it if this process died now (see `softrdma::farewell`).
     fn keep_farewells(&self, st: &mut State) {
         let changes = st.cm.farewell_changes();
-        if changes.is_empty() {
+        if st.farewells.is_none() && changes.iter().all(|(_, mad)| mad.is_none()) {
             return;
         }
         let file = st.farewells.get_or_insert_with(|| {
@@ -371,6 +372,10 @@ impl Service {
             if let Err(e) = file.set(id, said.as_ref()) {
                 tracing::debug!("rdma_cm: farewell not written: {e}");
             }
+        }
+        if file.is_empty() {
+            // Nothing to say: no file is left behind (made again with the next connection).
+            st.farewells = None;
         }
     }
 
