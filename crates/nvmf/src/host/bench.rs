@@ -112,19 +112,27 @@ impl BenchReport {
             format!("{iops:.0}")
         };
         let bw = self.bandwidth();
+        // fio's units: KiB/s (kB/s) below 1 MiB/s, MiB/s (MB/s) above.
+        let bw_text = if bw < f64::from(1 << 20) {
+            format!("{:.0}KiB/s ({:.0}kB/s)", bw / 1024.0, bw / 1e3)
+        } else {
+            format!("{:.0}MiB/s ({:.0}MB/s)", bw / f64::from(1 << 20), bw / 1e6)
+        };
+        let total = if self.bytes < 1 << 20 {
+            format!("{}KiB", self.bytes >> 10)
+        } else {
+            format!("{}MiB", self.bytes >> 20)
+        };
         let l = &self.latency;
         format!(
             "{name}: (g=0): rw={name}, bs=(R) {bs}B-{bs}B, ioengine=softrdma-nvmf, iodepth={depth}, queues={queues}\n\
-             \x20 {dir}: IOPS={iops_text}, BW={mib:.0}MiB/s ({mb:.0}MB/s)({total}MiB/{ms}msec)\n\
+             \x20 {dir}: IOPS={iops_text}, BW={bw_text}({total}/{ms}msec)\n\
              \x20   clat (usec): min={min:.0}, max={max:.0}, avg={avg:.2}, stdev={sd:.2}\n\
              \x20    clat percentiles (usec): 50.00th=[{p50:.0}], 99.00th=[{p99:.0}], 99.90th=[{p999:.0}]",
             name = s.pattern.name(),
             bs = s.block_size,
             depth = s.depth,
             queues = self.queues,
-            mib = bw / (1 << 20) as f64,
-            mb = bw / 1e6,
-            total = self.bytes >> 20,
             ms = self.elapsed.as_millis(),
             min = l.min,
             max = l.max,

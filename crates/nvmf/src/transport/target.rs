@@ -118,7 +118,7 @@ impl Target {
         let live = Arc::new(AtomicU64::new(0));
         let mut listener = Listener {
             ch,
-            listen,
+            _listen: listen,
             _service: service,
             registry: registry.clone(),
             stats: stats.clone(),
@@ -196,7 +196,8 @@ struct Served {
 
 struct Listener {
     ch: EventChannel,
-    listen: CmId,
+    /// The listening id: held, so the port stays taken while the target runs.
+    _listen: CmId,
     _service: Option<CmService>,
     registry: Arc<Registry>,
     stats: Arc<StatsInner>,
@@ -240,7 +241,6 @@ impl Listener {
             q.shared.stop();
         }
         self.collect(true);
-        drop(self.listen.clone());
     }
 
     /// Joins the threads of queues that ended (all of them, waiting, with `all`), dropping
