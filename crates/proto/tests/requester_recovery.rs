@@ -772,3 +772,163 @@ fn writes(net: &Net) -> Vec<(Psn, bool)> {
         .map(|p| (p.bth.psn, p.bth.ack_req))
         .collect()
 }
+
+/// A lone READ at the end of the queue, its last response lost: it is answered in part and
+/// then nothing comes. After a silence the tail probe asks for the rest (one request for the
+/// missing response) — not the retransmit timer, T later (2.1 s at the timeout 19 rdma_cm
+/// gives RoCE: the kernel's NVMe-oF target fetching a host's write data waited that long for
+/// each such loss).
+#[test]
+fn a_read_answered_in_part_asks_for_the_rest_with_the_tail_probe() {
+    for learn in [false, true] {
+        let (mut net, qpn) = perftest_pair(learn);
+        let resent_before = net.nodes[0].engine.stats().retransmitted_packets;
+        let mut lost = false;
+        net.fate = Box::new(move |from, p, _| {
+            if from == 1 && !lost && p.bth.opcode == Opcode::RC_RDMA_READ_RESPONSE_LAST {
+                lost = true;
+                return Fate::Drop;
+            }
+            Fate::Deliver
+        });
+        net.write_mem(1, 16384, &pattern(13, 16384));
+        let start = net.now;
+        let w = read_16k(&net, 31);
+        net.nodes[0].engine.post_send(start, qpn, w).unwrap();
+        net.run_for(Duration::from_secs(1));
+        let took = net.now.saturating_duration_since(start);
+        let wcs = statuses(&mut net);
+        assert_eq!(wcs, [(31, WcStatus::Success)], "learn {learn}");
+        assert_eq!(net.read_mem(0, 16384, 16384), pattern(13, 16384));
+        let stats = net.nodes[0].engine.stats();
+        assert_eq!(stats.retransmit_timeouts, 0, "learn {learn}");
+        assert_eq!(
+            stats.retransmitted_packets - resent_before,
+            1,
+            "learn {learn}"
+        );
+        // The missing response asked for again, not the whole READ.
+        let peer = net.nodes[1].engine.stats();
+        let count = |v: &[u64], op: Opcode| v[usize::from(op.0)];
+        assert_eq!(
+            count(&peer.rx_by_opcode, Opcode::RC_RDMA_READ_REQUEST),
+            2,
+            "learn {learn}"
+        );
+        assert_eq!(
+            count(&peer.tx_by_opcode, Opcode::RC_RDMA_READ_RESPONSE_ONLY),
+            1,
+            "learn {learn}"
+        );
+        assert!(took < Duration::from_millis(20), "learn {learn}: {took:?}");
+    }
+}
+
+/// A READ request lost, then a WRITE the responder keeps, and the NAK of the gap lost too:
+/// the responder keeps what follows silently. The tail probe sends the READ request (the
+/// oldest, unanswered) — not the newest packet, the WRITE, which the responder drops without
+/// a word behind its gap — and the retransmit timer is not needed.
+#[test]
+fn a_lost_read_whose_nak_is_lost_goes_again_with_the_tail_probe() {
+    for learn in [false, true] {
+        let (mut net, qpn) = perftest_pair(learn);
+        let (mut read_lost, mut nak_lost) = (false, false);
+        net.fate = Box::new(move |from, p, _| {
+            if from == 0 && !read_lost && p.bth.opcode == Opcode::RC_RDMA_READ_REQUEST {
+                read_lost = true;
+                return Fate::Drop;
+            }
+            let nak = p
+                .ext
+                .aeth
+                .is_some_and(|a| !matches!(a.syndrome, Syndrome::Ack { .. }));
+            if from == 1 && nak && !nak_lost {
+                nak_lost = true;
+                return Fate::Drop;
+            }
+            Fate::Deliver
+        });
+        net.write_mem(1, 16384, &pattern(14, 16384));
+        net.write_mem(0, 40960, &pattern(15, 1024));
+        let start = net.now;
+        let wrs = [read_16k(&net, 40), write(&net, 41, 1, 40960, 1024)];
+        for w in wrs {
+            net.nodes[0].engine.post_send(start, qpn, w).unwrap();
+        }
+        net.run_for(Duration::from_secs(1));
+        let took = net.now.saturating_duration_since(start);
+        let wcs = statuses(&mut net);
+        assert_eq!(
+            wcs,
+            [(40, WcStatus::Success), (41, WcStatus::Success)],
+            "learn {learn}"
+        );
+        assert_eq!(net.read_mem(0, 16384, 16384), pattern(14, 16384));
+        assert_eq!(net.read_mem(1, 40960, 1024), pattern(15, 1024));
+        assert_eq!(
+            net.nodes[0].engine.stats().retransmit_timeouts,
+            0,
+            "learn {learn}"
+        );
+        assert!(took < Duration::from_millis(30), "learn {learn}: {took:?}");
+    }
+}
+
+/// A packet lost and the NAK of its gap lost too, the responder's kind not yet known: the
+/// first tail probe (the newest packet) is dropped without a word behind the gap the
+/// responder NAKed already. The next probe sends the oldest unacknowledged packet, which is
+/// always answered — not the newest again at every probe until the retransmit timer.
+#[test]
+fn an_unanswered_probe_is_followed_by_the_oldest_packet() {
+    let (mut net, qpn) = perftest_pair(false);
+    let start = net.now;
+    let losses = Losses {
+        packets: vec![(3, 1)],
+        naks: vec![0],
+    };
+    write_losing(&mut net, qpn, 20, 16, losses);
+    let took = net.now.saturating_duration_since(start);
+    let stats = net.nodes[0].engine.stats();
+    assert_eq!(stats.retransmit_timeouts, 0);
+    assert_eq!(stats.tail_probes, 2);
+    // Two probes, 5 ms and 10 ms after the silence began, not the timer's 67 ms.
+    assert!(took < Duration::from_millis(30), "recovered after {took:?}");
+}
+
+/// Towards a responder that drops early packets (as rxe), known as such: a lost packet in
+/// the middle, and the NAK of its gap lost too. The tail probe sends the oldest packet, which
+/// the responder answers, and what it dropped after it goes again — not the retransmit timer,
+/// T later (2.1 s at the timeout rdma_cm gives RoCE; 67 ms here).
+#[test]
+fn a_responder_that_drops_early_packets_is_probed_too() {
+    let (mut net, qpn) = pair_with_timeout(
+        Net::with_config(2, |c| EngineConfig {
+            reorder_packets: 0,
+            ..c
+        }),
+        14,
+    );
+    assert_eq!(write_losing(&mut net, qpn, 1, 4, Losses::default()), 0);
+    // A first loss shows that the responder drops what follows a gap.
+    write_losing(&mut net, qpn, 2, 16, Losses::first_of(&[3]));
+    assert_eq!(
+        net.nodes[0]
+            .engine
+            .qp(qpn)
+            .unwrap()
+            .peer_keeps_early_packets(),
+        Some(false)
+    );
+    let before = net.nodes[0].engine.stats().clone();
+    let start = net.now;
+    let losses = Losses {
+        packets: vec![(5, 1)],
+        naks: vec![0],
+    };
+    write_losing(&mut net, qpn, 20, 16, losses);
+    let took = net.now.saturating_duration_since(start);
+    let stats = net.nodes[0].engine.stats();
+    assert_eq!(stats.retransmit_timeouts, before.retransmit_timeouts);
+    assert!(stats.tail_probes > before.tail_probes);
+    assert!(took < Duration::from_millis(30), "recovered after {took:?}");
+}

@@ -577,14 +577,14 @@ impl QueuePair {
     /// asking for an ACK (see [`QueuePair::tail_probe`] for which). Each further probe of the
     /// same silence waits twice as long as the one before, while that is shorter than the
     /// retransmit timeout: a lost probe (1 % loss loses one in a hundred) does not leave the
-    /// QP to the timer. Probes cost no retry and leave the budget alone. Only towards a
-    /// responder not known to drop early packets: against rxe (go-back-N) the timer recovers
-    /// as IBTA says.
+    /// QP to the timer. Probes cost no retry and leave the budget alone. Towards responders
+    /// of both kinds: one that drops early packets (rxe) answers the oldest packet as well,
+    /// and the T that rdma_cm gives RoCE QPs is 2.1 s (timeout 19), which each tail loss cost
+    /// in full when only the timer recovered towards it (the NVMe-oF target's READs of write
+    /// data, towards a host taken for such a responder: a dozen times a thousand writes at
+    /// 3 % loss).
     pub(crate) fn arm_tail_probe(&mut self, ctx: &Ctx<'_>) {
-        if self.timers.is_armed(Timer::TailProbe)
-            || !ctx.config.selective_repeat
-            || self.req.peer_reorders == Some(false)
-        {
+        if self.timers.is_armed(Timer::TailProbe) || !ctx.config.selective_repeat {
             return;
         }
         let Some(rto) = self.retransmit_timeout() else {
@@ -696,17 +696,25 @@ impl QueuePair {
 
     /// Sends the tail-loss probe (see [`QueuePair::arm_tail_probe`]) after a silence: the
     /// repair under way, if any (it or its answer was lost); otherwise, towards a responder
-    /// known to keep early packets, the oldest unacknowledged packet as a probe; otherwise the
-    /// newest packet. A responder that keeps early packets NAKs a gap once, and silently keeps
-    /// whatever follows: when that NAK is lost, the newest packet gets no answer, while the
-    /// oldest always does (it fills the gap, or is a duplicate, which is acknowledged).
+    /// whose kind is known, or when a probe of this silence went unanswered, the oldest
+    /// unacknowledged packet as a probe; otherwise the newest packet. A responder NAKs a gap
+    /// once (rxe too: `sent_psn_nak`), and silently keeps or drops whatever follows: when
+    /// that NAK is lost, the newest packet gets no answer, while the oldest always does (it
+    /// fills the gap, or is a duplicate, which is acknowledged). Before the responder's kind
+    /// was known, the newest went again at every probe, unanswered, until the retransmit
+    /// timer.
     /// READ and atomic PSNs are the responder's to send (a response), so they are not probes
     /// of their own — except a READ or atomic request that is the oldest unacknowledged and
     /// got no answer at all: a silence means it or its whole answer was lost (a responder
     /// answering it makes no silence), and it goes again (the responder executes a duplicate
-    /// READ again, and answers a duplicate atomic from its replay cache). Left to the
-    /// retransmit timer, a lone lost READ at the end of the queue cost 67 ms. A READ answered
-    /// in part is restarted by the timer.
+    /// READ again, and answers a duplicate atomic from its replay cache), before the newest
+    /// packet is tried: behind a lost READ request whose NAK was lost too, the newest is a
+    /// packet the responder drops without a word (the NVMe-oF target's response capsules
+    /// probed so, unanswered, until the timer, at 3 % loss a dozen times a thousand writes).
+    /// Left to the retransmit timer, a lone lost READ at the end of the queue cost 67 ms. So does a READ
+    /// answered in part, its responses stopped: the rest of its answer was lost, and the
+    /// request goes again for the rest (from the first missing response PSN) — the timer
+    /// took T, 2.1 s at the timeout rdma_cm gives RoCE, for each lost last response.
     fn tail_probe(&mut self, ctx: &mut Ctx<'_>) {
         let unacked = self.req.unacked_psn;
         let newest = self.req.sent_high.sub(1);
@@ -721,15 +729,19 @@ impl QueuePair {
             Some(r) if !r.psn.is_before(unacked) => {
                 self.repair_keeping_sample(r.psn, RepairKind::Probe);
             }
-            _ if self.req.peer_reorders == Some(true) && self.req.resendable_alone(unacked) => {
+            _ if (self.req.peer_reorders.is_some() || self.req.tail_probes > 0)
+                && self.req.resendable_alone(unacked) =>
+            {
+                self.repair_keeping_sample(unacked, RepairKind::Probe);
+            }
+            _ if self.req.unanswered_request(unacked)
+                || self.req.read_answered_in_part(unacked) =>
+            {
                 self.repair_keeping_sample(unacked, RepairKind::Probe);
             }
             _ if self.req.resendable_alone(newest) => {
                 self.req.resend = Some(newest);
                 self.req.resend_copies = 0;
-            }
-            _ if self.req.unanswered_request(unacked) => {
-                self.repair_keeping_sample(unacked, RepairKind::Probe);
             }
             _ => return,
         }

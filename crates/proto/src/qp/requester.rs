@@ -44,7 +44,11 @@ impl QueuePair {
                 return None;
             }
             if wqe.wr.op.is_local() {
-                if !wqe.started && !self.execute_local(ctx, cursor) {
+                if wqe.started {
+                    // Go-back-N rewound the cursor over it: done once, it is passed over.
+                    self.req.cursor += 1;
+                    self.req.cursor_pkt = 0;
+                } else if !self.execute_local(ctx, cursor) {
                     return None;
                 }
                 continue;
@@ -471,13 +475,14 @@ impl QueuePair {
 
     /// Records `status` for WQE `idx` (its index in the send queue as the caller sees it) and
     /// moves the QP to the error state. WQEs before it already known to have succeeded still
-    /// complete successfully; unfinished ones before it, and all after it, are flushed.
+    /// complete successfully; unfinished ones before it, and all after it, are flushed — a
+    /// bind or invalidation after it too, though done already (rxe's completer reaches it
+    /// only after the failure, and flushes it).
     pub(crate) fn fail_wqe(&mut self, ctx: &mut Ctx<'_>, idx: usize, status: WcStatus) {
-        if let Some(wqe) = self.req.sq.get_mut(idx) {
-            wqe.status = Some(status);
-        }
-        for wqe in self.req.sq.iter_mut().take(idx) {
-            if wqe.status.is_none() {
+        for (i, wqe) in self.req.sq.iter_mut().enumerate() {
+            if i == idx {
+                wqe.status = Some(status);
+            } else if i > idx || wqe.status.is_none() {
                 wqe.status = Some(WcStatus::WrFlushErr);
             }
         }

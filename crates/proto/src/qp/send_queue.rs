@@ -12,7 +12,7 @@ use softrdma_wire::Psn;
 
 use super::attr::{Mtu, QpConfig};
 use super::rtt::RttEstimator;
-use crate::wr::{SendWr, WcStatus, WorkCompletion};
+use crate::wr::{SendOp, SendWr, WcStatus, WorkCompletion};
 
 /// A send WQE and its progress.
 #[derive(Debug, Clone)]
@@ -194,6 +194,12 @@ impl Requester {
     pub(crate) fn unanswered_request(&self, psn: Psn) -> bool {
         self.wqe_at(psn)
             .is_some_and(|w| w.wr.op.is_read_or_atomic() && w.first_psn == psn)
+    }
+
+    /// Whether `psn` is the first missing response of a READ answered in part.
+    pub(crate) fn read_answered_in_part(&self, psn: Psn) -> bool {
+        self.wqe_at(psn)
+            .is_some_and(|w| matches!(w.wr.op, SendOp::RdmaRead { .. }) && w.first_psn != psn)
     }
 
     /// State for a QP entering RTS.
