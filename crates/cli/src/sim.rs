@@ -114,6 +114,11 @@ pub(crate) struct Args {
     /// C9-92), instead of keeping them for when it comes: requesters fall back to go-back-N.
     #[arg(long)]
     rxe_responders: bool,
+    /// The chance (0..1) that a datagram is received into the direct placement plan of
+    /// another QP than its engine expects: stray bytes land in RDMA WRITE targets, which
+    /// the engine must sort out (and the reference model finds if it does not).
+    #[arg(long, default_value_t = 0.0, value_parser = crate::limits::probability)]
+    mispredict: f64,
     /// Write every datagram that crossed the fabric to this pcap file.
     #[arg(long)]
     pcap: Option<PathBuf>,
@@ -203,6 +208,7 @@ impl Args {
             errors,
             cm: None,
             rxe_like_responders: self.rxe_responders,
+            mispredict: self.mispredict,
             ..RunConfig::uniform(workload, link, SAFETY_BOUND)
         }
     }
@@ -340,13 +346,16 @@ fn render(args: &Args, r: &RunReport, wall_s: f64) -> String {
     }
     let _ = writeln!(
         s,
-        "fabric: sent {}, delivered {}, dropped {}, duplicated {}, corrupted {}, reordered {}",
+        "fabric: sent {}, delivered {}, dropped {}, duplicated {}, corrupted {}, reordered {}, \
+         placed {}, placement misses {}",
         f.packets_sent,
         f.packets_delivered,
         f.packets_dropped,
         f.packets_duplicated,
         f.packets_corrupted,
-        f.packets_reordered
+        f.packets_reordered,
+        f.packets_placed,
+        f.placement_misses
     );
     let _ = writeln!(s, "engines: icrc_drops={} {e}", e.icrc_drops);
     let _ = writeln!(
@@ -405,6 +414,8 @@ fn render(args: &Args, r: &RunReport, wall_s: f64) -> String {
             ("packets_duplicated", f.packets_duplicated.to_string()),
             ("packets_corrupted", f.packets_corrupted.to_string()),
             ("packets_reordered", f.packets_reordered.to_string()),
+            ("packets_placed", f.packets_placed.to_string()),
+            ("placement_misses", f.placement_misses.to_string()),
             ("icrc_drops", e.icrc_drops.to_string()),
             (
                 "peak_rss_mib",

@@ -28,6 +28,7 @@ pub mod io;
 pub mod mr;
 pub mod mw;
 pub mod pd;
+pub mod placement;
 pub mod qp;
 pub mod srq;
 pub mod stats;
@@ -44,6 +45,7 @@ pub use event::AsyncEvent;
 pub use io::{DatagramMeta, Transmit};
 pub use mr::{AccessError, MemoryFault, MemoryRegion, MrTable, PdHandle, RegionMemory, VecMemory};
 pub use mw::{Invalidator, MemoryWindow, MwBinding, MwError, MwType};
+pub use placement::{PlacedPiece, PlacedReceive, PlacementPlan};
 pub use qp::{
     rxe_source_port, ud_source_port, AddressVector, ModifyQpError, Mtu, QpAttr, QpCaps, QpConfig,
     QpState, QpType, QueuePair, GSI_QKEY,

@@ -21,25 +21,7 @@ fn cnps(net: &Net) -> Vec<Vec<u8>> {
 }
 
 fn write(net: &mut Net, qpn: u32, len: u32, wr_id: u64) {
-    let sge = net.sge(0, 0, len);
-    let remote = BASE + 0x8000;
-    let rkey = net.nodes[1].key;
-    let now = net.now;
-    net.nodes[0]
-        .engine
-        .post_send(
-            now,
-            qpn,
-            wr(
-                wr_id,
-                SendOp::RdmaWrite {
-                    remote_addr: remote,
-                    rkey,
-                },
-                sge,
-            ),
-        )
-        .unwrap();
+    net.post_rdma(qpn, wr_id, false, 0, 0x8000, len);
 }
 
 fn written_intact(net: &mut Net, len: usize) {

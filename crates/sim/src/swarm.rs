@@ -65,6 +65,10 @@ pub struct RunConfig {
     /// Responders drop requests that follow a gap, as Linux rxe does, instead of keeping
     /// them (see [`FabricConfig::keep_early_packets`]).
     pub rxe_like_responders: bool,
+    /// The chance that a datagram is received into another QP's direct placement plan
+    /// than its engine expects (see [`FabricConfig::mispredict`]): stray bytes in WRITE
+    /// targets, which must never show in memory that the reference model checks.
+    pub mispredict: f64,
 }
 
 /// Sums of engine counters over all nodes.
@@ -355,6 +359,7 @@ impl RunConfig {
             safety,
             liveness: Duration::from_secs(5),
             rxe_like_responders: false,
+            mispredict: 0.0,
         }
     }
 
@@ -514,6 +519,13 @@ impl RunConfig {
             },
             // A quarter of the seeds: requesters must notice and fall back to go-back-N.
             rxe_like_responders: rng.chance(0.25),
+            // Half the seeds receive a third of their datagrams into the wrong plan. Drawn
+            // from a stream of its own: the knobs above mean what they meant for each seed.
+            mispredict: if SimRng::new(seed).fork(0x6d69_7370_7264).chance(0.5) {
+                0.3
+            } else {
+                0.0
+            },
         }
     }
 
@@ -529,7 +541,7 @@ impl RunConfig {
         format!(
             "nodes={} qps={} ops={} mtu={} window={} recv_depth={} timeout={} mix={:?} \
              link0->1={{delay={}ns bw={} loss={:.3} dup={:.3} reorder={:.3} corrupt={:.3}}} \
-             targeted={} safety={}us rxe_like_responders={}{}",
+             targeted={} safety={}us rxe_like_responders={} mispredict={}{}",
             w.nodes,
             w.qps_per_pair,
             w.ops,
@@ -547,6 +559,7 @@ impl RunConfig {
             self.faults.len(),
             self.safety.as_micros(),
             self.rxe_like_responders,
+            self.mispredict,
             self.datagrams.map_or(String::new(), |d| format!(
                 " datagrams={{ud={} uc={} max_len={} window={} recv_depth={} multicast={}}}",
                 d.ud_ops, d.uc_ops, d.max_len, d.window, d.recv_depth, d.multicast
@@ -565,6 +578,7 @@ pub fn run(config: &RunConfig, capture: Option<Box<dyn Write>>) -> Result<RunRep
     let seed = config.workload.seed;
     let mut fabric = Fabric::new(FabricConfig {
         keep_early_packets: !config.rxe_like_responders,
+        mispredict: config.mispredict,
         ..FabricConfig::new(seed)
     });
     if let Some(out) = capture {

@@ -13,6 +13,8 @@ pub struct RecvArena {
     pub(crate) slot_len: usize,
     pub(crate) meta: Box<[RecvMeta]>,
     pub(crate) filled: usize,
+    /// Most messages a receive takes (at most the slots).
+    pub(crate) limit: usize,
     pub(crate) scratch: imp::RecvScratch,
 }
 
@@ -31,6 +33,7 @@ impl RecvArena {
             slot_len,
             meta: vec![RecvMeta::default(); slots].into_boxed_slice(),
             filled: 0,
+            limit: slots,
             scratch,
         }
     }
@@ -69,6 +72,39 @@ impl RecvArena {
         let start = i * self.slot_len;
         let len = meta.len.min(self.slot_len);
         Some((meta, &self.buf[start..start + len]))
+    }
+
+    /// The bytes of slot `i`, for a receive made by other means than
+    /// [`RoceSocket::try_recv`](crate::RoceSocket::try_recv) (a scattered receive lays its
+    /// scratch pieces over a slot); record it with [`RecvArena::set_received`].
+    pub fn slot_mut(&mut self, i: usize) -> Option<&mut [u8]> {
+        if i >= self.meta.len() {
+            return None;
+        }
+        let start = i * self.slot_len;
+        Some(&mut self.buf[start..start + self.slot_len])
+    }
+
+    /// Has the following receives take at most `n` messages (at least 1, at most
+    /// [`RecvArena::slots`]): a caller that wants to look at one datagram before it decides
+    /// how to receive the next takes them one at a time.
+    pub fn set_limit(&mut self, n: usize) {
+        self.limit = n.clamp(1, self.meta.len());
+    }
+
+    /// Forgets the messages of the last receive (as a receive that got nothing does).
+    pub fn clear(&mut self) {
+        self.filled = 0;
+    }
+
+    /// Records that slot 0 holds the one message `meta` describes (its `len` bytes, capped
+    /// at the slot), as if the last receive had got that message alone.
+    pub fn set_received(&mut self, meta: RecvMeta) {
+        self.meta[0] = RecvMeta {
+            len: meta.len.min(self.slot_len),
+            ..meta
+        };
+        self.filled = 1;
     }
 
     /// The messages of the last receive, in arrival order.
@@ -116,5 +152,18 @@ mod tests {
         let parts: Vec<&[u8]> = arena.datagrams().map(|(_, b)| b).collect();
         assert_eq!(parts, [&[1, 1, 1, 1][..], &[2, 2, 2, 2], &[3, 3]]);
         assert!(arena.get(1).is_none());
+        // A message received by other means into slot 1's bytes is not slot 0's...
+        arena.slot_mut(1).unwrap()[..3].copy_from_slice(&[9, 9, 9]);
+        assert!(arena.slot_mut(2).is_none());
+        // ... but into slot 0's, recorded, it is what the arena holds.
+        arena.slot_mut(0).unwrap()[..3].copy_from_slice(&[7, 8, 9]);
+        arena.set_received(RecvMeta {
+            len: 500,
+            stride: 2,
+            ..RecvMeta::default()
+        });
+        assert_eq!(arena.len(), 1);
+        assert_eq!(arena.get(0).unwrap().1.len(), 100, "capped at the slot");
+        assert_eq!(&arena.get(0).unwrap().1[..3], &[7, 8, 9]);
     }
 }

@@ -68,6 +68,16 @@ impl Transmit<'_> {
     }
 }
 
+/// One piece of memory a scattered receive fills
+/// ([`RoceSocket::try_recv_scattered`](crate::RoceSocket::try_recv_scattered)).
+#[derive(Debug, Clone, Copy)]
+pub struct RecvPiece {
+    /// The first byte.
+    pub addr: *mut u8,
+    /// Bytes.
+    pub len: usize,
+}
+
 /// What the kernel said about one received message (one datagram, or several coalesced by GRO).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct RecvMeta {

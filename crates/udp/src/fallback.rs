@@ -121,7 +121,12 @@ pub(crate) fn recv(socket: &Socket, local: SocketAddr, arena: &mut RecvArena) ->
     let RecvScratch = arena.scratch;
     let slot_len = arena.slot_len;
     let mut n = 0;
-    for (i, slot) in arena.buf.chunks_exact_mut(slot_len).enumerate() {
+    for (i, slot) in arena
+        .buf
+        .chunks_exact_mut(slot_len)
+        .take(arena.limit)
+        .enumerate()
+    {
         // SAFETY: `recv_from` only writes initialised bytes into the buffer and never
         // uninitialises any; u8 and MaybeUninit<u8> have the same layout.
         let uninit = unsafe { &mut *(std::ptr::from_mut::<[u8]>(slot) as *mut [MaybeUninit<u8>]) };
@@ -142,6 +147,40 @@ pub(crate) fn recv(socket: &Socket, local: SocketAddr, arena: &mut RecvArena) ->
         }
     }
     Ok(n)
+}
+
+/// A scattered receive: one datagram into a buffer, then copied over the pieces in order.
+///
+/// # Safety
+/// Each piece must be valid for writes of its length during the call.
+pub(crate) unsafe fn recv_scattered(
+    socket: &Socket,
+    local: SocketAddr,
+    pieces: &[crate::RecvPiece],
+) -> io::Result<Option<RecvMeta>> {
+    let mut buf = vec![0u8; crate::MAX_UDP_PAYLOAD];
+    // SAFETY: `recv_from` only writes initialised bytes; u8 and MaybeUninit<u8> agree.
+    let uninit = unsafe { &mut *(std::ptr::from_mut::<[u8]>(&mut buf) as *mut [MaybeUninit<u8>]) };
+    let (len, from) = match socket.recv_from(uninit) {
+        Ok(r) => r,
+        Err(e) if e.kind() == io::ErrorKind::WouldBlock => return Ok(None),
+        Err(e) => return Err(e),
+    };
+    let mut at = 0;
+    for p in pieces {
+        let n = p.len.min(len - at);
+        // SAFETY: the caller vouches for the piece; `buf[at..at + n]` is in bounds.
+        unsafe { std::ptr::copy_nonoverlapping(buf.as_ptr().add(at), p.addr, n) };
+        at += n;
+    }
+    Ok(Some(RecvMeta {
+        src: from.as_socket().unwrap_or(local),
+        dst_ip: local.ip(),
+        len: at,
+        stride: at,
+        truncated: at < len,
+        ..RecvMeta::default()
+    }))
 }
 
 /// Multicast needs `IP_PKTINFO` and friends: not here.

@@ -11,6 +11,10 @@
 //! - Batched I/O: [`RoceSocket::send`] takes a slice of [`Transmit`]s (one `sendmmsg(2)` per run
 //!   of transmits with the same source port), [`RoceSocket::try_recv`] fills a caller-owned
 //!   [`RecvArena`] with one `recvmmsg(2)`. Nothing is allocated per packet.
+//! - Scattered receive: [`RoceSocket::try_recv_scattered`] receives one datagram (or GRO
+//!   batch) with one `recvmsg(2)` over caller-given pieces of memory, in order, so that a
+//!   caller that knows what comes next puts each part where it belongs (RoCE payloads
+//!   straight into registered memory).
 //! - Offloads: UDP GSO (`UDP_SEGMENT`, a [`Transmit::segment_size`]) and GRO (`UDP_GRO`,
 //!   [`RecvMeta::stride`]), probed once at open and switched off at run time if the kernel
 //!   refuses them ([`SendError::GsoUnavailable`]).
@@ -95,7 +99,7 @@ mod socket;
 mod steering;
 
 pub use arena::RecvArena;
-pub use datagram::{Ecn, RecvMeta, Transmit};
+pub use datagram::{Ecn, RecvMeta, RecvPiece, Transmit};
 pub use error::{MulticastError, OpenError, RecvError, SendError};
 pub use socket::{Capabilities, Config, RoceSocket};
 pub use steering::{SteeringHandle, SteeringInsn};
@@ -125,6 +129,9 @@ pub const BATCH_MAX: usize = 64;
 
 /// Most slots a [`RecvArena`] may have (`UIO_MAXIOV`, the kernel's limit for `recvmmsg`).
 pub const RECV_SLOTS_MAX: usize = 1024;
+
+/// Most pieces one [`RoceSocket::try_recv_scattered`] takes.
+pub const RECV_PIECES_MAX: usize = 256;
 
 /// Largest UDP payload: 65535 minus the IPv4 and UDP headers. It bounds a datagram and a whole
 /// GSO super-packet, and it is the slot size a GRO receiver needs.

@@ -9,7 +9,7 @@ use std::time::{Duration, Instant};
 use socket2::Socket;
 
 use crate::arena::RecvArena;
-use crate::datagram::Transmit;
+use crate::datagram::{RecvMeta, RecvPiece, Transmit};
 use crate::{
     imp, OpenError, RecvError, SendError, BATCH_MAX, DEFAULT_MAX_SOURCE_PORTS,
     DEFAULT_SOCKET_BUFFER_BYTES, DEFAULT_TTL, MAX_UDP_PAYLOAD, ROCEV2_UDP_PORT,
@@ -338,6 +338,31 @@ impl RoceSocket {
             }
         }
         Ok(0)
+    }
+
+    /// Receives one message (a datagram, or a GRO batch of them) from the main socket
+    /// without waiting, scattered over `pieces`: the kernel fills them in order, byte after
+    /// byte, so a caller that knows the layout of what comes next receives each part where
+    /// it belongs (RoCE payloads straight into registered memory). `None` if nothing was
+    /// queued. Bytes beyond the pieces are cut off ([`RecvMeta::truncated`]). Multicast
+    /// groups' sockets are not read.
+    ///
+    /// # Safety
+    /// Every piece must be valid for writes of its length for the duration of the call, and
+    /// the bytes may not be accessed meanwhile by anyone but with atomic operations (the
+    /// kernel writes them as another thread would). If a piece is not writable, the call
+    /// fails with `EFAULT`, and the datagram is lost.
+    pub unsafe fn try_recv_scattered(
+        &self,
+        pieces: &[RecvPiece],
+    ) -> Result<Option<RecvMeta>, RecvError> {
+        // SAFETY: the caller's promise, passed on.
+        unsafe { imp::recv_scattered(&self.main, self.local, pieces) }.map_err(|source| {
+            RecvError::Io {
+                local: self.local,
+                source,
+            }
+        })
     }
 
     fn recv_from(&self, socket: &Socket, arena: &mut RecvArena) -> Result<usize, RecvError> {

@@ -50,6 +50,44 @@ fn bench(c: &mut Criterion) {
         drop(raw);
     }
     g.finish();
+    // The CRC-32 of a payload on each side, as the data path pays it: gathered and hashed in
+    // one pass on the way out (`read_crc32`), checked where the kernel placed it on the way
+    // in (`crc32`, no copy); beside them the two passes the data path made before (copy,
+    // then crc32fast over the copy; crc32fast over the received bytes, then the copy in),
+    // and crc32fast alone over a plain slice.
+    let mut g = c.benchmark_group("region_crc");
+    for len in [4096usize, 65536] {
+        let mr = pd
+            .reg_mr(len, AccessFlags::LOCAL_WRITE)
+            .expect("register the region");
+        let src: Vec<u8> = (0..len).map(|i| (i * 7) as u8).collect();
+        mr.write(0, &src).unwrap();
+        let mut dst = vec![0u8; len];
+        g.throughput(Throughput::Bytes(len as u64));
+        g.bench_function(format!("send_gather_and_crc/{len}"), |b| {
+            b.iter(|| mr.read_crc32(0, black_box(&mut dst)).unwrap())
+        });
+        g.bench_function(format!("send_read_then_crc32fast/{len}"), |b| {
+            b.iter(|| {
+                mr.read(0, black_box(&mut dst)).unwrap();
+                crc32fast::hash(black_box(&dst))
+            })
+        });
+        g.bench_function(format!("receive_check_in_place/{len}"), |b| {
+            b.iter(|| mr.crc32(0, black_box(len)).unwrap())
+        });
+        g.bench_function(format!("receive_crc32fast_then_write/{len}"), |b| {
+            b.iter(|| {
+                let c = crc32fast::hash(black_box(&src));
+                mr.write(0, black_box(&src)).unwrap();
+                c
+            })
+        });
+        g.bench_function(format!("crc32fast_slice/{len}"), |b| {
+            b.iter(|| crc32fast::hash(black_box(&src)))
+        });
+    }
+    g.finish();
 }
 
 criterion_group!(benches, bench);

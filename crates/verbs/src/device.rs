@@ -76,6 +76,12 @@ pub struct DeviceConfig {
     /// shares rxe's address. Off, the device binds the address alone and a second one fails
     /// with "address in use". Port 0 (a port the kernel picks) is never shared.
     pub share_address: bool,
+    /// Receive the payload of an RDMA WRITE in progress straight into its target (one copy,
+    /// the kernel's; see `softrdma_proto::placement` for what may land where). On by
+    /// default; off, every datagram is received into the device's buffers and copied from
+    /// there. Not with fault injection or a pcap tap, which need every datagram's bytes
+    /// first.
+    pub direct_placement: bool,
 }
 
 impl DeviceConfig {
@@ -98,6 +104,7 @@ impl DeviceConfig {
             congestion_control: CcConfig::OFF,
             faults: FaultConfig::NONE,
             share_address: true,
+            direct_placement: true,
         }
     }
 
@@ -105,6 +112,13 @@ impl DeviceConfig {
     /// [`DeviceConfig::share_address`]).
     pub fn share_address(mut self, on: bool) -> DeviceConfig {
         self.share_address = on;
+        self
+    }
+
+    /// Receiving WRITE payloads straight into their target (the default) or through the
+    /// device's buffers (see [`DeviceConfig::direct_placement`]).
+    pub fn direct_placement(mut self, on: bool) -> DeviceConfig {
+        self.direct_placement = on;
         self
     }
 
@@ -476,6 +490,7 @@ impl Device {
         let epoch_monotonic_ns = monotonic_ns().saturating_sub(elapsed_ns(epoch));
         let mut core = Core::new(engine, socket, arena, config.gso, epoch);
         core.allowed_peers = config.allowed_peers.clone();
+        core.placement = config.direct_placement;
         if !config.faults.is_none() {
             core.faults = Some(crate::faults::Faults::new(config.faults));
         }

@@ -160,6 +160,7 @@
 
 mod ah;
 mod cq;
+mod crc;
 mod device;
 mod dm;
 mod error;

@@ -32,6 +32,19 @@
 //! [`MemoryFault`] instead of crashing the process. Memory softrdma allocates cannot vanish and
 //! keeps the plain atomics.
 //!
+//! A third writer besides the engine and the application is the kernel: with direct
+//! placement (`progress/core/placed.rs`, `softrdma_proto::placement`) a `recvmsg` writes the
+//! payload of an RDMA WRITE straight into the region, as a NIC's DMA would. Those writes are
+//! not Rust accesses at all — the kernel writes user memory as another process sharing it
+//! would — so they race with nothing the language forbids as long as every Rust access to
+//! the bytes stays atomic, which the two rules above already make it; softrdma reads the
+//! bytes back only after the system call returned. What the kernel may write is bounded by
+//! the engine (only the rest of the WRITE in flight, whose bytes IBTA leaves undefined until
+//! it completes); for caller memory that vanished the call fails with `EFAULT` instead of
+//! faulting, and the datagram is received the ordinary way next time. The ICRC of a placed
+//! payload is checked where it landed, word by word (`crate::crc`), and so is the CRC of a
+//! payload gathered for sending, in the same pass as the copy.
+//!
 //! Copies move whole words in one tight loop of relaxed loads or stores (on x86 and ARM plain
 //! moves, a few GB/s per core) and the partial words at either end on their own. Ordering
 //! comes from the device's queues: a buffer handed to `post_send` was written before the post,
@@ -46,7 +59,9 @@ use std::ptr::NonNull;
 use std::sync::atomic::{AtomicU64, AtomicU8, Ordering};
 
 use softrdma_proto::{MemoryFault, RegionMemory};
+use softrdma_wire::crc32_update;
 
+use crate::crc::crc_words;
 use crate::fallible;
 
 /// Alignment of memory softrdma allocates for regions: a page, as applications usually
@@ -223,6 +238,47 @@ impl Words {
             w.store(word(&body[body.len() - 8..]), Ordering::Release);
         }
         self.write_partial(hi, tail, Ordering::Release);
+    }
+
+    /// [`Words::read`], continuing the CRC-32 `crc` over the bytes on the way: each whole
+    /// word is loaded once, stored into `dst` and folded into the CRC (`crate::crc`).
+    fn read_crc(&self, offset: usize, dst: &mut [u8], crc: u32) -> u32 {
+        assert!(offset <= self.len && dst.len() <= self.len - offset);
+        let p = self.base + offset;
+        let (lo, hi) = Self::split(p, p + dst.len());
+        let (head, rest) = dst.split_at_mut(lo - p);
+        let (body, tail) = rest.split_at_mut(hi - lo);
+        self.read_partial(p, head);
+        // SAFETY: [lo, hi) are whole words inside the region (see `split`).
+        let words = unsafe { self.word_slice(lo, hi) };
+        let crc = crc_words(crc32_update(crc, head), words, body);
+        self.read_partial(hi, tail);
+        crc32_update(crc, tail)
+    }
+
+    /// Continues the CRC-32 `crc` over `len` bytes at offset `offset`, loading each whole
+    /// word once and copying nothing (the check of a payload placed into the region).
+    fn crc32(&self, offset: usize, len: usize, crc: u32) -> u32 {
+        assert!(offset <= self.len && len <= self.len - offset);
+        let p = self.base + offset;
+        let (lo, hi) = Self::split(p, p + len);
+        let mut head = [0u8; 8];
+        let head = &mut head[..lo - p];
+        self.read_partial(p, head);
+        // SAFETY: [lo, hi) are whole words inside the region (see `split`).
+        let words = unsafe { self.word_slice(lo, hi) };
+        let crc = crc_words(crc32_update(crc, head), words, &mut []);
+        let mut tail = [0u8; 8];
+        let tail = &mut tail[..p + len - hi];
+        self.read_partial(hi, tail);
+        crc32_update(crc, tail)
+    }
+
+    /// The address of `[offset, offset + len)` for the kernel to receive into (see the
+    /// module docs on direct placement), if the range is inside the region.
+    fn placement_address(&self, offset: usize, len: usize) -> Option<NonNull<u8>> {
+        let end = offset.checked_add(len)?;
+        (end <= self.len).then(|| NonNull::new((self.base + offset) as *mut u8))?
     }
 
     /// [`Words::read`] through the fault-catching primitives (see `fallible.rs`): for memory
@@ -412,6 +468,15 @@ impl RegionMemory for OwnedMemory {
         self.words.write(offset, src);
         Ok(())
     }
+    fn read_crc(&self, offset: usize, dst: &mut [u8], crc: u32) -> Result<u32, MemoryFault> {
+        Ok(self.words.read_crc(offset, dst, crc))
+    }
+    fn crc32(&self, offset: usize, len: usize, crc: u32) -> Result<u32, MemoryFault> {
+        Ok(self.words.crc32(offset, len, crc))
+    }
+    fn placement_address(&self, offset: usize, len: usize) -> Option<NonNull<u8>> {
+        self.words.placement_address(offset, len)
+    }
     fn compare_swap(&self, offset: usize, compare: u64, swap: u64) -> Result<u64, MemoryFault> {
         let w = self.words.atomic_word(offset);
         Ok(
@@ -441,6 +506,12 @@ impl RegionMemory for RawMemory {
     }
     fn write(&self, offset: usize, src: &[u8]) -> Result<(), MemoryFault> {
         self.words.write_fallible(offset, src)
+    }
+    // The CRCs keep the defaults: they read through `read`, whose fault-catching copies take
+    // a few words at a time into a buffer that stays in the cache.
+    fn placement_address(&self, offset: usize, len: usize) -> Option<NonNull<u8>> {
+        // The kernel's copy into memory that has vanished fails (EFAULT) instead of faulting.
+        self.words.placement_address(offset, len)
     }
     fn compare_swap(&self, offset: usize, compare: u64, swap: u64) -> Result<u64, MemoryFault> {
         let w = self.words.atomic_word(offset).as_ptr();
@@ -602,6 +673,37 @@ mod tests {
         let _ = m;
         assert!(buf[..start].iter().all(|&b| b == 0));
         assert!(buf[start + len..].iter().all(|&b| b == 0));
+    }
+
+    /// The one-pass copies and checks: at every offset and length, `read_crc` copies exactly
+    /// what `read` does and both give the CRC of those bytes, from any running CRC.
+    #[test]
+    fn crc_reads_copy_and_hash_every_alignment() {
+        let len = 700;
+        let m = OwnedMemory::new(len).unwrap();
+        let data: Vec<u8> = (0..len).map(|i| (i * 31 + 7) as u8).collect();
+        m.write(0, &data).unwrap();
+        for offset in 0..20 {
+            for n in (0..=len - offset).step_by(23).chain([len - offset]) {
+                let want = data[offset..offset + n].to_vec();
+                let seed = (offset * 1000 + n) as u32;
+                let crc = crc32_update(seed, &want);
+                let mut out = vec![0u8; n];
+                assert_eq!(m.read_crc(offset, &mut out, seed), Ok(crc));
+                assert_eq!(out, want, "copy at {offset} len {n}");
+                assert_eq!(
+                    m.crc32(offset, n, seed),
+                    Ok(crc),
+                    "check at {offset} len {n}"
+                );
+            }
+        }
+        assert!(m.placement_address(len, 0).is_some());
+        assert!(m.placement_address(len - 3, 4).is_none());
+        assert_eq!(
+            m.placement_address(5, 10).map(|p| p.as_ptr() as u64),
+            Some(m.addr() + 5)
+        );
     }
 
     #[test]

@@ -584,6 +584,23 @@ impl MemoryRegion {
         Ok(self.inner.memory.write(offset, data)?)
     }
 
+    /// The CRC-32 (the Ethernet / zlib polynomial, as `crc32fast` computes it) of `len`
+    /// bytes at `offset`, read where they are, without a copy: a cheap check that a
+    /// buffer holds what was sent. It is the routine that checks the ICRC of payloads the
+    /// network placed straight into a region, at the same speed.
+    pub fn crc32(&self, offset: usize, len: usize) -> Result<u32, CopyError> {
+        self.check(offset, len)?;
+        Ok(self.inner.memory.crc32(offset, len, 0)?)
+    }
+
+    /// Copies `buf.len()` bytes at `offset` into `buf`, as [`read`](Self::read) does, and
+    /// returns their CRC-32 (as [`crc32`](Self::crc32)), computed on the way: one pass, as
+    /// the device gathers a payload and its ICRC.
+    pub fn read_crc32(&self, offset: usize, buf: &mut [u8]) -> Result<u32, CopyError> {
+        self.check(offset, buf.len())?;
+        Ok(self.inner.memory.read_crc(offset, buf, 0)?)
+    }
+
     /// Sets `len` bytes at `offset` to `byte`.
     pub fn fill(&self, offset: usize, len: usize, byte: u8) -> Result<(), CopyError> {
         self.check(offset, len)?;

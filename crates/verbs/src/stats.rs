@@ -65,9 +65,12 @@ impl DeviceStats {
         let io = &self.io;
         for (k, n) in [
             ("io.rx_datagrams", io.rx_datagrams),
+            ("io.rx_calls", io.rx_calls),
             ("io.rx_truncated", io.rx_truncated),
             ("io.rx_errors", io.rx_errors),
             ("io.rx_denied", io.rx_denied),
+            ("io.rx_placed", io.rx_placed),
+            ("io.rx_placement_misses", io.rx_placement_misses),
             ("io.tx_datagrams", io.tx_datagrams),
             ("io.tx_calls", io.tx_calls),
             ("io.tx_sends", io.tx_sends),

@@ -251,3 +251,44 @@ fn the_implicit_region_and_prefetch() {
     );
     local.prefetch(0, PAGE, true).unwrap();
 }
+
+/// A WRITE whose first packet lands in mapped memory and whose rest the device receives
+/// straight into the region (direct placement) — into a page unmapped under it: the kernel's
+/// copy fails (EFAULT) instead of faulting, the device stops placing into that WRITE, and the
+/// resent packets meet the ordinary path's access error. As without placement: a remote
+/// access error at the requester, one NAK, nothing written beyond the hole's edge.
+#[test]
+fn a_placed_write_into_an_unmapped_page_is_a_remote_access_error() {
+    let (a, b) = (End::new("127.0.61.9"), End::new("127.0.61.10"));
+    let local = a.pd.reg_mr(3 * PAGE, all_access()).unwrap();
+    local.fill(0, 3 * PAGE, 0x77).unwrap();
+    let pages = Pages::new();
+    let target = pages.register(&b.pd);
+    let rkey = target.remote().rkey;
+    pages.unmap_middle();
+    let (qa, _qb) = pair(&a, &b);
+    let start = pages.0 as u64;
+    qa.post_send([wr::write(
+        1,
+        vec![local.sge(0, 3 * PAGE as u32)],
+        start,
+        rkey,
+    )])
+    .unwrap();
+    let wc = wait_one(&a.cq);
+    assert_eq!((wc.wr_id, wc.status), (1, WcStatus::RemAccessErr), "{wc:?}");
+    let stats = b.dev.stats();
+    assert_eq!(
+        stats.engine.naks_sent_of(softrdma::NakKind::RemoteAccess),
+        1
+    );
+    assert!(
+        stats.io.rx_errors >= 1,
+        "the placed receive failed: {:?}",
+        stats.io
+    );
+    assert_eq!(stats.io.rx_placed, 0);
+    // The page before the hole got the FIRST; the one after it nothing.
+    assert_eq!(target.read_vec(0, PAGE).unwrap(), vec![0x77; PAGE]);
+    assert_eq!(target.read_vec(2 * PAGE, 16).unwrap(), vec![0; 16]);
+}

@@ -71,6 +71,15 @@ pub fn compute_raw(ip_header: &[u8], udp_header: &[u8], transport: &[u8]) -> Res
     Ok(crc_after_header(&mut buf, n, transport))
 }
 
+/// Continues the CRC-32 (the Ethernet / zlib polynomial, zlib's convention: `crc` is the CRC
+/// of the bytes before, 0 for none) over `bytes`. What [`IcrcContext::begin`] starts, this
+/// and the copies of registered memory that compute it on the way go on with.
+pub fn crc32_update(crc: u32, bytes: &[u8]) -> u32 {
+    let mut h = crc32fast::Hasher::new_with_initial(crc);
+    h.update(bytes);
+    h.finalize()
+}
+
 /// Sets the IPv4 header fields the ICRC does not cover to ones: TOS, TTL, header checksum.
 fn mask_ipv4(ip: &mut [u8]) {
     ip[1] = 0xff;
@@ -160,12 +169,68 @@ impl IcrcContext {
         if packet.len() < Bth::LEN + ICRC_LEN {
             return Err(ParseError::Truncated);
         }
-        let udp_len = UdpHeader::LEN + packet.len();
-        let udp_len16 = u16::try_from(udp_len).map_err(|_| ParseError::BadIpHeader)?;
         let transport = &packet[..packet.len() - ICRC_LEN];
-        // The masked pseudo-header is written straight into the buffer the CRC reads (built
-        // apart and copied in, its bytes were read back before their stores had settled,
-        // which cost more than the CRC of a short packet's header).
+        let (mut buf, n) = self.pseudo_header(packet.len())?;
+        Ok(crc_after_header(&mut buf, n, transport))
+    }
+
+    /// The CRC so far of a packet of `packet_len` bytes (ICRC included) whose first bytes
+    /// are `head` (at least the BTH): the pseudo-header, then `head`. A caller that holds the
+    /// rest of the packet elsewhere continues it with [`crc32_update`] (or a copy that
+    /// computes it on the way, as an engine gathering a payload out of registered memory
+    /// does) up to the ICRC slot: the value it ends with is what [`IcrcContext::compute`]
+    /// gives for the whole packet. One pass over the payload, not two.
+    pub fn begin(&self, packet_len: usize, head: &[u8]) -> Result<u32> {
+        if head.len() < Bth::LEN || packet_len < head.len() + ICRC_LEN {
+            return Err(ParseError::Truncated);
+        }
+        let (mut buf, n) = self.pseudo_header(packet_len)?;
+        Ok(crc_after_header(&mut buf, n, head))
+    }
+
+    /// Checks `computed`, a packet's ICRC computed with this context (by [`begin`] and its
+    /// continuation), against `stored`, the one it carries, for a datagram received over UDP
+    /// whose IPv4 identification is unknown (as [`verify_ipv4_near`] with `self.ipv4_id` as
+    /// the guess): the identification the sender used, or `BadIcrc`. Only senders that set
+    /// don't-fragment (softrdma, rxe) are recognised here; [`verify_ipv4_near`] also tries a
+    /// datagram without it, over the packet's bytes again.
+    ///
+    /// [`begin`]: IcrcContext::begin
+    /// [`verify_ipv4_near`]: IcrcContext::verify_ipv4_near
+    pub fn check_computed(
+        &self,
+        computed: u32,
+        stored: u32,
+        packet_len: usize,
+    ) -> Result<RecoveredIpv4> {
+        let v4 = matches!((self.src, self.dst), (IpAddr::V4(_), IpAddr::V4(_)));
+        let guess = if v4 { self.ipv4_id } else { 0 };
+        if computed == stored {
+            return Ok(RecoveredIpv4 {
+                id: guess,
+                dont_fragment: true,
+            });
+        }
+        if !v4 || !self.ipv4_dont_fragment || packet_len < ICRC_LEN {
+            return Err(ParseError::BadIcrc);
+        }
+        let after_id = (Ipv4Header::LEN - 6) + UdpHeader::LEN + packet_len - ICRC_LEN;
+        solve_id(stored ^ computed, after_id)
+            .map(|delta| RecoveredIpv4 {
+                id: delta ^ guess,
+                dont_fragment: true,
+            })
+            .ok_or(ParseError::BadIcrc)
+    }
+
+    /// The masked pseudo-header of a packet of `packet_len` bytes (ones for the LRH, the IP
+    /// and UDP headers with their variant fields set to ones), written straight into the
+    /// buffer the CRC reads (built apart and copied in, its bytes were read back before
+    /// their stores had settled, which cost more than the CRC of a short packet's header);
+    /// returns the buffer and how many bytes of it are the header.
+    fn pseudo_header(&self, packet_len: usize) -> Result<([u8; PSEUDO_SHORT], usize)> {
+        let udp_len = UdpHeader::LEN + packet_len;
+        let udp_len16 = u16::try_from(udp_len).map_err(|_| ParseError::BadIpHeader)?;
         let mut buf = [0u8; PSEUDO_SHORT];
         buf[..LRH_ONES.len()].copy_from_slice(&LRH_ONES);
         let mut n = LRH_ONES.len();
@@ -201,7 +266,7 @@ impl IcrcContext {
         udp[4..6].copy_from_slice(&udp_len16.to_be_bytes());
         mask_udp(udp);
         n += UdpHeader::LEN;
-        Ok(crc_after_header(&mut buf, n, transport))
+        Ok((buf, n))
     }
 
     /// Computes the ICRC and stores it in the last 4 bytes of `packet`.
@@ -642,5 +707,48 @@ mod tests {
         }
         assert_eq!(mul_mod_p(fed, unfeed_zero_bytes(1000)), ONE);
         assert_eq!(raw_register(&[0; 1000]), 0);
+    }
+
+    /// An ICRC begun over the headers and continued over the rest in pieces is the one
+    /// computed over the whole packet, for every split point; and a check of the value so
+    /// computed recovers the sender's identification as `verify_ipv4_near` does.
+    #[test]
+    fn test_begin_and_continue_equals_compute() {
+        let mut packet: Vec<u8> = (0..300u32).map(|i| (i * 7 + 3) as u8).collect();
+        packet[0] = 0x0a; // RDMA WRITE MIDDLE: a BTH and payload
+        for (id, v6) in [(0u16, false), (5, false), (0, true)] {
+            let mut ctx = v4_ctx();
+            if v6 {
+                ctx.src = "fe80::1".parse().unwrap();
+                ctx.dst = "fe80::2".parse().unwrap();
+            }
+            let sent = IcrcContext { ipv4_id: id, ..ctx };
+            sent.fill(&mut packet).unwrap();
+            let stored = crate::packet::stored_icrc(&packet).unwrap();
+            let body = packet.len() - ICRC_LEN;
+            for split in [Bth::LEN, 13, 40, 200, body] {
+                let head = ctx.begin(packet.len(), &packet[..split]).unwrap();
+                let mut crc = head;
+                for piece in packet[split..body].chunks(37) {
+                    crc = crc32_update(crc, piece);
+                }
+                assert_eq!(
+                    ctx.check_computed(crc, stored, packet.len()).map(|r| r.id),
+                    Ok(if v6 { 0 } else { id }),
+                    "split {split}"
+                );
+                if id == 0 {
+                    assert_eq!(crc, ctx.compute(&packet).unwrap());
+                }
+            }
+            let mut bad = packet.clone();
+            bad[100] ^= 4;
+            let crc = crc32_update(ctx.begin(bad.len(), &bad[..12]).unwrap(), &bad[12..body]);
+            assert_eq!(
+                ctx.check_computed(crc, stored, bad.len()),
+                Err(ParseError::BadIcrc)
+            );
+        }
+        assert_eq!(v4_ctx().begin(20, &packet[..8]), Err(ParseError::Truncated));
     }
 }

@@ -63,7 +63,7 @@ pub use error::{ParseError, Result};
 pub use feth::Feth;
 pub use gid::{eui64, Gid, GidParseError};
 pub use grh::{GrhArea, GRH_LEN};
-pub use icrc::{IcrcContext, RecoveredIpv4};
+pub use icrc::{crc32_update, IcrcContext, RecoveredIpv4};
 pub use ieth::Ieth;
 pub use imm_dt::ImmDt;
 pub use ip::{IpHeader, IpPacket, Ipv4Header, Ipv6Header, UdpHeader, ROCEV2_UDP_PORT};

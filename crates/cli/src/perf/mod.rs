@@ -459,6 +459,16 @@ fn loopback(cfg: &Config, progress_on: bool) -> ExitCode {
             out.counters = out.counters.add(s.counters);
             out.qp_ends += s.qp_ends;
             print_counters(&mut p, &out);
+            // Both devices are this process's: the server's counters too (the receiving
+            // side of a WRITE test, the sending side of a READ test).
+            if let (Some(c), true) = (&s.device_counters, p.on) {
+                p.line("server counters:");
+                let mut text = Vec::new();
+                let _ = crate::devinfo::write_counter_lines(&mut text, c);
+                for l in String::from_utf8_lossy(&text).lines() {
+                    p.line(l);
+                }
+            }
             if let Some(sc) = s.check {
                 out.check = Some(match out.check {
                     Some(c) => format!("client: {c}; server: {sc}"),

@@ -14,6 +14,7 @@ use softrdma_wire::{GrhArea, IcrcContext, OpKind, PacketRepr, RecoveredIpv4, Tra
 use super::Engine;
 use crate::cc::CE;
 use crate::io::DatagramMeta;
+use crate::qp::Placed;
 use crate::qp::{QpState, QpType};
 use crate::stats::{DropReason, Stats};
 use crate::time::Instant;
@@ -43,6 +44,22 @@ impl Engine {
                 }
             }
         }
+        self.handle_checked(now, meta, data, ipv4, None);
+    }
+
+    /// [`handle_datagram`](Self::handle_datagram) once the ICRC has been checked (`ipv4`:
+    /// what it revealed of the sender's IPv4 header). `placed`: the payload is not in `data`
+    /// (whose payload bytes are then stale scratch of the right length) but already where
+    /// the plan put it, and only a packet that executes exactly there may carry it (see
+    /// [`crate::placement`]).
+    pub(crate) fn handle_checked(
+        &mut self,
+        now: Instant,
+        meta: &DatagramMeta,
+        data: &[u8],
+        ipv4: RecoveredIpv4,
+        placed: Option<Placed>,
+    ) {
         let pkt = match PacketRepr::parse(data) {
             Ok(p) => p,
             Err(e) => {
@@ -59,7 +76,10 @@ impl Engine {
             return;
         };
         if info.transport == Transport::Ud {
-            self.handle_ud(now, meta, ipv4, &pkt, data);
+            debug_assert!(placed.is_none(), "only RC WRITEs are placed");
+            if placed.is_none() {
+                self.handle_ud(now, meta, ipv4, &pkt, data);
+            }
             return;
         }
         let Some(qp) = self.qps.get_mut(&pkt.bth.dest_qpn) else {
@@ -88,7 +108,17 @@ impl Engine {
         }
         self.shared.stats.rx_bytes += data.len() as u64;
         Stats::count_opcode(&mut self.shared.stats.rx_by_opcode, pkt.bth.opcode.0);
+        // Only an RC WRITE's MIDDLE or LAST, or an RC READ response, is ever placed
+        // (`Engine::handle_placed` checks).
+        let placeable =
+            matches!(info.kind, OpKind::Write | OpKind::ReadResponse) && qp.qp_type == QpType::Rc;
+        if placed.is_some() && !placeable {
+            debug_assert!(false, "a placed payload for {:?}", pkt.bth.opcode);
+            self.shared.stats.drop(DropReason::Malformed);
+            return;
+        }
         let mut ctx = self.shared.ctx(now, 0);
+        ctx.placed = placed;
         if meta.ecn() == CE {
             qp.on_congestion_experienced(&mut ctx);
         }
@@ -109,6 +139,9 @@ impl Engine {
             qp.handle_response(&mut ctx, &pkt);
         }
         let qpn = qp.qpn;
+        if info.is_request() || info.kind == OpKind::ReadResponse {
+            self.last_rx = (qpn, info.is_request());
+        }
         if qp.wants_transmit() {
             self.ready.push_back(qpn);
         }

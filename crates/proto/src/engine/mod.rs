@@ -15,6 +15,7 @@
 mod demux;
 mod memory;
 mod peers;
+mod placed;
 mod transmit;
 mod xrc;
 
@@ -80,6 +81,7 @@ impl Shared {
             turn_used: None,
             message_tail: 0,
             out_at: 0,
+            placed: None,
         }
     }
 }
@@ -120,6 +122,10 @@ pub struct Engine {
     /// QPs that held a packet back for the device budget, to wake when it frees up (each at
     /// most once: `QueuePair::budget_listed`).
     starved: VecDeque<u32>,
+    /// The QP the latest request or READ response was for, and whether it was a request:
+    /// whose message the next datagram most likely continues (see
+    /// [`Engine::plan_placement`]).
+    last_rx: (u32, bool),
 }
 
 impl Engine {
@@ -155,6 +161,7 @@ impl Engine {
             ud_peers: peers::UdPeers::default(),
             inflight: 0,
             starved: VecDeque::new(),
+            last_rx: (0, true),
         }
     }
 

@@ -40,6 +40,37 @@ pub trait RegionMemory: Send + Sync {
     fn read(&self, offset: usize, dst: &mut [u8]) -> Result<(), MemoryFault>;
     /// Copies `src` into the region starting at `offset`.
     fn write(&self, offset: usize, src: &[u8]) -> Result<(), MemoryFault>;
+    /// Copies like [`read`](Self::read) and continues the CRC-32 `crc` (zlib's convention:
+    /// see `softrdma_wire::crc32_update`) over the bytes copied: the engine gathers a payload
+    /// and computes its ICRC in one pass. The default copies, then hashes the copy;
+    /// implementations that can do both as the bytes go by override it.
+    fn read_crc(&self, offset: usize, dst: &mut [u8], crc: u32) -> Result<u32, MemoryFault> {
+        self.read(offset, dst)?;
+        Ok(softrdma_wire::crc32_update(crc, dst))
+    }
+    /// Continues the CRC-32 `crc` over the `len` bytes at `offset` without copying them
+    /// anywhere: how the engine checks a payload the network placed straight into the region
+    /// (see `crate::placement`). The default reads them in small pieces and hashes those.
+    fn crc32(&self, offset: usize, len: usize, mut crc: u32) -> Result<u32, MemoryFault> {
+        let mut buf = [0u8; 512];
+        let mut at = 0;
+        while at < len {
+            let n = (len - at).min(buf.len());
+            self.read(offset + at, &mut buf[..n])?;
+            crc = softrdma_wire::crc32_update(crc, &buf[..n]);
+            at += n;
+        }
+        Ok(crc)
+    }
+    /// The address of the bytes `[offset, offset + len)`, for the network to receive a
+    /// payload straight into them (direct placement, `crate::placement`): memory that an
+    /// outside writer (the kernel's `recvmsg`) may fill while the application accesses it
+    /// only as the implementation's soundness model allows. `None` (the default): never
+    /// placed into directly; the engine copies into it with [`write`](Self::write).
+    fn placement_address(&self, offset: usize, len: usize) -> Option<std::ptr::NonNull<u8>> {
+        let _ = (offset, len);
+        None
+    }
     /// Atomically compares the 8-byte word (host byte order, as RDMA NICs and rxe operate) at
     /// `offset` with `compare` and, if equal, replaces it with `swap`; returns the original
     /// value. `offset` is 8-aligned relative to the region's virtual address.
@@ -431,14 +462,55 @@ impl MrTable {
         offset: u64,
         dst: &mut [u8],
     ) -> Result<(), AccessError> {
+        // The engine gathers with the CRC on the way (`gather_crc`); this is the same copy.
+        self.gather_crc(pd, sgl, offset, dst, 0).map(|_| ())
+    }
+
+    /// [`gather`](Self::gather), continuing the CRC-32 `crc` over the bytes gathered, in the
+    /// same pass (see [`RegionMemory::read_crc`]); returns the CRC.
+    pub fn gather_crc(
+        &self,
+        pd: PdHandle,
+        sgl: &[Sge],
+        offset: u64,
+        dst: &mut [u8],
+        mut crc: u32,
+    ) -> Result<u32, AccessError> {
         self.walk(
             pd,
             sgl,
             offset,
             dst.len(),
             AccessFlags::empty(),
-            |mr, mr_off, at, n| mr.memory.read(mr_off, &mut dst[at..at + n]),
-        )
+            |mr, mr_off, at, n| {
+                crc = mr.memory.read_crc(mr_off, &mut dst[at..at + n], crc)?;
+                Ok(())
+            },
+        )?;
+        Ok(crc)
+    }
+
+    /// The memory and offset of `[offset, offset + len)` of `sgl`, if those bytes lie in one
+    /// SGE whose region allows `need`: where a payload may be received directly (see
+    /// `crate::placement`). `None` for bytes across SGEs, out of bounds, or not allowed.
+    pub fn locate(
+        &self,
+        pd: PdHandle,
+        sgl: &[Sge],
+        offset: u64,
+        len: u64,
+        need: AccessFlags,
+    ) -> Option<(Arc<dyn RegionMemory>, usize)> {
+        let mut found = None;
+        let mut pieces = 0;
+        let len = usize::try_from(len).ok()?;
+        self.walk(pd, sgl, offset, len, need, |mr, mr_off, _, _| {
+            pieces += 1;
+            found = Some((Arc::clone(&mr.memory), mr_off));
+            Ok(())
+        })
+        .ok()?;
+        found.filter(|_| pieces == 1)
     }
 
     /// Copies `src` into the scatter/gather list `sgl`, starting `offset` bytes into it. The

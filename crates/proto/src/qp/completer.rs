@@ -11,6 +11,7 @@ use softrdma_wire::{rnr_timer_us, NakCode, OpKind, PacketRepr, Position, Psn, Sy
 use super::send_queue::{Repair, RepairKind};
 use super::timers::Timer;
 use super::{Ctx, QueuePair};
+use crate::access::AccessFlags;
 use crate::stats::{DropReason, NakKind};
 use crate::time::Duration;
 use crate::wr::{SendFlags, SendOp, WcStatus};
@@ -312,6 +313,9 @@ impl QueuePair {
         pkt: &PacketRepr<'_>,
         position: Position,
     ) {
+        // A payload received straight into memory (`crate::placement`): for this response's
+        // own placement below, or for nothing.
+        let placed = ctx.placed.take();
         let psn = pkt.bth.psn;
         let Some(idx) = self.wqe_index(psn) else {
             ctx.stats.drop(DropReason::UnexpectedResponse);
@@ -364,11 +368,24 @@ impl QueuePair {
             self.fail_wqe(ctx, idx, WcStatus::BadRespErr);
             return;
         }
-        if ctx
-            .mrs
-            .scatter(pd, &wqe.wr.sg_list, offset, pkt.payload)
-            .is_err()
-        {
+        let sgl = &wqe.wr.sg_list;
+        let placed_ok = match placed {
+            None => ctx.mrs.scatter(pd, sgl, offset, pkt.payload).is_ok(),
+            // Where it belongs already.
+            Some(p)
+                if ctx
+                    .mrs
+                    .locate(pd, sgl, offset, p.len, AccessFlags::LOCAL_WRITE)
+                    .is_some_and(|(memory, off)| p.is_at(&memory, off, p.len)) =>
+            {
+                true
+            }
+            // Elsewhere (nothing makes this happen): moved where it belongs.
+            Some(p) => p
+                .bytes()
+                .is_ok_and(|b| ctx.mrs.scatter(pd, sgl, offset, &b).is_ok()),
+        };
+        if !placed_ok {
             self.fail_wqe(ctx, idx, WcStatus::LocProtErr);
             return;
         }
@@ -606,7 +623,7 @@ impl QueuePair {
     }
 
     /// Index in the send queue of the started WQE that owns `psn`.
-    fn wqe_index(&self, psn: Psn) -> Option<usize> {
+    pub(super) fn wqe_index(&self, psn: Psn) -> Option<usize> {
         self.req.sq.iter().position(|w| w.contains(psn))
     }
 

@@ -28,7 +28,9 @@ impl QueuePair {
             becn: true,
             ..Bth::new(Opcode::CNP, self.cfg.dest_qpn, Psn::new(0))
         };
-        let t = self.build_packet(ctx, out, bth, &ExtHeaders::default(), 0, |_, _| true);
+        let t = self.build_packet(ctx, out, bth, &ExtHeaders::default(), 0, |_, _, crc| {
+            Some(crc)
+        });
         self.np.sent(ctx.now);
         if t.is_some() {
             ctx.stats.cnps_sent += 1;

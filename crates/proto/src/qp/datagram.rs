@@ -13,7 +13,7 @@
 
 use std::net::SocketAddr;
 
-use softrdma_wire::{Bth, Deth, ExtHeaders, ImmDt, Opcode, PacketRepr, GRH_LEN};
+use softrdma_wire::{crc32_update, Bth, Deth, ExtHeaders, ImmDt, Opcode, PacketRepr, GRH_LEN};
 
 use super::attr::{QpState, GSI_QKEY};
 use super::{Ctx, QueuePair};
@@ -75,12 +75,13 @@ impl QueuePair {
         let dst = SocketAddr::new(dest.av.dest_ip, ctx.config.remote_udp_port);
         let len = wqe.len as usize;
         let (pd, wr) = (self.pd, &wqe.wr);
-        let fill = |mrs: &MrTable, buf: &mut [u8]| match &wr.inline_data {
+        let fill = |mrs: &MrTable, buf: &mut [u8], crc: u32| match &wr.inline_data {
             Some(data) => {
                 buf.copy_from_slice(&data[..buf.len()]);
-                true
+                Some(crc32_update(crc, buf))
             }
-            None => buf.is_empty() || mrs.gather(pd, &wr.sg_list, 0, buf).is_ok(),
+            None if buf.is_empty() => Some(crc),
+            None => mrs.gather_crc(pd, &wr.sg_list, 0, buf, crc).ok(),
         };
         let Some(t) = self.build_packet_to(ctx, out, dst, bth, &ext, len, fill) else {
             self.fail_wqe(ctx, 0, WcStatus::LocProtErr);

@@ -10,6 +10,7 @@ pub mod attr;
 pub(crate) mod completer;
 pub(crate) mod congestion;
 pub(crate) mod datagram;
+mod placed;
 pub(crate) mod receive;
 pub(crate) mod reorder;
 pub(crate) mod requester;
@@ -24,7 +25,9 @@ pub(crate) mod validate;
 use std::collections::{BTreeMap, VecDeque};
 use std::net::{IpAddr, SocketAddr};
 
-use softrdma_wire::{emit_headers, packet_len, Bth, ExtHeaders, IcrcContext, ICRC_LEN};
+use softrdma_wire::{
+    crc32_update, emit_headers, packet_len, Bth, ExtHeaders, IcrcContext, ICRC_LEN,
+};
 
 use crate::budget::InflightBudget;
 use crate::cc::{NotificationPoint, ReactionPoint};
@@ -98,6 +101,51 @@ pub(crate) struct Ctx<'a> {
     pub message_tail: usize,
     /// Where in the caller's buffer a packet built now goes (see `Engine::poll_transmit_at`).
     pub out_at: usize,
+    /// The payload of the packet being handled was received straight into memory, here
+    /// (see [`crate::placement`]); its bytes in the packet are not the payload.
+    pub placed: Option<Placed>,
+}
+
+/// Where a placed payload landed: `len` bytes of `memory` at `offset`.
+#[derive(Clone)]
+pub(crate) struct Placed {
+    pub memory: std::sync::Arc<dyn crate::mr::RegionMemory>,
+    pub offset: usize,
+    pub len: u64,
+}
+
+impl Placed {
+    /// Whether the payload lies exactly at `len` bytes of `memory` at `offset`.
+    pub(crate) fn is_at(
+        &self,
+        memory: &std::sync::Arc<dyn crate::mr::RegionMemory>,
+        offset: usize,
+        len: u64,
+    ) -> bool {
+        std::ptr::addr_eq(
+            std::sync::Arc::as_ptr(&self.memory),
+            std::sync::Arc::as_ptr(memory),
+        ) && self.offset == offset
+            && self.len == len
+    }
+
+    /// The payload's bytes, read back from where they landed.
+    pub(crate) fn bytes(&self) -> Result<Vec<u8>, crate::mr::MemoryFault> {
+        let mut buf = vec![0u8; self.len as usize];
+        self.memory.read(self.offset, &mut buf)?;
+        Ok(buf)
+    }
+
+    /// Copies the payload to `offset` in `to`.
+    pub(crate) fn move_to(
+        &self,
+        to: &dyn crate::mr::RegionMemory,
+        offset: usize,
+    ) -> Result<(), crate::mr::MemoryFault> {
+        let mut buf = vec![0u8; self.len as usize];
+        self.memory.read(self.offset, &mut buf)?;
+        to.write(offset, &buf)
+    }
 }
 
 impl Ctx<'_> {
@@ -457,8 +505,10 @@ impl QueuePair {
 
     /// Builds one packet into `out`: headers from `bth` and `ext`, then `payload_len` bytes
     /// written by `fill` (given the region table) straight into the buffer, then pad and ICRC.
-    /// `fill` writes every byte of the slice it is given, or returns `false` if the payload
-    /// could not be produced (memory became inaccessible), which abandons the packet.
+    /// `fill` writes every byte of the slice it is given and continues the CRC it is given
+    /// (the ICRC's so far: pseudo-header and headers) over them, so that the payload is
+    /// gathered and hashed in one pass (`MrTable::gather_crc`); it returns `None` if the
+    /// payload could not be produced (memory became inaccessible), which abandons the packet.
     pub(crate) fn build_packet(
         &self,
         ctx: &mut Ctx<'_>,
@@ -466,7 +516,7 @@ impl QueuePair {
         bth: Bth,
         ext: &ExtHeaders,
         payload_len: usize,
-        fill: impl FnOnce(&MrTable, &mut [u8]) -> bool,
+        fill: impl FnOnce(&MrTable, &mut [u8], u32) -> Option<u32>,
     ) -> Option<Transmit> {
         let dst = self.peer(ctx)?;
         self.build_packet_to(ctx, out, dst, bth, ext, payload_len, fill)
@@ -482,7 +532,7 @@ impl QueuePair {
         bth: Bth,
         ext: &ExtHeaders,
         payload_len: usize,
-        fill: impl FnOnce(&MrTable, &mut [u8]) -> bool,
+        fill: impl FnOnce(&MrTable, &mut [u8], u32) -> Option<u32>,
     ) -> Option<Transmit> {
         let len = packet_len(bth.opcode, payload_len);
         let end = ctx.out_at + len;
@@ -490,19 +540,20 @@ impl QueuePair {
             out.resize(end, 0);
         }
         // No zero-filling (a pass over every packet): whatever the buffer held there before
-        // is overwritten, the headers by `emit_headers`, the payload by `fill`, the pad below
-        // and the ICRC by `IcrcContext::fill`.
+        // is overwritten, the headers by `emit_headers`, the payload by `fill`, the pad and
+        // the ICRC below.
         let out = &mut out[ctx.out_at..end];
         let hlen = emit_headers(&bth, ext, payload_len, out);
-        if !fill(ctx.mrs, &mut out[hlen..hlen + payload_len]) {
-            return None;
-        }
-        out[hlen + payload_len..len - ICRC_LEN].fill(0);
         let icrc = IcrcContext {
             ipv4_id: ctx.ipv4_id,
             ..IcrcContext::new(ctx.config.local_ip, dst.ip(), self.src_port, dst.port())
         };
-        icrc.fill(out).ok()?;
+        let crc = icrc.begin(len, &out[..hlen]).ok()?;
+        let crc = fill(ctx.mrs, &mut out[hlen..hlen + payload_len], crc)?;
+        let pad = &mut out[hlen + payload_len..len - ICRC_LEN];
+        pad.fill(0);
+        let crc = crc32_update(crc, pad);
+        out[len - ICRC_LEN..].copy_from_slice(&crc.to_le_bytes());
         ctx.stats.tx_packets += 1;
         ctx.stats.tx_bytes += len as u64;
         Stats::count_opcode(&mut ctx.stats.tx_by_opcode, bth.opcode.0);

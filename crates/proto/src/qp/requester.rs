@@ -5,7 +5,8 @@
 //! send queue state it walks is in `send_queue.rs`.
 
 use softrdma_wire::{
-    packet_len, AtomicEth, Bth, ExtHeaders, Feth, Ieth, ImmDt, Opcode, Psn, Reth, Xrceth,
+    crc32_update, packet_len, AtomicEth, Bth, ExtHeaders, Feth, Ieth, ImmDt, Opcode, Psn, Reth,
+    Xrceth,
 };
 
 use super::attr::{QpState, QpType};
@@ -397,13 +398,14 @@ impl QueuePair {
 
         let offset = u64::from(k) * u64::from(mtu);
         let (pd, wr) = (self.pd, &self.req.sq[idx].wr);
-        let fill = |mrs: &MrTable, buf: &mut [u8]| match &wr.inline_data {
+        let fill = |mrs: &MrTable, buf: &mut [u8], crc: u32| match &wr.inline_data {
             Some(data) => {
                 let start = offset as usize;
                 buf.copy_from_slice(&data[start..start + buf.len()]);
-                true
+                Some(crc32_update(crc, buf))
             }
-            None => buf.is_empty() || mrs.gather(pd, &wr.sg_list, offset, buf).is_ok(),
+            None if buf.is_empty() => Some(crc),
+            None => mrs.gather_crc(pd, &wr.sg_list, offset, buf, crc).ok(),
         };
         let t = self
             .build_packet(ctx, out, bth, &ext, payload, fill)

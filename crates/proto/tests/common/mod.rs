@@ -233,6 +233,38 @@ impl Net {
             .unwrap();
     }
 
+    /// Posts, on node 0's QP `qpn`, an RDMA WRITE (or READ, `read`) of `len` bytes between
+    /// offset `local` of node 0's region and offset `remote` of node 1's.
+    pub fn post_rdma(
+        &mut self,
+        qpn: u32,
+        wr_id: u64,
+        read: bool,
+        local: u64,
+        remote: u64,
+        len: u32,
+    ) {
+        let sge = self.sge(0, local, len);
+        let (remote_addr, rkey) = (BASE + remote, self.nodes[1].key);
+        let op = if read {
+            SendOp::RdmaRead { remote_addr, rkey }
+        } else {
+            SendOp::RdmaWrite { remote_addr, rkey }
+        };
+        let now = self.now;
+        self.nodes[0]
+            .engine
+            .post_send(now, qpn, wr(wr_id, op, sge))
+            .unwrap();
+    }
+
+    /// The one completion node `i` has, which must be `wr_id`'s, successful.
+    pub fn completed_ok(&mut self, i: usize, wr_id: u64) {
+        let wc = self.completions(i);
+        let got: Vec<_> = wc.iter().map(|w| (w.wr_id, w.status)).collect();
+        assert_eq!(got, [(wr_id, WcStatus::Success)]);
+    }
+
     pub fn write_mem(&self, i: usize, offset: usize, data: &[u8]) {
         self.nodes[i].mem.write(offset, data);
     }

@@ -104,16 +104,27 @@ pub struct FabricConfig {
     /// once it fills, as softrdma does; `false` makes their responders drop them, as IBTA
     /// says and Linux rxe does, so requesters must fall back to go-back-N.
     pub keep_early_packets: bool,
+    /// Deliver datagrams as a device's direct placement receives them: when the receiving
+    /// engine expects the rest of an RDMA WRITE, the datagram is scattered over the plan it
+    /// makes (payload bytes straight into the region, see `softrdma_proto::placement`),
+    /// whatever the datagram really is, and the engine sorts out what landed.
+    pub direct_placement: bool,
+    /// With direct placement: the chance that a datagram is received into the plan of a
+    /// QP of the node drawn at random instead of the one the engine expects (a forced
+    /// misprediction: another QP's packets land in a WRITE's target).
+    pub mispredict: f64,
 }
 
 impl FabricConfig {
-    /// Ideal links, capture at send.
+    /// Ideal links, capture at send, direct placement as the device does it.
     pub fn new(seed: u64) -> FabricConfig {
         FabricConfig {
             seed,
             link: LinkConfig::IDEAL,
             capture_point: CapturePoint::Send,
             keep_early_packets: true,
+            direct_placement: true,
+            mispredict: 0.0,
         }
     }
 }
@@ -145,6 +156,11 @@ pub struct FabricStats {
     pub max_in_flight: u64,
     /// Event-loop steps taken.
     pub steps: u64,
+    /// Datagrams an engine took where direct placement had put their payload.
+    pub packets_placed: u64,
+    /// Datagrams received into a placement plan they did not fit (copied back out and
+    /// handled as usual).
+    pub placement_misses: u64,
 }
 
 /// One simulated host: an engine and its address.
@@ -238,6 +254,10 @@ pub struct Fabric {
     wakeup: Option<Instant>,
     /// Switches between the nodes instead of point-to-point links (see [`Fabric::use_switches`]).
     switched: Option<SwitchedNet<InFlight>>,
+    /// Draws forced mispredictions ([`FabricConfig::mispredict`]).
+    place_rng: SimRng,
+    /// Where a placed receive puts what is not payload.
+    place_scratch: Vec<u8>,
 }
 
 impl fmt::Debug for Fabric {
@@ -273,6 +293,8 @@ impl Fabric {
             steps_at_instant: 0,
             wakeup: None,
             switched: None,
+            place_rng: SimRng::new(config.seed).fork(0x706c_6163_6564),
+            place_scratch: vec![0; softrdma_proto::placement::MAX_DATAGRAM],
         }
     }
 
@@ -294,6 +316,8 @@ impl Fabric {
             .next_u64();
         let mut config = EngineConfig {
             peers_use_small_ipv4_ids: true,
+            // Off on devices for now (see its docs); checked here under every fault.
+            place_read_responses: true,
             key_seed,
             ..EngineConfig::new(IpAddr::V4(ip))
         };
@@ -624,9 +648,33 @@ impl Fabric {
             )
         };
         let now = self.now;
-        self.nodes[pkt.dst.0]
-            .engine
-            .handle_datagram(now, &meta, &pkt.data);
+        let engine = &mut self.nodes[pkt.dst.0].engine;
+        let plan = if !self.config.direct_placement {
+            None
+        } else if self.config.mispredict > 0.0 && self.place_rng.chance(self.config.mispredict) {
+            let qpns: Vec<u32> = engine.qpns().collect();
+            self.place_rng
+                .pick(&qpns)
+                .and_then(|&q| engine.plan_placement_for(q))
+        } else {
+            engine.plan_placement()
+        };
+        let Some(plan) = plan else {
+            engine.handle_datagram(now, &meta, &pkt.data);
+            return;
+        };
+        // What the kernel does with a receive laid out this way.
+        let scratch = &mut self.place_scratch;
+        let Ok(n) = plan.scatter(&pkt.data, scratch) else {
+            engine.handle_datagram(now, &meta, &pkt.data);
+            return;
+        };
+        let r = engine.handle_placed(now, &meta, &plan, scratch, n, 0);
+        self.stats.packets_placed += r.placed as u64;
+        if r.rest_from < n && !r.rest_lost {
+            self.stats.placement_misses += 1;
+            engine.handle_datagram(now, &meta, &scratch[r.rest_from..n]);
+        }
     }
 
     /// Steps until `done` returns true, the fabric goes idle, or virtual time would pass

@@ -284,7 +284,11 @@ impl RecvScratch {
 
 /// Receives up to `arena.slots()` messages with one `recvmmsg` and fills their metadata.
 pub(crate) fn recv(socket: &Socket, local: SocketAddr, arena: &mut RecvArena) -> io::Result<usize> {
-    let slots = arena.meta.len().min(arena.scratch.hdrs.len());
+    let slots = arena
+        .meta
+        .len()
+        .min(arena.scratch.hdrs.len())
+        .min(arena.limit);
     for hdr in &mut arena.scratch.hdrs[..slots] {
         hdr.msg_hdr.msg_namelen = size_of::<libc::sockaddr_storage>() as libc::socklen_t;
         hdr.msg_hdr.msg_controllen = CMSG_BUF_LEN as _;
@@ -331,6 +335,78 @@ pub(crate) fn recv(socket: &Socket, local: SocketAddr, arena: &mut RecvArena) ->
         arena.meta[i] = meta;
     }
     Ok(n)
+}
+
+/// Receives one message (a datagram or a GRO batch) with `recvmsg(2)`, scattered over
+/// `pieces` in order; `Ok(None)` when nothing is queued.
+///
+/// # Safety
+/// Each piece must be valid for writes of its length during the call.
+pub(crate) unsafe fn recv_scattered(
+    socket: &Socket,
+    local: SocketAddr,
+    pieces: &[crate::RecvPiece],
+) -> io::Result<Option<RecvMeta>> {
+    if pieces.len() > crate::RECV_PIECES_MAX {
+        return Err(io::Error::from(io::ErrorKind::InvalidInput));
+    }
+    // SAFETY: all-zero bytes are valid for these plain C structs.
+    let (mut hdr, mut name) = unsafe {
+        (
+            mem::zeroed::<libc::msghdr>(),
+            mem::zeroed::<libc::sockaddr_storage>(),
+        )
+    };
+    // Only the vectors in use are written (zeroing all of them cost more than the call's
+    // own work for a datagram of a few segments).
+    let mut iovs = [const { mem::MaybeUninit::<libc::iovec>::uninit() }; crate::RECV_PIECES_MAX];
+    for (iov, p) in iovs.iter_mut().zip(pieces) {
+        iov.write(libc::iovec {
+            iov_base: p.addr.cast(),
+            iov_len: p.len,
+        });
+    }
+    let mut ctrl = CmsgBuf([0; CMSG_BUF_LEN]);
+    hdr.msg_name = ptr::addr_of_mut!(name).cast();
+    hdr.msg_namelen = size_of::<libc::sockaddr_storage>() as libc::socklen_t;
+    // The kernel reads the first `pieces.len()` vectors, written just above.
+    hdr.msg_iov = iovs.as_mut_ptr().cast();
+    hdr.msg_iovlen = pieces.len() as _;
+    hdr.msg_control = ctrl.0.as_mut_ptr().cast();
+    hdr.msg_controllen = CMSG_BUF_LEN as _;
+    // The system call itself, as in `recv`.
+    // SAFETY: the header points at live locals of the lengths just set; the caller vouches
+    // for the pieces.
+    let rc = unsafe {
+        libc::syscall(
+            libc::SYS_recvmsg,
+            libc::c_long::from(socket.as_raw_fd()),
+            ptr::addr_of_mut!(hdr),
+            libc::c_long::from(libc::MSG_DONTWAIT),
+        )
+    };
+    if rc < 0 {
+        let e = io::Error::last_os_error();
+        return match e.kind() {
+            io::ErrorKind::WouldBlock | io::ErrorKind::Interrupted => Ok(None),
+            _ => Err(e),
+        };
+    }
+    let len = usize::try_from(rc).unwrap_or(0);
+    let mut meta = RecvMeta {
+        src: read_sockaddr(&name, hdr.msg_namelen)
+            .unwrap_or_else(|| SocketAddr::new(unspecified(local.ip()), 0)),
+        dst_ip: local.ip(),
+        len,
+        stride: len,
+        truncated: hdr.msg_flags & libc::MSG_TRUNC != 0,
+        ..RecvMeta::default()
+    };
+    decode_cmsgs(&hdr, &mut meta);
+    if meta.stride == 0 {
+        meta.stride = len;
+    }
+    Ok(Some(meta))
 }
 
 fn unspecified(ip: IpAddr) -> IpAddr {

@@ -14,7 +14,7 @@ use crate::{Config, OpenError, MAX_GSO_SEGMENTS};
 
 mod mmsg;
 
-pub(crate) use mmsg::{recv, send, RecvScratch, SendScratch};
+pub(crate) use mmsg::{recv, recv_scattered, send, RecvScratch, SendScratch};
 
 /// The sockets and what probing found.
 pub(crate) struct Opened {

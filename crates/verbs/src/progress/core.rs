@@ -16,63 +16,15 @@ use softrdma_wire::IcrcContext;
 
 use super::notify::CqNotify;
 use crate::event::{AsyncEvent, AsyncEvents};
-use crate::faults::{self, Fate, Faults, Held, Route};
+use crate::faults::{self, Faults, Route};
 use crate::tap::Tap;
 
-/// Counters of the I/O around the engine (the engine counts the protocol).
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
-pub struct IoCounters {
-    /// Datagrams received from the socket and handed to the engine.
-    pub rx_datagrams: u64,
-    /// Received messages dropped because the kernel truncated them.
-    pub rx_truncated: u64,
-    /// Receive system calls that failed.
-    pub rx_errors: u64,
-    /// Datagrams sent.
-    pub tx_datagrams: u64,
-    /// Batches handed to the socket: one `sendmmsg` each (one per UDP source port in the
-    /// batch), however many datagrams they carry.
-    pub tx_calls: u64,
-    /// UDP sends the kernel took: a GSO send of many datagrams counts once, as it costs the
-    /// kernel one buffer and one pass down its stack. `tx_datagrams / tx_sends` is how many
-    /// packets a send carried.
-    pub tx_sends: u64,
-    /// Datagrams dropped because sending failed (the RC transport retransmits them).
-    pub tx_errors: u64,
-    /// Datagrams whose ICRC was recomputed because their UDP source port was unavailable.
-    pub tx_port_fallbacks: u64,
-    /// Times the progress thread woke from sleep.
-    pub wakeups: u64,
-    /// Times a completion queue's event fd was written to wake a thread sleeping in
-    /// [`CompletionQueue::wait`](crate::CompletionQueue::wait) for completions another thread
-    /// produced.
-    pub cq_signals: u64,
-    /// Records written to the pcap tap ([`DeviceConfig::pcap`](crate::DeviceConfig::pcap)).
-    pub pcap_records: u64,
-    /// Records the pcap tap failed to write.
-    pub pcap_errors: u64,
-    /// Datagrams dropped because their source is outside
-    /// [`DeviceConfig::allowed_peers`](crate::DeviceConfig::allowed_peers).
-    pub rx_denied: u64,
-    /// Datagrams the engine built that fault injection lost before the socket
-    /// ([`DeviceConfig::faults`](crate::DeviceConfig::faults); see `faults.rs` for how these
-    /// add up).
-    pub injected_tx_drops: u64,
-    /// Datagrams received that fault injection lost before the transport.
-    pub injected_rx_drops: u64,
-    /// Datagrams sent twice by fault injection.
-    pub injected_tx_duplicates: u64,
-    /// Datagrams received that fault injection handed to the transport twice.
-    pub injected_rx_duplicates: u64,
-    /// Datagrams sent with a bit flipped by fault injection.
-    pub injected_tx_corruptions: u64,
-    /// Datagrams received that fault injection flipped a bit of.
-    pub injected_rx_corruptions: u64,
-    /// Datagrams held back (delayed or reordered) by fault injection on the way out.
-    pub injected_tx_delays: u64,
-    /// Datagrams held back by fault injection on the way in.
-    pub injected_rx_delays: u64,
-}
+mod faulted;
+mod placed;
+
+use self::faulted::{received_with_faults, sent_with_faults};
+use super::io_counters::IoCounters;
+
 struct CqWatch {
     handle: CqHandle,
     notify: Arc<CqNotify>,
@@ -122,6 +74,18 @@ pub(crate) struct Core {
     scratch: Vec<u8>,
     /// Where probes of the shared address go (see `crate::share`), if the device shares it.
     pub probes: Option<std::sync::Arc<crate::share::ProbeMailbox>>,
+    /// Receive payloads straight into registered memory when the engine expects them (see
+    /// `placed.rs`).
+    pub placement: bool,
+    /// A message whose placed receive failed (its memory vanished): received as usual.
+    placement_off: Option<(u32, u32)>,
+    /// The last placed receive placed something (or none was tried yet): ordinary receives
+    /// take one datagram at a time, so that the first packet of the next WRITE (whose RETH
+    /// says where the rest goes) is handled before the rest is received, into place (see
+    /// `placed.rs`). A datagram that leaves nothing to place turns it off.
+    placing: bool,
+    /// Messages an ordinary receive takes otherwise.
+    pub recv_batch: usize,
 }
 
 impl Core {
@@ -155,6 +119,10 @@ impl Core {
             faults: None,
             scratch: Vec::new(),
             probes: None,
+            placement: true,
+            placement_off: None,
+            placing: true,
+            recv_batch: usize::MAX,
         }
     }
 
@@ -240,6 +208,12 @@ impl Core {
         if stopped {
             return handed;
         }
+        if let Some(placed) = self.receive_placed(now) {
+            return handed + placed + self.deliver(now, until_completion).0;
+        }
+        self.arena
+            .set_limit(if self.placing { 1 } else { self.recv_batch });
+        self.io.rx_calls += 1;
         match self.socket.try_recv(&mut self.arena) {
             Ok(_) => self.rx_next = (0, 0),
             Err(e) => {
@@ -248,7 +222,12 @@ impl Core {
                 return handed;
             }
         }
-        handed + self.deliver(now, until_completion).0
+        let handed = handed + self.deliver(now, until_completion).0;
+        if self.placing && !self.arena.is_empty() && !self.engine.expects_placement() {
+            // Not the start of another WRITE to place: back to batches.
+            self.placing = false;
+        }
+        handed
     }
 
     /// Hands the engine the datagrams a [`receive`](Self::receive) until a completion left
@@ -439,12 +418,17 @@ impl Core {
                         p
                     }
                 };
+                // A shorter packet ends a group (GSO: only the last segment may be shorter),
+                // but not a group of one: after an RDMA WRITE's FIRST (16 bytes of RETH more
+                // than the rest) the MIDDLEs start a group of their own, so that the receiver,
+                // which learns from the FIRST where the rest goes, receives all of the rest in
+                // place (`progress/core/placed.rs`) instead of one MIDDLE in its buffers.
                 let joins = self.tx_meta.last().is_some_and(|g| {
                     g.open
                         && g.dst == t.dst
                         && g.src_port == port
                         && g.ecn == t.ecn
-                        && t.len <= g.segment
+                        && (t.len == g.segment || t.len < g.segment && g.count > 1)
                         && g.len + t.len <= MAX_UDP_PAYLOAD
                 });
                 let id = if joins { next_id } else { 0 };
@@ -686,81 +670,6 @@ impl Core {
             }
         }
     }
-}
-
-/// Applies the fate drawn for a received datagram `d`: counts it, holds a copy back if it is
-/// to be late; returns how many times the engine gets it now (0, 1 or 2). A corruption is the
-/// caller's to apply to what it hands over.
-fn received_with_faults(
-    f: &mut Faults,
-    io: &mut IoCounters,
-    now: Instant,
-    fate: Fate,
-    meta: DatagramMeta,
-    d: &[u8],
-) -> usize {
-    if fate.drop {
-        io.injected_rx_drops += 1;
-        return 0;
-    }
-    io.injected_rx_corruptions += u64::from(fate.corrupt.is_some());
-    io.injected_rx_duplicates += u64::from(fate.duplicate);
-    if fate.hold.is_zero() {
-        return 1 + usize::from(fate.duplicate);
-    }
-    io.injected_rx_delays += 1;
-    for _ in 0..1 + usize::from(fate.duplicate) {
-        f.held.push_back(Held {
-            due: now + fate.hold,
-            bytes: d.to_vec(),
-            corrupt: fate.corrupt,
-            route: Route::In(meta),
-        });
-    }
-    0
-}
-
-/// Draws and applies the fate of `pkt`, a datagram about to join the batch: counts it, flips
-/// its bit, holds it back or queues its duplicate. Returns whether it goes in the batch now.
-fn sent_with_faults(
-    f: &mut Faults,
-    io: &mut IoCounters,
-    now: Instant,
-    route: Route,
-    pkt: &mut [u8],
-) -> bool {
-    let fate = f.draw(pkt.len(), true);
-    if fate.drop {
-        io.injected_tx_drops += 1;
-        return false;
-    }
-    io.injected_tx_corruptions += u64::from(fate.corrupt.is_some());
-    if fate.duplicate {
-        // The copy follows in the next batch, unharmed: a duplicating network copies what
-        // it was given.
-        io.injected_tx_duplicates += 1;
-        let hold = fate.hold;
-        f.held.push_back(Held {
-            due: now + hold,
-            bytes: pkt.to_vec(),
-            corrupt: None,
-            route,
-        });
-    }
-    if !fate.hold.is_zero() {
-        io.injected_tx_delays += 1;
-        f.held.push_back(Held {
-            due: now + fate.hold,
-            bytes: pkt.to_vec(),
-            corrupt: fate.corrupt,
-            route,
-        });
-        return false;
-    }
-    if let Some(bit) = fate.corrupt {
-        faults::flip(pkt, bit);
-    }
-    true
 }
 
 /// [`Core::has_fresh_completions`] on the fields it reads (for use while a received batch is

@@ -30,6 +30,7 @@
 //! never go backwards, so the engine sees one monotonic clock whichever thread calls it.
 
 mod core;
+mod io_counters;
 mod notify;
 mod spin;
 
@@ -41,7 +42,7 @@ use std::time::Duration;
 use softrdma_proto::Instant;
 
 pub(crate) use self::core::Core;
-pub use self::core::IoCounters;
+pub use self::io_counters::IoCounters;
 pub(crate) use self::notify::{CqNotify, WakeFd};
 use self::spin::AdaptiveSpin;
 

@@ -124,8 +124,15 @@ pub(super) fn check_remote_in<'m>(
 impl QueuePair {
     /// Handles a request packet addressed to this QP (state already checked by the engine).
     pub(crate) fn handle_request(&mut self, ctx: &mut Ctx<'_>, pkt: &PacketRepr<'_>) {
+        // A payload placed straight into memory (see `crate::placement`) is for the expected
+        // PSN's execution alone: anywhere else its packet's bytes (which do not hold the
+        // payload) would be kept or answered from. `Engine::handle_placed` only ever places
+        // the expected packet, so this refuses nothing in practice.
+        let placed = ctx.placed.take();
         if self.qp_type == QpType::Uc {
-            self.handle_uc_request(ctx, pkt);
+            if placed.is_none() {
+                self.handle_uc_request(ctx, pkt);
+            }
             return;
         }
         if self.resp.fatal {
@@ -135,6 +142,10 @@ impl QueuePair {
         let psn = pkt.bth.psn;
         let expected = self.resp.expected_psn;
         let d = psn.distance(expected);
+        if d != 0 && placed.is_some() {
+            ctx.stats.drop(DropReason::OutOfSequence);
+            return;
+        }
         if d > 0 {
             // IBTA C9-92: NAK the first out-of-sequence request, then (IBTA) drop the rest
             // until the expected PSN arrives; softrdma keeps them to run in order later (see
@@ -156,7 +167,10 @@ impl QueuePair {
             return;
         }
         self.resp.nak_sent = false;
+        ctx.placed = placed;
         self.execute_in_order(ctx, pkt);
+        // Taken by the WRITE's execution, or refused before it: never another packet's.
+        ctx.placed = None;
         if self.resp.early.is_empty() {
             return;
         }
@@ -346,7 +360,7 @@ impl QueuePair {
                         self.cfg.dest_qpn,
                         psn,
                     );
-                    self.build_packet(ctx, out, bth, &ext, 0, |_, _| true)
+                    self.build_packet(ctx, out, bth, &ext, 0, |_, _, crc| Some(crc))
                 }
                 Output::AtomicAck { psn, orig, msn } => {
                     self.resp.output.pop_front();
@@ -363,7 +377,7 @@ impl QueuePair {
                         self.cfg.dest_qpn,
                         psn,
                     );
-                    self.build_packet(ctx, out, bth, &ext, 0, |_, _| true)
+                    self.build_packet(ctx, out, bth, &ext, 0, |_, _, crc| Some(crc))
                 }
                 Output::Read { .. } => self.next_read_response(ctx, out),
                 Output::PlacementAck { psn, msn } => {
@@ -380,7 +394,7 @@ impl QueuePair {
                         self.cfg.dest_qpn,
                         psn,
                     );
-                    self.build_packet(ctx, out, bth, &ext, 0, |_, _| true)
+                    self.build_packet(ctx, out, bth, &ext, 0, |_, _, crc| Some(crc))
                 }
             };
             if self.resp.fatal && self.resp.output.is_empty() {

@@ -147,13 +147,21 @@ impl QueuePair {
         };
         let bth = Bth::new(opcode, self.cfg.dest_qpn, psn);
         let mut faulted = false;
-        let t = self.build_packet(ctx, out, bth, &ext, n as usize, |_, buf| match source {
-            Some((memory, off)) => {
-                faulted = memory.read(off, buf).is_err();
-                !faulted
-            }
-            None => true,
-        });
+        let t = self.build_packet(
+            ctx,
+            out,
+            bth,
+            &ext,
+            n as usize,
+            |_, buf, crc| match source {
+                Some((memory, off)) => {
+                    let crc = memory.read_crc(off, buf, crc).ok();
+                    faulted = crc.is_none();
+                    crc
+                }
+                None => Some(crc),
+            },
+        );
         if faulted {
             // The memory went away under the registration (unmapped or protected).
             self.nak_read_access(ctx, psn);
