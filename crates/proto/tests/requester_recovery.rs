@@ -680,7 +680,7 @@ fn the_write_after_a_repaired_read_is_not_resent() {
 
 /// A lone READ at the end of the queue, its request lost: nothing answers, and nothing after
 /// it is a probe of its own. After a silence the tail probe sends the request again — not the
-/// retransmit timer, 67 ms later — towards a responder of either kind not known to drop.
+/// retransmit timer, 67 ms later — towards a responder that keeps early packets, known or not.
 #[test]
 fn a_lone_lost_read_request_goes_again_with_the_tail_probe() {
     for learn in [false, true] {
