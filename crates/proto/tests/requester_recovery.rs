@@ -684,34 +684,47 @@ fn the_write_after_a_repaired_read_is_not_resent() {
 #[test]
 fn a_lone_lost_read_request_goes_again_with_the_tail_probe() {
     for learn in [false, true] {
-        let (mut net, qpn) = perftest_pair(learn);
-        let resent_before = net.nodes[0].engine.stats().retransmitted_packets;
-        let mut lost = false;
-        net.fate = Box::new(move |from, p, _| {
-            if from == 0 && !lost && p.bth.opcode == Opcode::RC_RDMA_READ_REQUEST {
-                lost = true;
-                return Fate::Drop;
-            }
-            Fate::Deliver
-        });
-        net.write_mem(1, 16384, &pattern(12, 16384));
-        let start = net.now;
-        let w = read_16k(&net, 30);
-        net.nodes[0].engine.post_send(start, qpn, w).unwrap();
-        net.run_for(Duration::from_secs(1));
-        let took = net.now.saturating_duration_since(start);
-        let wcs = statuses(&mut net);
-        assert_eq!(wcs, [(30, WcStatus::Success)], "learn {learn}");
-        assert_eq!(net.read_mem(0, 16384, 16384), pattern(12, 16384));
-        let stats = net.nodes[0].engine.stats();
+        let (_, stats, resent, took) =
+            lone_read_losing(learn, 0, Opcode::RC_RDMA_READ_REQUEST, 30, 12);
         assert_eq!(stats.retransmit_timeouts, 0, "learn {learn}");
-        assert_eq!(
-            stats.retransmitted_packets - resent_before,
-            1,
-            "learn {learn}"
-        );
+        assert_eq!(resent, 1, "learn {learn}");
         assert!(took < Duration::from_millis(20), "learn {learn}: {took:?}");
     }
+}
+
+/// Posts a lone 16 KiB READ (id `wr_id`, of node 1's bytes `pattern(seed, …)`) on a
+/// [`perftest_pair`], losing the first packet of `opcode` that node `from` sends; runs to the
+/// end and checks its completion and data. Returns the net, node 0's counters, its packets
+/// resent for the READ, and how long the READ took.
+fn lone_read_losing(
+    learn: bool,
+    from: usize,
+    opcode: Opcode,
+    wr_id: u64,
+    seed: u8,
+) -> (Net, Stats, u64, Duration) {
+    let (mut net, qpn) = perftest_pair(learn);
+    let resent_before = net.nodes[0].engine.stats().retransmitted_packets;
+    let mut lost = false;
+    net.fate = Box::new(move |sender, p, _| {
+        if sender == from && !lost && p.bth.opcode == opcode {
+            lost = true;
+            return Fate::Drop;
+        }
+        Fate::Deliver
+    });
+    net.write_mem(1, 16384, &pattern(seed, 16384));
+    let start = net.now;
+    let w = read_16k(&net, wr_id);
+    net.nodes[0].engine.post_send(start, qpn, w).unwrap();
+    net.run_for(Duration::from_secs(1));
+    let took = net.now.saturating_duration_since(start);
+    let wcs = statuses(&mut net);
+    assert_eq!(wcs, [(wr_id, WcStatus::Success)], "learn {learn}");
+    assert_eq!(net.read_mem(0, 16384, 16384), pattern(seed, 16384));
+    let stats = net.nodes[0].engine.stats().clone();
+    let resent = stats.retransmitted_packets - resent_before;
+    (net, stats, resent, took)
 }
 
 /// A peer whose answers are all lost: each retransmit timeout without progress resends the
@@ -790,32 +803,10 @@ fn writes(net: &Net) -> Vec<(Psn, bool)> {
 #[test]
 fn a_read_answered_in_part_asks_for_the_rest_with_the_tail_probe() {
     for learn in [false, true] {
-        let (mut net, qpn) = perftest_pair(learn);
-        let resent_before = net.nodes[0].engine.stats().retransmitted_packets;
-        let mut lost = false;
-        net.fate = Box::new(move |from, p, _| {
-            if from == 1 && !lost && p.bth.opcode == Opcode::RC_RDMA_READ_RESPONSE_LAST {
-                lost = true;
-                return Fate::Drop;
-            }
-            Fate::Deliver
-        });
-        net.write_mem(1, 16384, &pattern(13, 16384));
-        let start = net.now;
-        let w = read_16k(&net, 31);
-        net.nodes[0].engine.post_send(start, qpn, w).unwrap();
-        net.run_for(Duration::from_secs(1));
-        let took = net.now.saturating_duration_since(start);
-        let wcs = statuses(&mut net);
-        assert_eq!(wcs, [(31, WcStatus::Success)], "learn {learn}");
-        assert_eq!(net.read_mem(0, 16384, 16384), pattern(13, 16384));
-        let stats = net.nodes[0].engine.stats();
+        let (net, stats, resent, took) =
+            lone_read_losing(learn, 1, Opcode::RC_RDMA_READ_RESPONSE_LAST, 31, 13);
         assert_eq!(stats.retransmit_timeouts, 0, "learn {learn}");
-        assert_eq!(
-            stats.retransmitted_packets - resent_before,
-            1,
-            "learn {learn}"
-        );
+        assert_eq!(resent, 1, "learn {learn}");
         // The missing response asked for again, not the whole READ.
         let peer = net.nodes[1].engine.stats();
         let count = |v: &[u64], op: Opcode| v[usize::from(op.0)];

@@ -268,11 +268,7 @@ impl QueuePair {
         // tail probe ends). Taken for a drop, it made the NVMe-oF target, whose host keeps
         // early packets, go back over every READ after each gap: nine in ten of its READ
         // requests were sent twice at 3 % loss.
-        let request_next = psn == r.psn
-            && self
-                .req
-                .wqe_at(psn.next())
-                .is_some_and(|w| w.wr.op.is_read_or_atomic());
+        let request_next = psn == r.psn && self.req.answered_by_response(psn.next());
         match r.kind {
             // What follows a probe may all have been lost; an awaited request was not resent.
             RepairKind::Probe | RepairKind::Await => {}
@@ -767,13 +763,9 @@ impl QueuePair {
             Some(r) if !r.psn.is_before(unacked) => {
                 self.repair_keeping_sample(r.psn, RepairKind::Probe);
             }
-            _ if (self.req.peer_reorders.is_some() || self.req.tail_probes > 0)
-                && self.req.resendable_alone(unacked) =>
-            {
-                self.repair_keeping_sample(unacked, RepairKind::Probe);
-            }
-            _ if self.req.unanswered_request(unacked)
-                || self.req.read_answered_in_part(unacked) =>
+            _ if self.req.answered_by_response(unacked)
+                || ((self.req.peer_reorders.is_some() || self.req.tail_probes > 0)
+                    && self.req.resendable_alone(unacked)) =>
             {
                 self.repair_keeping_sample(unacked, RepairKind::Probe);
             }

@@ -12,7 +12,7 @@ use softrdma_wire::Psn;
 
 use super::attr::{Mtu, QpConfig};
 use super::rtt::RttEstimator;
-use crate::wr::{SendOp, SendWr, WcStatus, WorkCompletion};
+use crate::wr::{SendWr, WcStatus, WorkCompletion};
 
 /// A send WQE and its progress.
 #[derive(Debug, Clone)]
@@ -189,17 +189,12 @@ impl Requester {
             .is_some_and(|w| !w.wr.op.is_read_or_atomic())
     }
 
-    /// Whether `psn` is the request of a READ or atomic that nothing has answered yet (its
-    /// first PSN: a READ answered in part has moved the oldest unacknowledged PSN past it).
-    pub(crate) fn unanswered_request(&self, psn: Psn) -> bool {
+    /// Whether `psn` is a READ's or an atomic's, whose answer is a response of the
+    /// responder's: the request itself, or (a READ answered in part) its first missing
+    /// response, which the request sent again asks for with the rest of its chunk.
+    pub(crate) fn answered_by_response(&self, psn: Psn) -> bool {
         self.wqe_at(psn)
-            .is_some_and(|w| w.wr.op.is_read_or_atomic() && w.first_psn == psn)
-    }
-
-    /// Whether `psn` is the first missing response of a READ answered in part.
-    pub(crate) fn read_answered_in_part(&self, psn: Psn) -> bool {
-        self.wqe_at(psn)
-            .is_some_and(|w| matches!(w.wr.op, SendOp::RdmaRead { .. }) && w.first_psn != psn)
+            .is_some_and(|w| w.wr.op.is_read_or_atomic())
     }
 
     /// State for a QP entering RTS.
