@@ -141,7 +141,9 @@ static OPEN: Mutex<Option<(Device, usize, u32)>> = Mutex::new(None);
 /// Forgets a device this process inherited through `fork`: its threads stayed in the parent,
 /// so the child must not use it, and must not close it either (closing would wait for those
 /// threads and take the parent's place on the address away). As with a kernel device, the
-/// child opens a device of its own; the inherited one is leaked, never dropped.
+/// child opens a device of its own; the inherited one is leaked, never dropped. Its sockets
+/// and lock files were `/dev/null` in the child from the moment `fork` returned
+/// (`softrdma_udp::fork`), so the child keeps nothing of the parent's on the address.
 pub(crate) fn forget_if_inherited<T>(slot: &mut Option<T>, opened_by: impl Fn(&T) -> u32) {
     if slot
         .as_ref()

@@ -84,6 +84,7 @@
 mod arena;
 mod datagram;
 mod error;
+pub mod fork;
 #[cfg_attr(
     all(target_os = "linux", not(softrdma_udp_fallback)),
     path = "linux/mod.rs"

@@ -8,6 +8,7 @@
 
 use std::net::IpAddr;
 
+use crate::fork::Uninherited;
 use crate::socket::{Group, RoceSocket};
 use crate::{imp, MulticastError};
 
@@ -39,7 +40,7 @@ impl RoceSocket {
             })?;
         self.groups.push(Group {
             addr: group,
-            socket,
+            socket: Uninherited::new(socket),
         });
         Ok(())
     }

@@ -10,6 +10,7 @@ use socket2::Socket;
 
 use crate::arena::RecvArena;
 use crate::datagram::{RecvMeta, RecvPiece, Transmit};
+use crate::fork::Uninherited;
 use crate::{
     imp, OpenError, RecvError, SendError, BATCH_MAX, DEFAULT_MAX_SOURCE_PORTS,
     DEFAULT_SOCKET_BUFFER_BYTES, DEFAULT_TTL, MAX_UDP_PAYLOAD, ROCEV2_UDP_PORT,
@@ -88,7 +89,7 @@ pub struct Capabilities {
 #[derive(Debug)]
 enum PortSlot {
     /// A send-only socket bound to `<ip>:<port>`.
-    Bound(Socket),
+    Bound(Uninherited<Socket>),
     /// Binding failed; sends for this port must use the main socket's port.
     Unavailable,
 }
@@ -101,7 +102,7 @@ enum PortSlot {
 /// `&self`.
 #[derive(Debug)]
 pub struct RoceSocket {
-    pub(crate) main: Socket,
+    pub(crate) main: Uninherited<Socket>,
     local: SocketAddr,
     pub(crate) config: Config,
     caps: Capabilities,
@@ -144,7 +145,7 @@ impl RoceSocket {
             source,
         })?;
         Ok(Self {
-            main: opened.socket,
+            main: Uninherited::new(opened.socket),
             local,
             gso_segments: caps.max_gso_segments,
             caps,
@@ -207,7 +208,8 @@ impl RoceSocket {
         let addr = SocketAddr::new(self.local.ip(), sport);
         match imp::open_send_only(&self.config, addr) {
             Ok(socket) => {
-                self.pool.insert(sport, PortSlot::Bound(socket));
+                self.pool
+                    .insert(sport, PortSlot::Bound(Uninherited::new(socket)));
                 sport
             }
             Err(error) => {
@@ -539,5 +541,5 @@ impl RecvArena {
 #[derive(Debug)]
 pub(crate) struct Group {
     pub(crate) addr: IpAddr,
-    pub(crate) socket: Socket,
+    pub(crate) socket: Uninherited<Socket>,
 }

@@ -11,6 +11,7 @@
 use std::io;
 use std::os::fd::{AsRawFd, OwnedFd};
 
+use crate::fork::Uninherited;
 use crate::{imp, RoceSocket};
 
 /// One classic BPF instruction (`struct sock_filter`).
@@ -31,7 +32,7 @@ pub struct SteeringInsn {
 /// it decides when the socket leaves (closing the last descriptor is what removes it).
 #[derive(Debug)]
 pub struct SteeringHandle {
-    fd: OwnedFd,
+    fd: Uninherited<OwnedFd>,
 }
 
 impl SteeringHandle {
@@ -46,7 +47,7 @@ impl RoceSocket {
     /// [`Config::reuse_port`](crate::Config::reuse_port)).
     pub fn steering_handle(&self) -> io::Result<SteeringHandle> {
         Ok(SteeringHandle {
-            fd: self.main.try_clone()?.into(),
+            fd: Uninherited::new(self.main.try_clone()?.into()),
         })
     }
 }

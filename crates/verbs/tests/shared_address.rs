@@ -180,6 +180,49 @@ fn a_table_that_lost_track_of_the_kernel_is_put_right_by_the_members() {
     );
 }
 
+/// A child made by `fork` while a device is open does not keep the device's socket on the
+/// address (rdma-core's rdma_cm tests fork both sides from a parent that has a device open).
+/// Were its copy of the socket to stay in the kernel's array after the device closed, the
+/// member the table moves into the closed one's place would sit behind that dead socket, and
+/// its traffic would reach nobody.
+#[test]
+fn a_forked_child_keeps_no_socket_of_a_device_that_closes() {
+    let shared = "127.0.13.11";
+    let peer = open("127.0.13.12");
+    let a = Side::new(shared, 16384);
+    let b = Side::new(shared, 16384);
+    let pb = Side::on(peer.clone(), 16384);
+    connect(&b.qp, &pb.qp);
+    exchange(&pb, &b, 1);
+
+    // SAFETY: the child only waits for the signal that kills it (pause is
+    // async-signal-safe), as a child of a multithreaded process must; the parent reaps it.
+    let pid = unsafe { libc::fork() };
+    assert!(pid >= 0, "fork failed");
+    if pid == 0 {
+        loop {
+            // SAFETY: as above.
+            unsafe { libc::pause() };
+        }
+    }
+    struct Reap(libc::pid_t);
+    impl Drop for Reap {
+        fn drop(&mut self) {
+            // SAFETY: kills and reaps the child made above.
+            unsafe {
+                libc::kill(self.0, libc::SIGKILL);
+                libc::waitpid(self.0, std::ptr::null_mut(), 0);
+            }
+        }
+    }
+    let _child = Reap(pid);
+
+    // a leaves (index 0): the table moves b there, as the kernel does once a's socket closes.
+    drop(a);
+    exchange(&pb, &b, 2);
+    exchange(&b, &pb, 3);
+}
+
 #[test]
 fn listening_on_a_service_another_device_holds_is_refused() {
     let a = open("127.0.13.7");

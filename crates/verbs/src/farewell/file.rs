@@ -13,6 +13,7 @@ use std::os::unix::fs::{FileExt, MetadataExt, OpenOptionsExt};
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicU32, Ordering};
 
+use softrdma_udp::fork::Uninherited;
 use softrdma_udp::{Config, Ecn, RoceSocket, Transmit, ROCEV2_UDP_PORT};
 use softrdma_wire::mad::{gsi_packet, MAD_LEN};
 use softrdma_wire::{IcrcContext, Psn};
@@ -39,7 +40,7 @@ const LINE_LEN: usize = 4 + IP_WIDTH + 1 + 6 + 1 + 2 * MAD_LEN + 1;
 /// A device's farewell file, kept under keys of the caller's (its CM's connections).
 #[derive(Debug)]
 pub struct Farewells<K> {
-    file: File,
+    file: Uninherited<File>,
     path: PathBuf,
     lines: HashMap<K, usize>,
     free: Vec<usize>,
@@ -66,6 +67,7 @@ impl<K: Hash + Eq> Farewells<K> {
             .mode(0o600)
             .custom_flags(libc::O_CLOEXEC | libc::O_NOFOLLOW)
             .open(&tmp)
+            .map(Uninherited::new)
             .map_err(fail)?;
         let header = header(ip);
         file.write_all_at(header.as_bytes(), 0).map_err(fail)?;

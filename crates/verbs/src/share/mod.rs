@@ -25,6 +25,12 @@
 //!   of its connections: see [`crate::farewell`]), as the kernel's CM does for a dead
 //!   process.
 //!
+//! The kernel removes a socket only when its last descriptor closes, so no other process may
+//! hold one: a child made by `fork` gets `/dev/null` in place of the member's socket and of
+//! the table file with its liveness lock ([`softrdma_udp::fork`]). With a copy of them, the
+//! socket of a member that left would stay in the array (the members the table moved into
+//! its place unreachable), and a member that died would look alive while the child lived.
+//!
 //! Two deaths at once can leave the mirror wrong (the kernel's result depends on their
 //! order), and so can a death whose socket the kernel removes only after a new member joined.
 //! Either shows as datagrams that reach a member with another member's slot in their QPN:
@@ -48,6 +54,7 @@ use std::sync::{Arc, Condvar, Mutex, Weak};
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
+use softrdma_udp::fork::Uninherited;
 use softrdma_udp::{RoceSocket, SteeringHandle};
 
 pub use table::ShareError;
@@ -129,7 +136,7 @@ struct State {
     /// The socket's membership; taken when the device leaves.
     handle: Mutex<Option<SteeringHandle>>,
     probes: Arc<ProbeMailbox>,
-    probe_socket: UdpSocket,
+    probe_socket: Uninherited<UdpSocket>,
     /// Service IDs this member listens on, with how many listeners each.
     claims: Mutex<HashMap<u64, usize>>,
     /// The table's `verify_epoch` this member last checked its index for.
@@ -213,7 +220,7 @@ impl SharedAddress {
                 received: Mutex::default(),
                 misdirected: AtomicU32::new(0),
             }),
-            probe_socket,
+            probe_socket: Uninherited::new(probe_socket),
             claims: Mutex::default(),
             verified: AtomicU64::new(t.verify_epoch),
             members: AtomicU64::new(t.members.len() as u64),

@@ -27,6 +27,8 @@ use std::os::fd::AsRawFd;
 use std::os::unix::fs::{DirBuilderExt, MetadataExt, OpenOptionsExt, PermissionsExt};
 use std::path::{Path, PathBuf};
 
+use softrdma_udp::fork::Uninherited;
+
 use super::steer::Route;
 
 /// The slots a member may have: 255 would hold the multicast QPN (slot 0's QPNs leave out
@@ -222,7 +224,7 @@ pub(crate) fn directory() -> Result<PathBuf, ShareError> {
 /// The open table file of one address.
 #[derive(Debug)]
 pub(crate) struct TableFile {
-    file: File,
+    file: Uninherited<File>,
     path: PathBuf,
 }
 
@@ -244,7 +246,10 @@ impl TableFile {
                 path: path.clone(),
                 source,
             })?;
-        Ok(TableFile { file, path })
+        Ok(TableFile {
+            file: Uninherited::new(file),
+            path,
+        })
     }
 
     pub(crate) fn path(&self) -> &Path {
@@ -310,7 +315,7 @@ pub(crate) struct Locked<'a> {
 impl Locked<'_> {
     pub(crate) fn read(&self) -> Result<Table, ShareError> {
         let mut text = String::new();
-        let mut f = &self.file.file;
+        let mut f = &*self.file.file;
         f.seek(SeekFrom::Start(0))
             .and_then(|_| f.read_to_string(&mut text))
             .map_err(|e| self.file.error(e))?;
@@ -319,7 +324,7 @@ impl Locked<'_> {
 
     pub(crate) fn write(&self, table: &Table) -> Result<(), ShareError> {
         let text = table.format();
-        let mut f = &self.file.file;
+        let mut f = &*self.file.file;
         f.set_len(0)
             .and_then(|()| f.seek(SeekFrom::Start(0)))
             .and_then(|_| f.write_all(text.as_bytes()))
