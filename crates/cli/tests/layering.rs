@@ -194,13 +194,25 @@ fn no_module_cycles_in_any_crate() {
                 let Some(rest) = l.trim_start().strip_prefix("use ") else {
                     continue;
                 };
-                let first = rest.split("::").next().unwrap_or("");
-                let child = if m.is_empty() {
-                    first.to_string()
-                } else {
-                    format!("{m}::{first}")
-                };
-                if mods.contains_key(&child) {
+                // The deepest module the path names (`use child::state::X` depends on
+                // `child::state`, not on all of `child`), as `resolve` finds it for `crate::`.
+                let segments: Vec<&str> = rest
+                    .split(|c: char| !(c.is_ascii_alphanumeric() || c == '_' || c == ':'))
+                    .next()
+                    .unwrap_or("")
+                    .split("::")
+                    .filter(|s| !s.is_empty())
+                    .collect();
+                let deepest = (1..=segments.len()).rev().find_map(|n| {
+                    let path = segments[..n].join("::");
+                    let child = if m.is_empty() {
+                        path
+                    } else {
+                        format!("{m}::{path}")
+                    };
+                    mods.contains_key(&child).then_some(child)
+                });
+                if let Some(child) = deepest {
                     targets.insert(child);
                 }
             }

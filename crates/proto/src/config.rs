@@ -47,7 +47,7 @@ pub struct EngineConfig {
     /// (see `QueuePair` docs and `softrdma_wire::icrc`).
     pub peers_use_small_ipv4_ids: bool,
     /// Request packets an RC responder keeps per QP when they arrive ahead of a lost one, to
-    /// run once it comes (see `qp::reorder`); 0 drops them as Linux rxe does.
+    /// run once it comes (see `qp::responder::reorder`); 0 drops them as Linux rxe does.
     pub reorder_packets: usize,
     /// Bytes all QPs of the engine may keep that way together.
     pub reorder_bytes: usize,

@@ -1,7 +1,8 @@
 //! The engine's error type: why a verb was refused (ibverbs' errno returns). Nothing happened
 //! when it is returned.
 
-use crate::qp::attr::{ModifyQpError, QpState};
+use crate::qp::attr::QpState;
+use crate::qp::transition::ModifyQpError;
 
 /// Why an object could not be created, modified or destroyed, or a WR posted. Like ibverbs'
 /// errno returns: nothing happened.

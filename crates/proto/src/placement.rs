@@ -30,7 +30,7 @@
 //!   and each of them writes its own payload over its own range, after any stray bytes landed
 //!   there. By completion every byte of the range holds what the peer sent, whatever had
 //!   landed on it before; an operation that never completes leaves a target that is
-//!   undefined anyway. The early requests a responder keeps (`qp::reorder`) run in order
+//!   undefined anyway. The early requests a responder keeps (`qp::responder::reorder`) run in order
 //!   too, after the landing; a READ's lost response is asked for again.
 //! - A segment that is not exactly the expected packet is not run from where it landed. Its
 //!   bytes, and those of every later segment of the datagram, are first copied back out of

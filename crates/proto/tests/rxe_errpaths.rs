@@ -46,7 +46,7 @@ const DIFFERENCES: &[(&str, &str, &str, &str)] = &[
         "out ACKNOWLEDGE psn=0x100 syn=0x1f msn=1",
         "out ACKNOWLEDGE psn=0x101 syn=0x60 msn=1",
         "IBTA C9-92: NAK the first out-of-sequence request, drop the rest until the expected \
-         PSN comes. softrdma keeps the early SENDs instead (qp/reorder.rs); when the expected \
+         PSN comes. softrdma keeps the early SENDs instead (qp/responder/reorder.rs); when the expected \
          PSN came and a gap remains before the kept ones, it NAKs that gap at once: the \
          NAK-once state ends with the expected PSN, and a PSN sequence NAK acknowledges \
          everything before it. rxe dropped them, so it only ACKs",

@@ -382,7 +382,7 @@ impl Engine {
     /// nothing.
     pub fn modify_qp(&mut self, qpn: u32, attr: &QpAttr) -> Result<(), EngineError> {
         let qp = self.qps.get_mut(&qpn).ok_or(EngineError::NoSuchQp)?;
-        let to = crate::qp::attr::validate(qp.qp_type, qp.state, attr)?;
+        let to = crate::qp::transition::validate(qp.qp_type, qp.state, attr)?;
         let mut ctx = self.shared.ctx(Instant::ZERO, 0);
         qp.apply_modify(&mut ctx, to, attr);
         self.ready.push_back(qpn);
@@ -622,7 +622,7 @@ impl Engine {
         let mut ctx = self.shared.ctx(now, 0);
         if qp.state == QpState::Err {
             // IBTA: WRs posted to a QP in the error state complete with flush errors.
-            let wc = crate::qp::send_queue::SendWqe::new(wr, qp.cfg.path_mtu)
+            let wc = crate::qp::requester::state::SendWqe::new(wr, qp.cfg.path_mtu)
                 .completion(qpn, WcStatus::WrFlushErr);
             ctx.complete(qp.send_cq, wc);
             self.settle_overflows();

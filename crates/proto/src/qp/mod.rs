@@ -7,19 +7,14 @@
 //! [`QueuePair`] and talk through its fields, all on one thread, driven by the engine.
 
 pub mod attr;
-pub(crate) mod completer;
 pub(crate) mod congestion;
 pub(crate) mod datagram;
 mod placed;
-pub(crate) mod receive;
-pub(crate) mod reorder;
 pub(crate) mod requester;
 pub(crate) mod responder;
-pub(crate) mod responder_state;
-pub(crate) mod rtt;
-pub(crate) mod send_queue;
 pub mod source_port;
 pub mod timers;
+pub(crate) mod transition;
 pub(crate) mod validate;
 
 use std::collections::{BTreeMap, VecDeque};
@@ -43,11 +38,12 @@ use crate::wr::{RecvWr, SendFlags, WcOpcode, WcStatus, WorkCompletion};
 use crate::xrc::XrcdHandle;
 
 pub use attr::GSI_QKEY;
-pub use attr::{AddressVector, ModifyQpError, Mtu, QpAttr, QpCaps, QpConfig, QpState, QpType};
-use responder_state::Responder;
-use send_queue::Requester;
+pub use attr::{AddressVector, Mtu, QpAttr, QpCaps, QpConfig, QpState, QpType};
+use requester::state::Requester;
+use responder::state::Responder;
 pub use source_port::{rxe_source_port, ud_source_port};
 use timers::TimerTable;
+pub use transition::ModifyQpError;
 
 /// Datagram bytes one QP may send in a turn before the next ready QP's turn: what one UDP
 /// GSO datagram holds (the largest UDP payload over IPv4), so a turn fills one.

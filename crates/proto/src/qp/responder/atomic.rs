@@ -5,7 +5,7 @@ use softrdma_wire::{OpKind, PacketRepr};
 
 use super::{check_remote, RespError};
 use crate::access::AccessFlags;
-use crate::qp::responder_state::{Output, Resource};
+use crate::qp::responder::state::{Output, Resource};
 use crate::qp::{Ctx, QueuePair};
 
 impl QueuePair {

@@ -14,7 +14,7 @@
 use softrdma_wire::{OpKind, PacketRepr, Syndrome};
 
 use super::read::read_packets;
-use crate::qp::responder_state::{Output, Resource};
+use crate::qp::responder::state::{Output, Resource};
 use crate::qp::{Ctx, QueuePair};
 use crate::stats::DropReason;
 

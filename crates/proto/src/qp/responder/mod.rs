@@ -17,7 +17,10 @@ mod atomic;
 mod duplicate;
 mod placement;
 mod read;
+mod receive;
+pub(crate) mod reorder;
 mod send;
+pub(crate) mod state;
 mod uc;
 mod write;
 mod xrc;
@@ -28,13 +31,13 @@ use softrdma_wire::{
 };
 
 use super::attr::QpType;
-use super::responder_state::Output;
 use super::{Ctx, QueuePair};
 use crate::access::AccessFlags;
 use crate::event::AsyncEvent;
 use crate::io::Transmit;
 use crate::stats::{DropReason, NakKind};
 use crate::wr::WcStatus;
+use state::Output;
 
 /// The longest message IBTA allows (2^31 bytes): a READ or WRITE asking for more is
 /// an invalid request (rxe's `check_length`). A longer READ would also span more than half the
@@ -149,7 +152,7 @@ impl QueuePair {
         if d > 0 {
             // IBTA C9-92: NAK the first out-of-sequence request, then (IBTA) drop the rest
             // until the expected PSN arrives; softrdma keeps them to run in order later (see
-            // `qp::reorder`), which the wire cannot tell apart except by smaller resends.
+            // `qp::responder::reorder`), which the wire cannot tell apart except by smaller resends.
             if !self.hold_early(ctx, pkt) {
                 ctx.stats.drop(DropReason::OutOfSequence);
             }

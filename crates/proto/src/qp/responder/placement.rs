@@ -12,7 +12,7 @@ use softrdma_wire::PacketRepr;
 
 use super::{check_remote, RespError};
 use crate::access::AccessFlags;
-use crate::qp::responder_state::{Output, Resource};
+use crate::qp::responder::state::{Output, Resource};
 use crate::qp::{Ctx, QueuePair};
 use crate::wr::{FLUSH_GLOBAL, FLUSH_PERSISTENT};
 

@@ -6,7 +6,7 @@ use softrdma_wire::{Aeth, Bth, ExtHeaders, Opcode, PacketRepr, Psn, Reth, Syndro
 use super::{check_remote, check_remote_in, RespError};
 use crate::access::AccessFlags;
 use crate::io::Transmit;
-use crate::qp::responder_state::{Output, Resource};
+use crate::qp::responder::state::{Output, Resource};
 use crate::qp::{Ctx, QueuePair};
 use crate::stats::DropReason;
 

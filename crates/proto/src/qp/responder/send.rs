@@ -4,7 +4,7 @@
 use softrdma_wire::{PacketRepr, Position};
 
 use super::RespError;
-use crate::qp::responder_state::SendInProgress;
+use crate::qp::responder::state::SendInProgress;
 use crate::qp::{Ctx, QueuePair};
 use crate::wr::{WcOpcode, WcStatus, WorkCompletion};
 

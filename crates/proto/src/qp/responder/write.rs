@@ -10,7 +10,7 @@ use softrdma_wire::Psn;
 use super::{check_remote, RespError};
 use crate::access::AccessFlags;
 use crate::mr::{MrTable, RegionMemory};
-use crate::qp::responder_state::{SendInProgress, WriteInProgress};
+use crate::qp::responder::state::{SendInProgress, WriteInProgress};
 use crate::qp::{Ctx, QpState, QpType, QueuePair};
 
 /// Where the rest of an RDMA WRITE in progress goes: what direct placement may receive the

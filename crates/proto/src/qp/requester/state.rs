@@ -4,14 +4,14 @@
 //! one per expected response packet for READ (the request itself is a single packet), one for
 //! an atomic. A cursor (`cursor`, `cursor_pkt`) says which packet goes out next; going back N
 //! for a retransmission is just moving the cursor back (see [`Requester::go_back`]). This file
-//! holds only the state; the requester (`requester.rs`) and completer (`completer.rs`) move it.
+//! holds only the state; the requester (`mod.rs` beside it) and the completer (`completer/`) move it.
 
 use std::collections::VecDeque;
 
 use softrdma_wire::Psn;
 
-use super::attr::{Mtu, QpConfig};
 use super::rtt::RttEstimator;
+use crate::qp::attr::{Mtu, QpConfig};
 use crate::wr::{SendWr, WcStatus, WorkCompletion};
 
 /// A send WQE and its progress.
@@ -132,7 +132,7 @@ pub(crate) struct Requester {
     /// Further copies of `resend` to send after it: a retransmission after timeouts that
     /// made no progress goes more than once (see `QueuePair::retry_copies`).
     pub resend_copies: u32,
-    /// The selective repeat under way, if any (see `completer.rs`).
+    /// The selective repeat under way, if any (see `completer/repair.rs`).
     pub repair: Option<Repair>,
     /// Whether the responder keeps packets that arrive after a gap, as softrdma's does
     /// (`None` until a repair shows it).

@@ -2,21 +2,26 @@
 //!
 //! Packets are built from registered memory at transmit time, so a retransmission re-reads the
 //! buffer exactly as a NIC does; the application must not touch it before the completion. The
-//! send queue state it walks is in `send_queue.rs`.
+//! send queue state it walks is in `state.rs`; the completer (`completer/`) consumes the
+//! responses.
+
+pub(crate) mod completer;
+pub(crate) mod rtt;
+pub(crate) mod state;
 
 use softrdma_wire::{
     crc32_update, packet_len, AtomicEth, Bth, ExtHeaders, Feth, Ieth, ImmDt, Opcode, Psn, Reth,
     Xrceth,
 };
 
-use super::attr::{QpState, QpType};
-use super::send_queue::SendWqe;
-use super::timers::Timer;
-use super::{turn_goes_on, Ctx, QueuePair};
 use crate::config::EngineConfig;
 use crate::io::Transmit;
 use crate::mr::MrTable;
+use crate::qp::attr::{QpState, QpType};
+use crate::qp::timers::Timer;
+use crate::qp::{turn_goes_on, Ctx, QueuePair};
 use crate::wr::{FlushLevel, SendFlags, SendOp, WcStatus};
+use state::SendWqe;
 
 impl QueuePair {
     /// Produces the next request packet, new or retransmitted.
@@ -225,115 +230,16 @@ impl QueuePair {
         let psn = wqe.first_psn.add(k);
         let mtu = wqe.mtu;
         let last = k + 1 == wqe.npkts;
-        let mut bth = Bth::new(Opcode(0), self.cfg.dest_qpn, psn);
-        let mut ext = ExtHeaders::default();
-        let mut payload = 0usize;
-        // A READ request covers this many response PSNs (every other request one).
-        let mut request_pkts = None;
-        match wqe.wr.op {
-            SendOp::Send | SendOp::SendWithImm { .. } | SendOp::SendWithInv { .. } => {
-                let (opcode, imm, inv) = send_opcode(&wqe.wr.op, k, wqe.npkts);
-                bth.opcode = opcode;
-                ext.imm_dt = imm.map(|imm| ImmDt { imm });
-                ext.ieth = inv.map(|rkey| Ieth { rkey });
-                payload = packet_payload(wqe.len, mtu, k);
-            }
-            SendOp::RdmaWrite { remote_addr, rkey }
-            | SendOp::RdmaWriteWithImm {
-                remote_addr, rkey, ..
-            } => {
-                let imm = match wqe.wr.op {
-                    SendOp::RdmaWriteWithImm { imm, .. } => Some(imm),
-                    _ => None,
-                };
-                bth.opcode = write_opcode(imm.is_some(), k, wqe.npkts);
-                if k == 0 {
-                    ext.reth = Some(Reth {
-                        va: remote_addr,
-                        rkey,
-                        dma_len: wqe.len,
-                    });
-                }
-                if last {
-                    ext.imm_dt = imm.map(|imm| ImmDt { imm });
-                }
-                payload = packet_payload(wqe.len, mtu, k);
-            }
-            SendOp::RdmaRead { remote_addr, rkey } => {
-                // One request per chunk (see `read_chunk`), up to the chunk's end: a restart
-                // mid-response asks only for the rest of its chunk, from the first missing
-                // response PSN.
-                let done = u64::from(k) * u64::from(mtu);
-                let pkts = read_request_pkts(ctx.config, k, wqe.npkts);
-                let upto = (u64::from(k + pkts) * u64::from(mtu)).min(u64::from(wqe.len));
-                bth.opcode = Opcode::RC_RDMA_READ_REQUEST;
-                ext.reth = Some(Reth {
-                    va: remote_addr.wrapping_add(done),
-                    rkey,
-                    dma_len: upto.saturating_sub(done) as u32,
-                });
-                request_pkts = Some(pkts);
-            }
-            SendOp::AtomicCmpSwap {
-                remote_addr,
-                rkey,
-                compare,
-                swap,
-            } => {
-                bth.opcode = Opcode::RC_COMPARE_SWAP;
-                ext.atomic_eth = Some(AtomicEth {
-                    va: remote_addr,
-                    rkey,
-                    swap_add: swap,
-                    compare,
-                });
-            }
-            SendOp::AtomicFetchAdd {
-                remote_addr,
-                rkey,
-                add,
-            } => {
-                bth.opcode = Opcode::RC_FETCH_ADD;
-                ext.atomic_eth = Some(AtomicEth {
-                    va: remote_addr,
-                    rkey,
-                    swap_add: add,
-                    compare: 0,
-                });
-            }
-            SendOp::AtomicWrite { remote_addr, rkey } => {
-                bth.opcode = Opcode::RC_ATOMIC_WRITE;
-                ext.reth = Some(Reth {
-                    va: remote_addr,
-                    rkey,
-                    dma_len: 8,
-                });
-                payload = 8;
-            }
-            SendOp::Flush {
-                remote_addr,
-                rkey,
-                len,
-                placement,
-                level,
-            } => {
-                bth.opcode = Opcode::RC_FLUSH;
-                ext.feth = Some(Feth {
-                    selectivity: match level {
-                        FlushLevel::Range => 0,
-                        FlushLevel::Region => 1,
-                    },
-                    placement,
-                });
-                ext.reth = Some(Reth {
-                    va: remote_addr,
-                    rkey,
-                    dma_len: len,
-                });
-            }
-            // Local operations have no packets (`npkts` 0): the test above skipped them.
-            SendOp::BindMw(_) | SendOp::LocalInv { .. } => return Err(RequestBuild::Skip),
-        }
+        let Some(RequestHeaders {
+            opcode,
+            mut ext,
+            payload,
+            request_pkts,
+        }) = request_headers(wqe, k, ctx.config)
+        else {
+            return Err(RequestBuild::Skip);
+        };
+        let mut bth = Bth::new(opcode, self.cfg.dest_qpn, psn);
         let request_end = request_pkts.map(|n| k + n);
         let ends_message = last || request_end == Some(wqe.npkts);
         // What a WRITE still has to send after this packet, for the engine's turns (see
@@ -585,6 +491,137 @@ fn write_opcode(imm: bool, k: u32, npkts: u32) -> Opcode {
         (false, false, true, true) => Opcode::RC_RDMA_WRITE_LAST_WITH_IMMEDIATE,
         (false, false, true, false) => Opcode::RC_RDMA_WRITE_LAST,
     }
+}
+
+/// The opcode, extension headers and payload length of packet `k` of `wqe`, and for a READ
+/// request the response PSNs it covers; `None` for a local operation, which has no packets.
+/// RC's opcodes: the caller moves them to UC's or XRC's range.
+fn request_headers(wqe: &SendWqe, k: u32, config: &EngineConfig) -> Option<RequestHeaders> {
+    let mtu = wqe.mtu;
+    let last = k + 1 == wqe.npkts;
+    let opcode;
+    let mut ext = ExtHeaders::default();
+    let mut payload = 0usize;
+    let mut request_pkts = None;
+    match wqe.wr.op {
+        SendOp::Send | SendOp::SendWithImm { .. } | SendOp::SendWithInv { .. } => {
+            let (send, imm, inv) = send_opcode(&wqe.wr.op, k, wqe.npkts);
+            opcode = send;
+            ext.imm_dt = imm.map(|imm| ImmDt { imm });
+            ext.ieth = inv.map(|rkey| Ieth { rkey });
+            payload = packet_payload(wqe.len, mtu, k);
+        }
+        SendOp::RdmaWrite { remote_addr, rkey }
+        | SendOp::RdmaWriteWithImm {
+            remote_addr, rkey, ..
+        } => {
+            let imm = match wqe.wr.op {
+                SendOp::RdmaWriteWithImm { imm, .. } => Some(imm),
+                _ => None,
+            };
+            opcode = write_opcode(imm.is_some(), k, wqe.npkts);
+            if k == 0 {
+                ext.reth = Some(Reth {
+                    va: remote_addr,
+                    rkey,
+                    dma_len: wqe.len,
+                });
+            }
+            if last {
+                ext.imm_dt = imm.map(|imm| ImmDt { imm });
+            }
+            payload = packet_payload(wqe.len, mtu, k);
+        }
+        SendOp::RdmaRead { remote_addr, rkey } => {
+            // One request per chunk (see `read_chunk`), up to the chunk's end: a restart
+            // mid-response asks only for the rest of its chunk, from the first missing
+            // response PSN.
+            let done = u64::from(k) * u64::from(mtu);
+            let pkts = read_request_pkts(config, k, wqe.npkts);
+            let upto = (u64::from(k + pkts) * u64::from(mtu)).min(u64::from(wqe.len));
+            opcode = Opcode::RC_RDMA_READ_REQUEST;
+            ext.reth = Some(Reth {
+                va: remote_addr.wrapping_add(done),
+                rkey,
+                dma_len: upto.saturating_sub(done) as u32,
+            });
+            request_pkts = Some(pkts);
+        }
+        SendOp::AtomicCmpSwap {
+            remote_addr,
+            rkey,
+            compare,
+            swap,
+        } => {
+            opcode = Opcode::RC_COMPARE_SWAP;
+            ext.atomic_eth = Some(AtomicEth {
+                va: remote_addr,
+                rkey,
+                swap_add: swap,
+                compare,
+            });
+        }
+        SendOp::AtomicFetchAdd {
+            remote_addr,
+            rkey,
+            add,
+        } => {
+            opcode = Opcode::RC_FETCH_ADD;
+            ext.atomic_eth = Some(AtomicEth {
+                va: remote_addr,
+                rkey,
+                swap_add: add,
+                compare: 0,
+            });
+        }
+        SendOp::AtomicWrite { remote_addr, rkey } => {
+            opcode = Opcode::RC_ATOMIC_WRITE;
+            ext.reth = Some(Reth {
+                va: remote_addr,
+                rkey,
+                dma_len: 8,
+            });
+            payload = 8;
+        }
+        SendOp::Flush {
+            remote_addr,
+            rkey,
+            len,
+            placement,
+            level,
+        } => {
+            opcode = Opcode::RC_FLUSH;
+            ext.feth = Some(Feth {
+                selectivity: match level {
+                    FlushLevel::Range => 0,
+                    FlushLevel::Region => 1,
+                },
+                placement,
+            });
+            ext.reth = Some(Reth {
+                va: remote_addr,
+                rkey,
+                dma_len: len,
+            });
+        }
+        // Local operations have no packets (`npkts` 0): the test above skipped them.
+        SendOp::BindMw(_) | SendOp::LocalInv { .. } => return None,
+    }
+    Some(RequestHeaders {
+        opcode,
+        ext,
+        payload,
+        request_pkts,
+    })
+}
+
+/// What [`request_headers`] gives.
+struct RequestHeaders {
+    opcode: Opcode,
+    ext: ExtHeaders,
+    payload: usize,
+    /// A READ request covers this many response PSNs (every other request one).
+    request_pkts: Option<u32>,
 }
 
 #[cfg(test)]

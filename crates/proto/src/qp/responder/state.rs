@@ -7,7 +7,7 @@ use std::collections::VecDeque;
 use softrdma_wire::{Psn, Syndrome};
 
 use crate::mr::PdHandle;
-use crate::qp::reorder::ReorderBuffer;
+use crate::qp::responder::reorder::ReorderBuffer;
 use crate::wr::RecvWr;
 
 /// A multi-packet SEND being received into a receive WQE.

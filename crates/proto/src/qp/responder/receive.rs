@@ -1,8 +1,8 @@
 //! Where a QP's receive WQEs come from: its own receive queue, or the shared receive queue it
 //! was created on. The responder stages take, peek at and give back WQEs only through these.
 
-use super::{Ctx, QueuePair};
 use crate::event::AsyncEvent;
+use crate::qp::{Ctx, QueuePair};
 use crate::wr::RecvWr;
 
 impl QueuePair {
