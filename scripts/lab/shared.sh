@@ -1,7 +1,7 @@
 #!/bin/bash
 # scripts/lab/shared.sh: two softrdma processes on the lab host's one address (10.88.0.1)
 # talk to two rxe guests at the same time, in both directions (softrdma's shared address;
-# see README "Many programs on one address"). Opt-in and root only.
+# see docs/exec.md "Many programs on one address"). Opt-in and root only.
 #
 #   SOFTRDMA_LAB=/work/shared/rxe-lab scripts/lab/shared.sh
 #

@@ -1,5 +1,5 @@
 //! rdma-core's own test suite (Debian's python3-pyverbs ships it, rdma-core 44) through
-//! `softrdma exec`, as a user runs it (`crates/ibverbs/tests/py/rdma_core_suite.py`, README):
+//! `softrdma exec`, as a user runs it (`crates/ibverbs/tests/py/rdma_core_suite.py`, docs/exec.md):
 //! on the host's own address, the default, where `softrdma exec`'s sysfs directory gives the
 //! device the netdev the suite's rdma_cm tests look for, and those tests' two forked
 //! processes share the address.

@@ -1,6 +1,6 @@
 //! Every option the imitated programs list in their `--help` is taken by softrdma's
-//! counterpart, or refused by it and named in README's table of refusals (section "The
-//! imitated tools' flags"), which this test reads.
+//! counterpart, or refused by it and named in the table of refusals of `docs/perf.md` (section
+//! "The imitated tools' flags"), which this test reads.
 //!
 //! Whether softrdma takes an option is asked of softrdma itself, not of its `--help`: the
 //! counterpart runs with the option (and a valid value) as a client of a closed TCP port, or
@@ -245,21 +245,22 @@ fn options_in(help: &str) -> Vec<String> {
     out
 }
 
-/// A README row: the tool patterns it covers, its options and its reason.
+/// A row of the table: the tool patterns it covers, its options and its reason.
 struct Refusal {
     tools: Vec<String>,
     options: Vec<String>,
     reason: String,
 }
 
-/// The table of refusals in README's section on the imitated tools' flags.
+/// The table of refusals in docs/perf.md's section on the imitated tools' flags.
 fn refusals() -> Vec<Refusal> {
-    let readme = std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/../../README.md"))
-        .expect("README.md");
-    let section = readme
+    let manual =
+        std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/../../docs/perf.md"))
+            .expect("docs/perf.md");
+    let section = manual
         .split("\n## The imitated tools' flags\n")
         .nth(1)
-        .expect("README has a section \"The imitated tools' flags\"");
+        .expect("docs/perf.md has a section \"The imitated tools' flags\"");
     let section = section.split("\n## ").next().unwrap_or(section);
     let ticked = |cell: &str| -> Vec<String> {
         cell.split('`')
@@ -273,7 +274,7 @@ fn refusals() -> Vec<Refusal> {
         .filter(|l| l.starts_with("| `"))
         .map(|l| {
             let cells: Vec<&str> = l.trim_matches('|').split(" | ").collect();
-            assert_eq!(cells.len(), 3, "README refusal row {l:?}");
+            assert_eq!(cells.len(), 3, "refusal row {l:?}");
             Refusal {
                 tools: ticked(cells[0]),
                 options: ticked(cells[1]),
@@ -284,7 +285,7 @@ fn refusals() -> Vec<Refusal> {
     for r in &rows {
         assert!(
             !r.tools.is_empty() && !r.options.is_empty() && r.reason.len() > 10,
-            "README refusal row without tools, options or a reason: {:?} {:?} {:?}",
+            "refusal row without tools, options or a reason: {:?} {:?} {:?}",
             r.tools,
             r.options,
             r.reason
@@ -297,7 +298,7 @@ fn refusals() -> Vec<Refusal> {
     }
     assert!(
         rows.len() >= 10,
-        "README's table of refusals: {} rows",
+        "the table of refusals in docs/perf.md: {} rows",
         rows.len()
     );
     rows
@@ -313,7 +314,7 @@ fn glob(pattern: &str, name: &str) -> bool {
     }
 }
 
-/// The reason README gives for refusing `option` of `tool`, if it lists it.
+/// The reason docs/perf.md gives for refusing `option` of `tool`, if it lists it.
 fn refusal_of<'a>(rows: &'a [Refusal], tool: &str, option: &str) -> Option<&'a str> {
     rows.iter()
         .find(|r| r.tools.iter().any(|t| glob(t, tool)) && r.options.iter().any(|o| o == option))
@@ -400,7 +401,7 @@ fn every_option_of_the_imitated_tools_is_taken_or_refused_for_a_reason() {
                 (false, None) => accepted += 1,
                 (true, Some(_)) => refusals_checked += 1,
                 (true, None) => problems.push(format!(
-                    "{}: softrdma {} refuses {} (not in README's table of refusals): {}",
+                    "{}: softrdma {} refuses {} (not in the table of refusals in docs/perf.md): {}",
                     c.tool,
                     c.command.join(" "),
                     probed.join(" "),
@@ -410,7 +411,7 @@ fn every_option_of_the_imitated_tools_is_taken_or_refused_for_a_reason() {
                         .unwrap_or("")
                 )),
                 (false, Some(why)) => problems.push(format!(
-                    "{}: README lists {option} as refused ({why}), but softrdma {} takes it",
+                    "{}: docs/perf.md lists {option} as refused ({why}), but softrdma {} takes it",
                     c.tool,
                     c.command.join(" ")
                 )),
@@ -429,10 +430,10 @@ fn every_option_of_the_imitated_tools_is_taken_or_refused_for_a_reason() {
         }
     }
     for (tool, opts) in &listed_unused {
-        eprintln!("tool parity: note: {tool}'s --help does not list {opts:?}, which README refuses for it");
+        eprintln!("tool parity: note: {tool}'s --help does not list {opts:?}, which docs/perf.md refuses for it");
     }
     eprintln!(
-        "tool parity: {tools} tools checked, {accepted} options taken, {refusals_checked} refused as README lists"
+        "tool parity: {tools} tools checked, {accepted} options taken, {refusals_checked} refused as docs/perf.md lists"
     );
     assert!(problems.is_empty(), "{}", problems.join("\n"));
 }
