@@ -413,7 +413,7 @@ impl Engine {
         }
         let mut qp = self.qps.remove(&qpn).ok_or(EngineError::NoSuchQp)?;
         self.shared.mrs.unbind_qp_windows(qpn);
-        self.shared.reorder_bytes -= qp.resp.early.clear();
+        self.shared.reorder_bytes -= qp.resp.drop_early();
         self.inflight -= qp.counted_inflight;
         self.wake_starved(qp.counted_inflight);
         if let Some(at) = qp.scheduled {
@@ -693,7 +693,7 @@ fn send_check(
         QpState::Rts | QpState::Sqd | QpState::Err => {}
         s => return Err(EngineError::InvalidState(s)),
     }
-    if qp.req.sq.len() + ahead >= qp.caps.max_send_wr as usize {
+    if qp.req.wqes().len() + ahead >= qp.caps.max_send_wr as usize {
         return Err(EngineError::QueueFull);
     }
     qp.validate_send(config, wr)

@@ -97,7 +97,7 @@ impl Engine {
                 self.turn_bytes = 0;
                 self.turn_packets = 0;
             }
-            if std::mem::take(&mut qp.req.starved) && !qp.budget_listed {
+            if qp.req.take_starved() && !qp.budget_listed {
                 qp.budget_listed = true;
                 self.starved.push_back(qpn);
             }

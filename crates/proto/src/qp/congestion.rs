@@ -81,7 +81,7 @@ impl QueuePair {
             // lets out does): the pause must not look like a loss to the retransmit timer.
             let full = self.cfg.path_mtu.bytes() as usize + 64;
             if rp.wait_after(ctx.now, full) >= ACK_BEFORE_PAUSE {
-                self.req.force_ack_req = true;
+                self.req.ask_for_ack();
             }
         }
         let mut t = self.poll_requester_transmit(ctx, out)?;

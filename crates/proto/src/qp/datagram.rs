@@ -29,10 +29,10 @@ impl QueuePair {
         ctx: &mut Ctx<'_>,
         out: &mut Vec<u8>,
     ) -> Option<Transmit> {
-        if !matches!(self.state, QpState::Rts) || self.req.rnr_wait {
+        if !matches!(self.state, QpState::Rts) || self.req.waiting_out_rnr() {
             return None;
         }
-        let wqe = self.req.sq.front()?;
+        let wqe = self.req.wqes().front()?;
         let Some(dest) = wqe.wr.ud else {
             // post_send refuses UD WQEs without a destination; nothing else can put one here.
             self.fail_wqe(ctx, 0, WcStatus::LocQpOpErr);
@@ -56,7 +56,7 @@ impl QueuePair {
         } else {
             Opcode::UD_SEND_ONLY
         };
-        let psn = self.req.next_psn;
+        let psn = self.req.next_psn();
         let mut bth = Bth::new(opcode, dest.remote_qpn, psn);
         bth.solicited = wqe.wr.flags.contains(SendFlags::SOLICITED);
         let qkey = if dest.remote_qkey & 0x8000_0000 != 0 {
@@ -87,8 +87,10 @@ impl QueuePair {
             self.fail_wqe(ctx, 0, WcStatus::LocProtErr);
             return None;
         };
-        self.req.next_psn = psn.next();
-        let wqe = self.req.sq.pop_front().expect("the head WQE was just sent");
+        let wqe = self
+            .req
+            .datagram_sent()
+            .expect("the head WQE was just sent");
         if wqe.wr.flags.contains(SendFlags::SIGNALED) {
             ctx.complete(self.send_cq, wqe.completion(self.qpn, WcStatus::Success));
         }

@@ -9,7 +9,6 @@
 pub mod attr;
 pub(crate) mod congestion;
 pub(crate) mod datagram;
-mod placed;
 pub(crate) mod requester;
 pub(crate) mod responder;
 pub mod source_port;
@@ -341,7 +340,7 @@ impl QueuePair {
 
     /// Send WQEs not yet completed.
     pub fn send_queue_len(&self) -> usize {
-        self.req.sq.len()
+        self.req.wqes().len()
     }
 
     /// Receive WQEs posted to the QP and not yet consumed (0 on a QP that takes them from an
@@ -357,7 +356,7 @@ impl QueuePair {
 
     /// The smoothed round trip of the QP's requests, once one has been timed.
     pub fn smoothed_rtt(&self) -> Option<core::time::Duration> {
-        self.req.rtt.srtt()
+        self.req.srtt()
     }
 
     /// The retransmit timeout in force: the local ACK timeout adapted to the round trip.
@@ -373,7 +372,7 @@ impl QueuePair {
     /// Whether the responder was seen to keep packets that follow a gap, so that a loss
     /// costs one resent packet rather than a go-back-N (`None`: no loss yet).
     pub fn peer_keeps_early_packets(&self) -> Option<bool> {
-        self.req.peer_reorders
+        self.req.peer_reorders()
     }
 
     /// Applies a validated transition.
@@ -395,7 +394,7 @@ impl QueuePair {
                         q.discard_qp(self.qpn);
                     }
                 }
-                *ctx.reorder_bytes -= self.resp.early.clear();
+                *ctx.reorder_bytes -= self.resp.drop_early();
                 self.rq.clear();
                 self.req = Requester::default();
                 self.resp = Responder::default();
@@ -438,14 +437,14 @@ impl QueuePair {
         self.flush_send_queue(ctx);
         self.flush_recv_queue(ctx);
         self.resp.clear_output();
-        *ctx.reorder_bytes -= self.resp.early.clear();
+        *ctx.reorder_bytes -= self.resp.drop_early();
     }
 
     /// Completes every remaining send WQE, in order: one already known to have succeeded as a
     /// success (if signaled), one with a recorded error with that error, the rest with
     /// WR_FLUSH_ERR (error completions are generated signaled or not, as in ibverbs).
     pub(crate) fn flush_send_queue(&mut self, ctx: &mut Ctx<'_>) {
-        while let Some(wqe) = self.req.sq.pop_front() {
+        for wqe in self.req.drain() {
             let status = wqe.status.unwrap_or(WcStatus::WrFlushErr);
             if status == WcStatus::Success && !wqe.wr.flags.contains(SendFlags::SIGNALED) {
                 continue;
@@ -453,14 +452,12 @@ impl QueuePair {
             let wc = wqe.completion(self.qpn, status);
             ctx.complete(self.send_cq, wc);
         }
-        self.req.cursor = 0;
-        self.req.cursor_pkt = 0;
     }
 
     /// Completes every posted receive WQE with WR_FLUSH_ERR.
     pub(crate) fn flush_recv_queue(&mut self, ctx: &mut Ctx<'_>) {
         // A SEND in progress holds the oldest receive WQE: it completes first.
-        if let Some(msg) = self.resp.send.take() {
+        if let Some(msg) = self.resp.take_send() {
             self.flush_recv(ctx, &msg.wr);
         }
         while let Some(wr) = self.rq.pop_front() {
@@ -582,14 +579,14 @@ impl QueuePair {
         // can start on it while its kernel still delivers the ACK (on loopback the sender's
         // system call runs the receiver's whole path, one datagram after the other). Never
         // more than one: the ACK must not wait behind a stream of requests.
-        if !self.resp.ack_yielded && self.resp.only_an_ack() {
+        if self.resp.ack_may_yield() {
             if let Some(t) = self.poll_paced_requester_transmit(ctx, out) {
-                self.resp.ack_yielded = true;
+                self.resp.set_ack_yielded(true);
                 return Some(t);
             }
         }
         if let Some(t) = self.poll_responder_transmit(ctx, out) {
-            self.resp.ack_yielded = false;
+            self.resp.set_ack_yielded(false);
             return Some(t);
         }
         self.poll_paced_requester_transmit(ctx, out)

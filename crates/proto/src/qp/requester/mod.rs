@@ -6,6 +6,7 @@
 //! responses.
 
 pub(crate) mod completer;
+mod placed;
 pub(crate) mod rtt;
 pub(crate) mod state;
 
@@ -345,6 +346,7 @@ impl QueuePair {
             }
         }
         self.arm_tail_probe(ctx);
+        self.req.debug_check();
         Ok(t)
     }
 

@@ -88,59 +88,59 @@ impl SendWqe {
 #[derive(Debug, Default)]
 pub(crate) struct Requester {
     /// WQEs not yet completed, oldest first.
-    pub sq: VecDeque<SendWqe>,
+    pub(in crate::qp::requester) sq: VecDeque<SendWqe>,
     /// Index in `sq` of the WQE whose packet goes out next.
-    pub cursor: usize,
+    pub(in crate::qp::requester) cursor: usize,
     /// Packet index within that WQE.
-    pub cursor_pkt: u32,
+    pub(in crate::qp::requester) cursor_pkt: u32,
     /// PSN of the next new WQE's first packet.
-    pub next_psn: Psn,
+    pub(in crate::qp::requester) next_psn: Psn,
     /// Every PSN before this one has been acknowledged (explicitly or by a response).
-    pub unacked_psn: Psn,
+    pub(in crate::qp::requester) unacked_psn: Psn,
     /// The highest PSN the responder has acknowledged, even past a READ or atomic whose
     /// response is still missing (which holds `unacked_psn` back): the measure of forward
     /// progress that refills the retry counters.
-    pub peer_acked: Psn,
+    pub(in crate::qp::requester) peer_acked: Psn,
     /// One past the highest PSN ever sent: packets below it are retransmissions.
-    pub sent_high: Psn,
+    pub(in crate::qp::requester) sent_high: Psn,
     /// READ and atomic requests outstanding, what the responder's resources hold: one per
     /// READ/atomic WQE started, plus one per further chunk of a long READ (see
     /// `requester::read_chunk`) until the chunk before it is answered.
-    pub rd_atomic_inflight: u32,
+    pub(in crate::qp::requester) rd_atomic_inflight: u32,
     /// Transport retries left before RETRY_EXC_ERR.
-    pub retry_left: u8,
+    pub(in crate::qp::requester) retry_left: u8,
     /// RNR retries left (7 = infinite).
-    pub rnr_left: u8,
+    pub(in crate::qp::requester) rnr_left: u8,
     /// Waiting out an RNR NAK's timer: send nothing.
-    pub rnr_wait: bool,
+    pub(in crate::qp::requester) rnr_wait: bool,
     /// The retransmit timer expired and no ACK has shown progress since: what is in flight
     /// is presumed lost, and the QP counts as one packet in the device's in-flight budget
     /// (TCP's "pipe" after an RTO), so a dead peer's QP does not hold the budget that live
     /// QPs need while it spends its retries.
-    pub timed_out: bool,
+    pub(in crate::qp::requester) timed_out: bool,
     /// Tail-loss probes sent since an ACK last showed progress (each waits twice as long as
     /// the one before).
-    pub tail_probes: u8,
+    pub(in crate::qp::requester) tail_probes: u8,
     /// Packets since the last AckReq.
-    pub pkts_since_ackreq: u32,
+    pub(in crate::qp::requester) pkts_since_ackreq: u32,
     /// The next packet built asks for an ACK whatever its place (a repair).
-    pub force_ack_req: bool,
+    pub(in crate::qp::requester) force_ack_req: bool,
     /// The READ-response gap already acted on (one retry per gap, not one per packet).
-    pub gap_retry_at: Option<Psn>,
+    pub(in crate::qp::requester) gap_retry_at: Option<Psn>,
     /// One packet to resend before anything else: the repair of a selective repeat.
-    pub resend: Option<Psn>,
+    pub(in crate::qp::requester) resend: Option<Psn>,
     /// Further copies of `resend` to send after it: a retransmission after timeouts that
     /// made no progress goes more than once (see `QueuePair::retry_copies`).
-    pub resend_copies: u32,
+    pub(in crate::qp::requester) resend_copies: u32,
     /// The selective repeat under way, if any (see `completer/repair.rs`).
-    pub repair: Option<Repair>,
+    pub(in crate::qp::requester) repair: Option<Repair>,
     /// Whether the responder keeps packets that arrive after a gap, as softrdma's does
     /// (`None` until a repair shows it).
-    pub peer_reorders: Option<bool>,
+    pub(in crate::qp::requester) peer_reorders: Option<bool>,
     /// The last send was refused for the device's in-flight budget, not the QP's window:
     /// the engine wakes the QP when other QPs' packets are acknowledged.
-    pub starved: bool,
-    pub rtt: RttEstimator,
+    pub(in crate::qp::requester) starved: bool,
+    pub(in crate::qp::requester) rtt: RttEstimator,
 }
 
 /// A selective repeat: only `psn` is resent, and new packets keep flowing from `horizon` (one
@@ -175,6 +175,58 @@ pub(crate) enum RepairKind {
 }
 
 impl Requester {
+    /// The posted send WQEs not yet completed, oldest first.
+    pub(crate) fn wqes(&self) -> &VecDeque<SendWqe> {
+        &self.sq
+    }
+
+    /// Takes every WQE out, oldest first (the QP flushes them), and puts the cursor back.
+    pub(crate) fn drain(&mut self) -> std::collections::vec_deque::Drain<'_, SendWqe> {
+        self.cursor = 0;
+        self.cursor_pkt = 0;
+        self.sq.drain(..)
+    }
+
+    /// The PSN of the next new WQE's first packet (a UD datagram's PSN).
+    pub(crate) fn next_psn(&self) -> Psn {
+        self.next_psn
+    }
+
+    /// The head WQE went out as a UD datagram with [`next_psn`](Self::next_psn): it leaves
+    /// the queue, and the next datagram takes the PSN after.
+    pub(crate) fn datagram_sent(&mut self) -> Option<SendWqe> {
+        let wqe = self.sq.pop_front()?;
+        self.next_psn = self.next_psn.next();
+        Some(wqe)
+    }
+
+    /// Whether an RNR NAK's wait is under way (nothing is sent meanwhile).
+    pub(crate) fn waiting_out_rnr(&self) -> bool {
+        self.rnr_wait
+    }
+
+    /// The smoothed round trip, once one has been timed.
+    pub(crate) fn srtt(&self) -> Option<core::time::Duration> {
+        self.rtt.srtt()
+    }
+
+    /// Whether the responder keeps packets that follow a gap (`None` until a repair shows).
+    pub(crate) fn peer_reorders(&self) -> Option<bool> {
+        self.peer_reorders
+    }
+
+    /// Whether the last send was refused for the device's in-flight budget; clears it (the
+    /// engine lists the QP to wake).
+    pub(crate) fn take_starved(&mut self) -> bool {
+        std::mem::take(&mut self.starved)
+    }
+
+    /// Has the next packet built ask for an ACK, whatever its place (the last before a
+    /// pacing pause: the pause must not look like a loss).
+    pub(crate) fn ask_for_ack(&mut self) {
+        self.force_ack_req = true;
+    }
+
     /// The started WQE that owns `psn`, if any.
     pub(crate) fn wqe_at(&self, psn: Psn) -> Option<&SendWqe> {
         self.sq.iter().find(|w| w.contains(psn))
@@ -262,6 +314,37 @@ impl Requester {
 
     /// Moves the cursor back so that transmission resumes at `psn` (go-back-N), abandoning
     /// any selective repeat.
+    /// What holds between any two events, checked in debug builds after each (the
+    /// completer's response, the requester's packet): acknowledged ≤ sent ≤ assigned PSNs,
+    /// the cursor within the queue, a repair's horizon no later than what was sent.
+    pub(crate) fn debug_check(&self) {
+        debug_assert!(
+            !self.sent_high.is_before(self.unacked_psn),
+            "acknowledged past what was sent: unacked {:?}, sent_high {:?}",
+            self.unacked_psn,
+            self.sent_high
+        );
+        debug_assert!(
+            !self.next_psn.is_before(self.sent_high),
+            "sent past the PSNs assigned: sent_high {:?}, next_psn {:?}",
+            self.sent_high,
+            self.next_psn
+        );
+        debug_assert!(
+            self.cursor <= self.sq.len(),
+            "cursor {} past {} WQEs",
+            self.cursor,
+            self.sq.len()
+        );
+        if let Some(r) = self.repair {
+            debug_assert!(
+                !r.horizon.is_after(self.sent_high),
+                "repair horizon past what was sent: {r:?}, sent_high {:?}",
+                self.sent_high
+            );
+        }
+    }
+
     pub(crate) fn go_back(&mut self, psn: Psn) {
         self.resend = None;
         self.resend_copies = 0;

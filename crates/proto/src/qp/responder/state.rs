@@ -103,26 +103,26 @@ impl Output {
 #[derive(Debug, Default)]
 pub(crate) struct Responder {
     /// The PSN the next new request must carry.
-    pub expected_psn: Psn,
+    pub(in crate::qp::responder) expected_psn: Psn,
     /// Messages completed (24 bits on the wire).
-    pub msn: u32,
-    pub send: Option<SendInProgress>,
-    pub write: Option<WriteInProgress>,
+    pub(in crate::qp::responder) msn: u32,
+    pub(in crate::qp::responder) send: Option<SendInProgress>,
+    pub(in crate::qp::responder) write: Option<WriteInProgress>,
     /// A sequence-error NAK was sent and the expected PSN has not arrived since.
-    pub nak_sent: bool,
+    pub(in crate::qp::responder) nak_sent: bool,
     /// Recent READ/atomic requests, oldest first, at most max(1, max_dest_rd_atomic).
-    pub resources: VecDeque<Resource>,
+    pub(in crate::qp::responder) resources: VecDeque<Resource>,
     /// Resources (by first PSN) answered again for a duplicate request: whatever answer is
     /// queued for them is a repeat (see [`Responder::reserve`]). At most one per resource.
-    pub replayed: Vec<Psn>,
-    pub output: VecDeque<Output>,
+    pub(in crate::qp::responder) replayed: Vec<Psn>,
+    pub(in crate::qp::responder) output: VecDeque<Output>,
     /// A fatal NAK is queued: accept nothing more; enter ERR once it is sent.
-    pub fatal: bool,
+    pub(in crate::qp::responder) fatal: bool,
     /// Requests that arrived ahead of a missing one, to run once it comes.
-    pub early: ReorderBuffer,
+    pub(in crate::qp::responder) early: ReorderBuffer,
     /// A request packet of this QP went out ahead of the queued ACK (see
     /// `QueuePair::poll_transmit`); the ACK goes next.
-    pub ack_yielded: bool,
+    pub(in crate::qp::responder) ack_yielded: bool,
 }
 
 impl Responder {
@@ -141,6 +141,28 @@ impl Responder {
 
     pub(crate) fn has_output(&self) -> bool {
         !self.output.is_empty()
+    }
+
+    /// Whether a request packet may go ahead of what is queued: one plain ACK that has not
+    /// let one go ahead yet (see `QueuePair::poll_transmit`).
+    pub(crate) fn ack_may_yield(&self) -> bool {
+        !self.ack_yielded && self.only_an_ack()
+    }
+
+    /// Records whether a request packet just went ahead of the queued ACK.
+    pub(crate) fn set_ack_yielded(&mut self, yielded: bool) {
+        self.ack_yielded = yielded;
+    }
+
+    /// Drops the early packets kept for a gap (the QP resets, fails or goes); the bytes they
+    /// held, for the engine's account.
+    pub(crate) fn drop_early(&mut self) -> usize {
+        self.early.clear()
+    }
+
+    /// The SEND in progress, taken (the QP flushes its receive WQE).
+    pub(crate) fn take_send(&mut self) -> Option<SendInProgress> {
+        self.send.take()
     }
 
     /// Whether all that is queued is one plain ACK (no NAK, READ response or atomic ACK).

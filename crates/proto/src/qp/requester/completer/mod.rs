@@ -72,6 +72,7 @@ impl QueuePair {
         }
         self.retire_completed(ctx);
         self.rearm_retransmit(ctx);
+        self.req.debug_check();
     }
 
     fn handle_ack(&mut self, ctx: &mut Ctx<'_>, psn: Psn, syndrome: Syndrome) {

@@ -1,13 +1,13 @@
 //! What direct placement (`crate::placement`) asks of a QP as requester: where the READ
-//! responses it expects next go. (As responder, the rest of a WRITE: `responder/write.rs`.)
+//! responses it expects next go. (As responder, the rest of a WRITE: `../responder/write.rs`.)
 
 use std::sync::Arc;
 
 use softrdma_wire::{Opcode, Psn};
 
-use super::{QpState, QpType, QueuePair};
 use crate::access::AccessFlags;
 use crate::mr::{MrTable, RegionMemory};
+use crate::qp::{QpState, QpType, QueuePair};
 use crate::wr::SendOp;
 
 /// Where one expected READ response's payload goes.
