@@ -9,7 +9,7 @@
 //! `icrc_ok + icrc_bad <= roce`, `malformed <= packets`); damage after the file header is
 //! reported as one malformed record, never as a failure to decode.
 
-use crate::capture::{CaptureError, CaptureReader, MAX_RECORD_LEN};
+use crate::decode::capture::{CaptureError, CaptureReader, MAX_RECORD_LEN};
 use crate::decode::decode;
 
 /// Runs the checks on one input. Panics only if a contract above is broken.

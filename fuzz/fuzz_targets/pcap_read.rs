@@ -7,12 +7,8 @@
 
 use libfuzzer_sys::fuzz_target;
 
-#[path = "../../crates/cli/src/capture.rs"]
-mod capture;
-#[path = "../../crates/cli/src/decode.rs"]
+#[path = "../../crates/cli/src/decode/mod.rs"]
 mod decode;
-#[path = "../../crates/cli/src/oob.rs"]
-mod oob;
 
 #[path = "../body/pcap_read.rs"]
 mod body;

@@ -6,7 +6,6 @@
 //! `perf`, `pingpong`, `devinfo`, `exec` or `sim` means one module and one enum variant.
 #![forbid(unsafe_code)]
 
-mod capture;
 mod completions;
 mod decode;
 mod devinfo;
@@ -20,7 +19,6 @@ mod fuzz_stable;
 mod limits;
 mod nvmf_host;
 mod nvmf_target;
-mod oob;
 mod perf;
 mod pingpong;
 mod route;
