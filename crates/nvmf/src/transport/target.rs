@@ -262,10 +262,12 @@ impl Listener {
 
     fn reject(&self, id: &CmId, status: RejectStatus, peer: SocketAddr) {
         tracing::info!("rejecting a connection from {peer}: {status:?}");
-        let rej = CmReject { recfmt: 0, status };
-        let _ = id.reject(&rej.emit());
+        // Counted before the REJ leaves: a host that has its REJECTED event reads the stats
+        // with its rejection in them (counted after, the host's read raced the count).
         self.stats.rejected.fetch_add(1, Ordering::Relaxed);
         *lock(&self.stats.last_reject) = Some(status);
+        let rej = CmReject { recfmt: 0, status };
+        let _ = id.reject(&rej.emit());
     }
 
     /// A connect request: its private data checked (NVMe-oF's RDMA_CM_REQUEST), a queue made
