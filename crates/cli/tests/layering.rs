@@ -57,6 +57,12 @@ fn code(path: &Path) -> String {
     .filter_map(|head| text.find(head))
     .min()
     .map_or(text.as_str(), |at| &text[..at]);
+    // `pub(in crate::a::b)` names where an item is visible, not a module it uses.
+    let mut text = text.to_string();
+    while let Some(at) = text.find("pub(in ") {
+        let end = text[at..].find(')').map_or(text.len(), |e| at + e + 1);
+        text.replace_range(at..end, "pub(crate)");
+    }
     text.lines()
         .map(|l| l.split("//").next().unwrap_or(""))
         .collect::<Vec<_>>()
