@@ -9,8 +9,8 @@
 //! `icrc_ok + icrc_bad <= roce`, `malformed <= packets`); damage after the file header is
 //! reported as one malformed record, never as a failure to decode.
 
-use crate::decode::capture::{CaptureError, CaptureReader, MAX_RECORD_LEN};
 use crate::decode::decode;
+use softrdma_wire::pcap::{CaptureError, CaptureReader, MAX_RECORD_LEN};
 
 /// Runs the checks on one input. Panics only if a contract above is broken.
 pub fn pcap_read(data: &[u8]) {

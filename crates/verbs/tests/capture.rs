@@ -12,9 +12,8 @@ use std::time::Duration;
 
 use common::*;
 use softrdma::{wr, ConnectOptions, Device, DeviceConfig, Mtu, QpInitAttr, SrqAttr, WcStatus};
-use softrdma_wire::{
-    icrc::compute_raw, ip::parse_ethernet, packet::stored_icrc, IpPacket, PacketRepr,
-};
+use softrdma_wire::pcap::CaptureReader;
+use softrdma_wire::{icrc::compute_raw, packet::stored_icrc, IpPacket, PacketRepr};
 
 fn have(tool: &str) -> bool {
     Command::new("sh")
@@ -98,39 +97,17 @@ fn workload() {
     assert_eq!(wait_one(&b.cq).qp_num, tgt.qp_num());
 }
 
-/// The packets of a pcap file (link types Ethernet or raw IP).
+/// The IP packets of a capture file (the wire crate's reader: pcap or pcapng, any link type
+/// tcpdump writes).
 fn pcap_packets(bytes: &[u8]) -> Vec<Vec<u8>> {
-    assert!(bytes.len() >= 24, "pcap too short");
-    let magic = u32::from_le_bytes(bytes[0..4].try_into().unwrap());
-    let le = match magic {
-        0xa1b2_c3d4 | 0xa1b2_3c4d => true,
-        0xd4c3_b2a1 | 0x4d3c_b2a1 => false,
-        m => panic!("not a pcap file (magic {m:#x}); pcapng is not expected from tcpdump -w"),
-    };
-    let u32_at = |b: &[u8], o: usize| {
-        let w: [u8; 4] = b[o..o + 4].try_into().unwrap();
-        if le {
-            u32::from_le_bytes(w)
-        } else {
-            u32::from_be_bytes(w)
-        }
-    };
-    let linktype = u32_at(bytes, 20);
+    let mut reader = CaptureReader::new(bytes).expect("a capture file");
     let mut out = Vec::new();
-    let mut off = 24;
-    while off + 16 <= bytes.len() {
-        let incl = u32_at(bytes, off + 8) as usize;
-        let frame = &bytes[off + 16..(off + 16 + incl).min(bytes.len())];
-        off += 16 + incl;
-        let ip = match linktype {
-            1 => {
-                let (ethertype, payload) = parse_ethernet(frame).expect("ethernet frame");
-                assert!(ethertype == 0x0800 || ethertype == 0x86dd);
-                payload
-            }
-            101 | 228 | 229 => frame,
-            other => panic!("unexpected link type {other}"),
-        };
+    while let Some(record) = reader.next_record().expect("a well-formed capture") {
+        assert!(!record.is_truncated(), "tcpdump cut a packet");
+        let ip = record
+            .link
+            .network_layer(record.data)
+            .expect("an IP packet");
         out.push(ip.to_vec());
     }
     out

@@ -29,10 +29,9 @@ use softrdma_wire::ip::{IPPROTO_TCP, IPPROTO_UDP};
 use softrdma_wire::packet::stored_icrc;
 use softrdma_wire::{icrc, IpHeader, IpPacket, PacketRepr, ICRC_LEN, ROCEV2_UDP_PORT};
 
-pub(crate) mod capture;
 mod oob;
 
-use capture::{CaptureError, CaptureReader, Record};
+use softrdma_wire::pcap::{CaptureError, CaptureReader, Record};
 
 /// Arguments of `softrdma decode`.
 #[derive(Debug, ClapArgs)]

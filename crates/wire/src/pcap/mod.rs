@@ -1,5 +1,6 @@
 //! Writing RoCEv2 datagrams to a classic pcap file, so what a device or a simulated fabric sent
-//! and received opens in Wireshark, tshark or `softrdma decode`.
+//! and received opens in Wireshark, tshark or `softrdma decode`; and reading captures back
+//! ([`CaptureReader`]: pcap and pcapng, whatever wrote them).
 //!
 //! Software that moves RoCEv2 over an ordinary UDP socket (or over no network at all, as the
 //! simulator) never sees the IP and UDP headers of its packets: the kernel writes them on the
@@ -23,6 +24,10 @@
 //! # Ok(())
 //! # }
 //! ```
+
+mod reader;
+
+pub use reader::{CaptureError, CaptureReader, LinkType, Record, Timestamp, MAX_RECORD_LEN};
 
 use std::io::{self, Write};
 use std::net::{IpAddr, Ipv6Addr, SocketAddr};

@@ -20,7 +20,7 @@ use std::io::{self, Read};
 
 /// The largest record the reader accepts: libpcap's `MAXIMUM_SNAPLEN`. Anything larger is a
 /// corrupt length field, and refusing it bounds the allocation an input can cause.
-pub(crate) const MAX_RECORD_LEN: usize = 262_144;
+pub const MAX_RECORD_LEN: usize = 262_144;
 
 /// Largest pcapng block we are willing to hold in memory (a packet block of
 /// [`MAX_RECORD_LEN`] plus headers and options). Larger non-packet blocks are skipped unread.
@@ -39,7 +39,7 @@ const MAX_INTERFACES: usize = 1024;
 
 /// Why a file could not be read as a capture.
 #[derive(Debug)]
-pub(crate) enum CaptureError {
+pub enum CaptureError {
     /// The operating system refused (missing file, permissions, I/O error).
     Io(io::Error),
     /// The file is empty.
@@ -109,7 +109,7 @@ impl From<io::Error> for CaptureError {
 
 /// How a record's bytes begin, i.e. what must be stripped to reach the IP header.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(crate) enum LinkType {
+pub enum LinkType {
     /// Ethernet II, possibly with 802.1Q tags (LINKTYPE_ETHERNET, 1).
     Ethernet,
     /// The record starts with the IP header, v4 or v6 (101 and the BSD DLT values 12, 14;
@@ -125,7 +125,7 @@ pub(crate) enum LinkType {
 
 impl LinkType {
     /// Maps a LINKTYPE_ value (the low 16 bits; the upper bits may carry FCS information).
-    pub(crate) fn from_code(code: u32) -> Result<LinkType, CaptureError> {
+    pub fn from_code(code: u32) -> Result<LinkType, CaptureError> {
         match code & 0xffff {
             1 => Ok(LinkType::Ethernet),
             12 | 14 | 101 | 228 | 229 => Ok(LinkType::RawIp),
@@ -138,15 +138,15 @@ impl LinkType {
 
     /// The IP packet inside `frame`, or `None` if the frame carries something else (ARP, LLDP)
     /// or is too short to tell.
-    pub(crate) fn network_layer(self, frame: &[u8]) -> Option<&[u8]> {
-        const ETHERTYPE_IPV4: u16 = softrdma_wire::ip::ETHERTYPE_IPV4;
-        const ETHERTYPE_IPV6: u16 = softrdma_wire::ip::ETHERTYPE_IPV6;
+    pub fn network_layer(self, frame: &[u8]) -> Option<&[u8]> {
+        const ETHERTYPE_IPV4: u16 = crate::ip::ETHERTYPE_IPV4;
+        const ETHERTYPE_IPV6: u16 = crate::ip::ETHERTYPE_IPV6;
         let by_ethertype = |ethertype: u16, rest: &'_ [u8]| -> bool {
             matches!(ethertype, ETHERTYPE_IPV4 | ETHERTYPE_IPV6) && !rest.is_empty()
         };
         match self {
             LinkType::Ethernet => {
-                let (ethertype, rest) = softrdma_wire::ip::parse_ethernet(frame).ok()?;
+                let (ethertype, rest) = crate::ip::parse_ethernet(frame).ok()?;
                 by_ethertype(ethertype, rest).then_some(rest)
             }
             LinkType::RawIp => Some(frame),
@@ -165,11 +165,11 @@ impl LinkType {
 
 /// A capture timestamp.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
-pub(crate) struct Timestamp {
+pub struct Timestamp {
     /// Seconds since the Unix epoch.
-    pub(crate) secs: u64,
+    pub secs: u64,
     /// Nanoseconds within the second.
-    pub(crate) nanos: u32,
+    pub nanos: u32,
 }
 
 impl Timestamp {
@@ -192,20 +192,20 @@ impl fmt::Display for Timestamp {
 
 /// One captured packet, borrowed from the reader's buffer.
 #[derive(Debug)]
-pub(crate) struct Record<'a> {
+pub struct Record<'a> {
     /// When it was captured.
-    pub(crate) ts: Timestamp,
+    pub ts: Timestamp,
     /// How its bytes begin.
-    pub(crate) link: LinkType,
+    pub link: LinkType,
     /// The captured bytes (possibly fewer than [`Record::orig_len`]).
-    pub(crate) data: &'a [u8],
+    pub data: &'a [u8],
     /// The packet's length on the wire.
-    pub(crate) orig_len: u32,
+    pub orig_len: u32,
 }
 
 impl Record<'_> {
     /// The capture holds fewer bytes than the packet had (a snapshot length cut it).
-    pub(crate) fn is_truncated(&self) -> bool {
+    pub fn is_truncated(&self) -> bool {
         (self.data.len() as u64) < u64::from(self.orig_len)
     }
 }
@@ -232,7 +232,7 @@ enum Format {
 
 /// Streams the records of a pcap or pcapng file.
 #[derive(Debug)]
-pub(crate) struct CaptureReader<R> {
+pub struct CaptureReader<R> {
     input: R,
     format: Format,
     buf: Vec<u8>,
@@ -321,7 +321,7 @@ fn tsresol_units(v: u8) -> u64 {
 
 impl<R: Read> CaptureReader<R> {
     /// Reads the file header and detects the format.
-    pub(crate) fn new(mut input: R) -> Result<CaptureReader<R>, CaptureError> {
+    pub fn new(mut input: R) -> Result<CaptureReader<R>, CaptureError> {
         let mut magic = [0u8; 4];
         let mut got = 0;
         while got < 4 {
@@ -388,7 +388,7 @@ impl<R: Read> CaptureReader<R> {
     }
 
     /// The next record, or `None` at the end of the file.
-    pub(crate) fn next_record(&mut self) -> Result<Option<Record<'_>>, CaptureError> {
+    pub fn next_record(&mut self) -> Result<Option<Record<'_>>, CaptureError> {
         match self.format {
             Format::Pcap { .. } => self.next_pcap(),
             Format::Pcapng { .. } => self.next_pcapng(),
