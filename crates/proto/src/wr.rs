@@ -262,6 +262,20 @@ pub struct SendWr {
 }
 
 impl SendWr {
+    /// A signaled, non-inline request of `op` over `sg_list`, for a connected QP: what the
+    /// verbs crate's shorthands (`softrdma::wr`) and the simulator's workloads start from.
+    pub fn signaled(wr_id: u64, op: SendOp, sg_list: Vec<Sge>) -> SendWr {
+        SendWr {
+            wr_id,
+            op,
+            sg_list,
+            flags: SendFlags::SIGNALED,
+            inline_data: None,
+            ud: None,
+            xrc_srqn: None,
+        }
+    }
+
     /// This work request, on an XRC initiator QP, for the XRC SRQ numbered `srqn` at the
     /// target (ibverbs `wr.qp_type.xrc.remote_srqn`).
     pub fn to_xrc_srq(mut self, srqn: u32) -> SendWr {

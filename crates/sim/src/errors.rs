@@ -34,8 +34,7 @@ use std::collections::BTreeMap;
 use std::sync::Arc;
 
 use softrdma_proto::{
-    AccessFlags, Mtu, QpCaps, QpState, SendFlags, SendOp, SendWr, Sge, VecMemory, WcStatus,
-    WorkCompletion,
+    AccessFlags, Mtu, QpCaps, QpState, SendOp, SendWr, Sge, VecMemory, WcStatus, WorkCompletion,
 };
 use softrdma_wire::Psn;
 
@@ -479,18 +478,6 @@ fn slot_of(op: u64) -> u64 {
     op % (REGION / SLOT)
 }
 
-fn signaled(wr_id: u64, op: SendOp, sg_list: Vec<Sge>) -> SendWr {
-    SendWr {
-        wr_id,
-        op,
-        sg_list,
-        flags: SendFlags::SIGNALED,
-        inline_data: None,
-        ud: None,
-        xrc_srqn: None,
-    }
-}
-
 fn write_op(s: &Scenario, op: u64) -> SendWr {
     let sge = Sge {
         addr: IOVA + (op * SLOT) % (8 * SLOT),
@@ -498,7 +485,7 @@ fn write_op(s: &Scenario, op: u64) -> SendWr {
         lkey: s.src_key,
     };
     let remote_addr = IOVA + slot_of(op) * SLOT;
-    signaled(
+    SendWr::signaled(
         op,
         SendOp::RdmaWrite {
             remote_addr,
@@ -520,7 +507,7 @@ fn failing_op(s: &Scenario, rng: &mut SimRng, bad_key: u32) -> SendWr {
             // An rkey of no region: the bad region's key with its key byte changed.
             let rkey = bad_key ^ 0x5a;
             match rng.below(3) {
-                0 => signaled(
+                0 => SendWr::signaled(
                     op,
                     SendOp::RdmaWrite {
                         remote_addr: IOVA,
@@ -528,7 +515,7 @@ fn failing_op(s: &Scenario, rng: &mut SimRng, bad_key: u32) -> SendWr {
                     },
                     vec![sge(SLOT)],
                 ),
-                1 => signaled(
+                1 => SendWr::signaled(
                     op,
                     SendOp::RdmaRead {
                         remote_addr: IOVA,
@@ -536,7 +523,7 @@ fn failing_op(s: &Scenario, rng: &mut SimRng, bad_key: u32) -> SendWr {
                     },
                     vec![sge(SLOT)],
                 ),
-                _ => signaled(
+                _ => SendWr::signaled(
                     op,
                     SendOp::AtomicFetchAdd {
                         remote_addr: IOVA,
@@ -550,7 +537,7 @@ fn failing_op(s: &Scenario, rng: &mut SimRng, bad_key: u32) -> SendWr {
         ErrorKind::OutOfBounds => {
             let remote_addr = IOVA + REGION - SLOT / 2;
             if rng.chance(0.5) {
-                signaled(
+                SendWr::signaled(
                     op,
                     SendOp::RdmaWrite {
                         remote_addr,
@@ -559,7 +546,7 @@ fn failing_op(s: &Scenario, rng: &mut SimRng, bad_key: u32) -> SendWr {
                     vec![sge(SLOT)],
                 )
             } else {
-                signaled(
+                SendWr::signaled(
                     op,
                     SendOp::RdmaRead {
                         remote_addr,
@@ -569,7 +556,7 @@ fn failing_op(s: &Scenario, rng: &mut SimRng, bad_key: u32) -> SendWr {
                 )
             }
         }
-        ErrorKind::NoAccess | ErrorKind::DestroyedMr => signaled(
+        ErrorKind::NoAccess | ErrorKind::DestroyedMr => SendWr::signaled(
             op,
             SendOp::RdmaWrite {
                 remote_addr: IOVA,
@@ -577,7 +564,7 @@ fn failing_op(s: &Scenario, rng: &mut SimRng, bad_key: u32) -> SendWr {
             },
             vec![sge(SLOT)],
         ),
-        ErrorKind::Rnr => signaled(op, SendOp::Send, vec![sge(SLOT)]),
+        ErrorKind::Rnr => SendWr::signaled(op, SendOp::Send, vec![sge(SLOT)]),
         ErrorKind::PeerGone => write_op(s, op),
     }
 }

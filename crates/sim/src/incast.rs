@@ -11,8 +11,8 @@ use std::sync::Arc;
 
 use softrdma_proto::cc::{CcAlgorithm, CcConfig, DcqcnParams, TimelyParams};
 use softrdma_proto::{
-    AccessFlags, CqHandle, Duration, EngineConfig, Instant, Mtu, RecvWr, SendFlags, SendOp, SendWr,
-    Sge, VecMemory, WcOpcode, WcStatus, WorkCompletion,
+    AccessFlags, CqHandle, Duration, EngineConfig, Instant, Mtu, RecvWr, SendOp, SendWr, Sge,
+    VecMemory, WcOpcode, WcStatus, WorkCompletion,
 };
 use softrdma_wire::Psn;
 
@@ -389,19 +389,15 @@ pub fn run_incast_captured(
                 let slot = (seq % u64::from(window)) as usize;
                 s.mem.write(slot * msg, &message(s.node.0, seq, msg));
                 s.posted_at[slot] = now;
-                let wr = SendWr {
-                    wr_id: seq,
-                    op: SendOp::Send,
-                    sg_list: vec![Sge {
+                let wr = SendWr::signaled(
+                    seq,
+                    SendOp::Send,
+                    vec![Sge {
                         addr: BASE + (slot * msg) as u64,
                         length: msg as u32,
                         lkey: s.key,
                     }],
-                    flags: SendFlags::SIGNALED,
-                    inline_data: None,
-                    ud: None,
-                    xrc_srqn: None,
-                };
+                );
                 match f.engine_mut(s.node).map(|e| e.post_send(now, s.qpn, wr)) {
                     Ok(Ok(())) => s.next_seq += 1,
                     _ => {

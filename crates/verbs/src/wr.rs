@@ -5,26 +5,14 @@ use softrdma_proto::{FlushLevel, RecvWr, SendFlags, SendOp, SendWr, Sge};
 
 use crate::AddressHandle;
 
-fn signaled(wr_id: u64, op: SendOp, sg_list: Vec<Sge>) -> SendWr {
-    SendWr {
-        wr_id,
-        op,
-        sg_list,
-        flags: SendFlags::SIGNALED,
-        inline_data: None,
-        ud: None,
-        xrc_srqn: None,
-    }
-}
-
 /// A SEND of the bytes the SGL names.
 pub fn send(wr_id: u64, sg_list: Vec<Sge>) -> SendWr {
-    signaled(wr_id, SendOp::Send, sg_list)
+    SendWr::signaled(wr_id, SendOp::Send, sg_list)
 }
 
 /// A SEND with immediate data.
 pub fn send_with_imm(wr_id: u64, sg_list: Vec<Sge>, imm: u32) -> SendWr {
-    signaled(wr_id, SendOp::SendWithImm { imm }, sg_list)
+    SendWr::signaled(wr_id, SendOp::SendWithImm { imm }, sg_list)
 }
 
 /// A SEND that asks the receiver to invalidate `rkey` (`IBV_WR_SEND_WITH_INV`): a type 2
@@ -32,19 +20,19 @@ pub fn send_with_imm(wr_id: u64, sg_list: Vec<Sge>, imm: u32) -> SendWr {
 /// names the rkey; anything else there is to invalidate fails the receive (remote invalid
 /// request) and the receiver's QP, as on rxe.
 pub fn send_with_inv(wr_id: u64, sg_list: Vec<Sge>, rkey: u32) -> SendWr {
-    signaled(wr_id, SendOp::SendWithInv { rkey }, sg_list)
+    SendWr::signaled(wr_id, SendOp::SendWithInv { rkey }, sg_list)
 }
 
 /// A local invalidation (`IBV_WR_LOCAL_INV`) of a type 2 memory window's rkey, in order
 /// with the QP's other work; nothing goes on the wire.
 pub fn local_inv(wr_id: u64, rkey: u32) -> SendWr {
-    signaled(wr_id, SendOp::LocalInv { rkey }, Vec::new())
+    SendWr::signaled(wr_id, SendOp::LocalInv { rkey }, Vec::new())
 }
 
 /// An 8-byte atomic RDMA WRITE (`ibv_wr_atomic_write`): the 8 bytes the SGE names are
 /// stored at `remote_addr` (8-aligned) at once, after every earlier operation of the QP.
 pub fn atomic_write(wr_id: u64, sge: Sge, remote_addr: u64, rkey: u32) -> SendWr {
-    signaled(wr_id, SendOp::AtomicWrite { remote_addr, rkey }, vec![sge])
+    SendWr::signaled(wr_id, SendOp::AtomicWrite { remote_addr, rkey }, vec![sge])
 }
 
 /// A FLUSH (`ibv_wr_flush`) of `len` bytes at `remote_addr` ([`FlushLevel::Range`]) or of
@@ -67,7 +55,7 @@ pub fn flush(
         placement,
         level,
     };
-    signaled(wr_id, op, Vec::new())
+    SendWr::signaled(wr_id, op, Vec::new())
 }
 
 /// A SEND whose payload is copied now (`IBV_SEND_INLINE`): the buffer may be reused at once.
@@ -85,7 +73,7 @@ pub fn send_inline(wr_id: u64, data: &[u8]) -> SendWr {
 
 /// An RDMA WRITE of the SGL to `remote_addr` of the peer's region `rkey`.
 pub fn write(wr_id: u64, sg_list: Vec<Sge>, remote_addr: u64, rkey: u32) -> SendWr {
-    signaled(wr_id, SendOp::RdmaWrite { remote_addr, rkey }, sg_list)
+    SendWr::signaled(wr_id, SendOp::RdmaWrite { remote_addr, rkey }, sg_list)
 }
 
 /// An RDMA WRITE with immediate data (consumes a receive at the peer).
@@ -96,7 +84,7 @@ pub fn write_with_imm(
     rkey: u32,
     imm: u32,
 ) -> SendWr {
-    signaled(
+    SendWr::signaled(
         wr_id,
         SendOp::RdmaWriteWithImm {
             remote_addr,
@@ -109,7 +97,7 @@ pub fn write_with_imm(
 
 /// An RDMA READ from `remote_addr` of the peer's region `rkey` into the SGL.
 pub fn read(wr_id: u64, sg_list: Vec<Sge>, remote_addr: u64, rkey: u32) -> SendWr {
-    signaled(wr_id, SendOp::RdmaRead { remote_addr, rkey }, sg_list)
+    SendWr::signaled(wr_id, SendOp::RdmaRead { remote_addr, rkey }, sg_list)
 }
 
 /// An atomic compare-and-swap on the 8-byte word at `remote_addr`; the original value lands
@@ -122,7 +110,7 @@ pub fn compare_swap(
     compare: u64,
     swap: u64,
 ) -> SendWr {
-    signaled(
+    SendWr::signaled(
         wr_id,
         SendOp::AtomicCmpSwap {
             remote_addr,
@@ -137,7 +125,7 @@ pub fn compare_swap(
 /// An atomic fetch-and-add on the 8-byte word at `remote_addr`; the original value lands in
 /// `result` (an 8-byte SGE).
 pub fn fetch_add(wr_id: u64, result: Sge, remote_addr: u64, rkey: u32, add: u64) -> SendWr {
-    signaled(
+    SendWr::signaled(
         wr_id,
         SendOp::AtomicFetchAdd {
             remote_addr,
@@ -160,7 +148,7 @@ pub fn ud_send(
 ) -> SendWr {
     SendWr {
         ud: Some(ah.dest(remote_qpn, remote_qkey)),
-        ..signaled(wr_id, SendOp::Send, sg_list)
+        ..SendWr::signaled(wr_id, SendOp::Send, sg_list)
     }
 }
 

@@ -33,8 +33,8 @@ use std::net::IpAddr;
 use std::sync::Arc;
 
 use softrdma_proto::{
-    AccessFlags, AddressVector, Instant, Mtu, QpCaps, RecvWr, RegionMemory, SendFlags, SendOp,
-    SendWr, Sge, UdDest, VecMemory, WorkCompletion, MULTICAST_QPN,
+    AccessFlags, AddressVector, Instant, Mtu, QpCaps, RecvWr, RegionMemory, SendOp, SendWr, Sge,
+    UdDest, VecMemory, WorkCompletion, MULTICAST_QPN,
 };
 use softrdma_wire::{Psn, GRH_LEN};
 
@@ -577,13 +577,8 @@ impl DatagramWorkload {
             },
         };
         let wr = SendWr {
-            wr_id: u64::from(seq),
-            op,
-            sg_list: vec![sge],
-            flags: SendFlags::SIGNALED,
-            inline_data: None,
             ud: st.ud_dest,
-            xrc_srqn: None,
+            ..SendWr::signaled(u64::from(seq), op, vec![sge])
         };
         st.next_seq += 1;
         st.ops_left -= 1;
