@@ -8,15 +8,7 @@ use common::*;
 use softrdma_proto::*;
 
 fn local(wr_id: u64, op: SendOp) -> SendWr {
-    SendWr {
-        wr_id,
-        op,
-        sg_list: vec![],
-        flags: SendFlags::SIGNALED,
-        inline_data: None,
-        ud: None,
-        xrc_srqn: None,
-    }
+    SendWr::signaled(wr_id, op, vec![])
 }
 
 /// A bind of `len` bytes at offset `off` of node `i`'s region, with a new key byte.

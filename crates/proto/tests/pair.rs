@@ -231,15 +231,7 @@ fn pattern(len: usize, seed: u8) -> Vec<u8> {
 }
 
 fn wr(wr_id: u64, op: SendOp, sg_list: Vec<Sge>) -> SendWr {
-    SendWr {
-        wr_id,
-        op,
-        sg_list,
-        flags: SendFlags::SIGNALED,
-        inline_data: None,
-        ud: None,
-        xrc_srqn: None,
-    }
+    SendWr::signaled(wr_id, op, sg_list)
 }
 
 /// Drops the `nth` (0-based) packet from `from` whose opcode satisfies `pred`.

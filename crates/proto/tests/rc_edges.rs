@@ -13,15 +13,7 @@ use softrdma_wire::{
 };
 
 fn rdma(wr_id: u64, op: SendOp, sg_list: Vec<Sge>) -> SendWr {
-    SendWr {
-        wr_id,
-        op,
-        sg_list,
-        flags: SendFlags::SIGNALED,
-        inline_data: None,
-        ud: None,
-        xrc_srqn: None,
-    }
+    SendWr::signaled(wr_id, op, sg_list)
 }
 
 /// Every packet node `i` has to send (with its UDP source port), without delivering any.

@@ -385,15 +385,7 @@ pub fn ud_send(wr_id: u64, sge: Sge, to: usize, qpn: u32, qkey: u32, imm: Option
 }
 
 pub fn wr(wr_id: u64, op: SendOp, sge: Sge) -> SendWr {
-    SendWr {
-        wr_id,
-        op,
-        sg_list: vec![sge],
-        flags: SendFlags::SIGNALED,
-        inline_data: None,
-        ud: None,
-        xrc_srqn: None,
-    }
+    SendWr::signaled(wr_id, op, vec![sge])
 }
 
 pub fn pattern(seed: u8, len: usize) -> Vec<u8> {
