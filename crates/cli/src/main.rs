@@ -6,6 +6,7 @@
 //! `perf`, `pingpong`, `devinfo`, `exec` or `sim` means one module and one enum variant.
 #![forbid(unsafe_code)]
 
+mod cmatose_common;
 mod completions;
 mod decode;
 mod devinfo;

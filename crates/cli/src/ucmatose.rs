@@ -19,15 +19,11 @@
 
 use std::net::{IpAddr, SocketAddr};
 use std::process::ExitCode;
-use std::time::Duration;
 
+use crate::cmatose_common::{self, error_event, finish, STEP};
 use clap::Args as ClapArgs;
 use softrdma::{wr, AccessFlags, CompletionQueue, MemoryRegion, QpInitAttr, QueuePair, WcStatus};
 use softrdma_rdmacm::{CmEventKind, CmId, ConnParam, EventChannel, PortSpace, RdmaQpType};
-
-/// How long any wait may take before the run fails (Linux's rdma_cm gives up on an
-/// unanswered REQ after about a minute: 15 retries of a 4.3 s response timeout).
-const STEP: Duration = Duration::from_secs(120);
 
 /// Arguments of `softrdma ucmatose` (cmatose's flags).
 #[derive(Debug, ClapArgs)]
@@ -73,22 +69,12 @@ pub(crate) fn run(args: &Args) -> ExitCode {
         Some(server) => client(args, *server),
         None => server(args),
     };
-    let status = status.unwrap_or_else(|e| {
-        println!("cmatose: {e}");
-        1
-    });
-    println!("return status {status}");
-    // As C's `return ret` from main: the low byte (-110 exits 146).
-    ExitCode::from((status & 0xff) as u8)
+    finish("cmatose", status, &[])
 }
 
-/// The message count in effect: 0 when messages are 0 bytes (as cmatose).
+/// The message count in effect: 0 when messages are 0 bytes.
 fn count(args: &Args) -> u32 {
-    if args.size == 0 {
-        0
-    } else {
-        args.count
-    }
+    cmatose_common::count(args.size, args.count)
 }
 
 /// Creates the node's CQs, QP and buffer, and posts its receives (`init_node`,
@@ -159,19 +145,6 @@ fn poll_cqs(args: &Args, nodes: &[Node], recv: bool) -> Result<(), String> {
         }
     }
     Ok(())
-}
-
-/// An event cmatose reports as an error: its name and status (`rdma_event_str`,
-/// `event->status`).
-fn error_event(kind: &CmEventKind) -> Option<(&'static str, i32)> {
-    match kind {
-        CmEventKind::Rejected { reason, .. } => {
-            Some(("RDMA_CM_EVENT_REJECTED", i32::from(reason.code())))
-        }
-        CmEventKind::Unreachable => Some(("RDMA_CM_EVENT_UNREACHABLE", -110)),
-        CmEventKind::ConnectError => Some(("RDMA_CM_EVENT_CONNECT_ERROR", -1)),
-        _ => None,
-    }
 }
 
 /// Handles events until every connection is set up (or failed): `connect_events`.

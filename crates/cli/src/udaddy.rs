@@ -18,17 +18,14 @@
 
 use std::net::{IpAddr, SocketAddr};
 use std::process::ExitCode;
-use std::time::Duration;
 
+use crate::cmatose_common::{self, error_event, finish, STEP};
 use clap::Args as ClapArgs;
 use softrdma::{
     wr, AccessFlags, AddressHandle, AhAttr, CompletionQueue, MemoryRegion, ProtectionDomain,
     QpInitAttr, QpType, QueuePair, SendFlags, SendOp, WcStatus, GRH_LEN,
 };
 use softrdma_rdmacm::{CmEventKind, CmId, ConnParam, EventChannel, PortSpace, RdmaQpType};
-
-/// How long any wait may take before the run fails.
-const STEP: Duration = Duration::from_secs(120);
 
 /// Arguments of `softrdma udaddy` (udaddy's flags).
 #[derive(Debug, ClapArgs)]
@@ -78,22 +75,12 @@ pub(crate) fn run(args: &Args) -> ExitCode {
         Some(server) => client(args, *server),
         None => server(args),
     };
-    let status = status.unwrap_or_else(|e| {
-        println!("udaddy: {e}");
-        1
-    });
-    println!("test complete");
-    println!("return status {status}");
-    // As C's `return ret` from main: the low byte (-110 exits 146).
-    ExitCode::from((status & 0xff) as u8)
+    finish("udaddy", status, &["test complete"])
 }
 
+/// The message count in effect: 0 when messages are 0 bytes.
 fn count(args: &Args) -> u32 {
-    if args.size == 0 {
-        0
-    } else {
-        args.count
-    }
+    cmatose_common::count(args.size, args.count)
 }
 
 /// Checks the size against the port MTU, creates the node's CQ, QP and buffer and posts its
@@ -201,15 +188,7 @@ fn connect_events(args: &Args, ch: &EventChannel, nodes: &mut Vec<Node>) -> Resu
         let e = ch
             .get_event(Some(STEP))
             .ok_or("no rdma_cm event within 120 s")?;
-        let error = match &e.kind {
-            CmEventKind::Rejected { reason, .. } => {
-                Some(("RDMA_CM_EVENT_REJECTED", i32::from(reason.code())))
-            }
-            CmEventKind::Unreachable => Some(("RDMA_CM_EVENT_UNREACHABLE", -110)),
-            CmEventKind::ConnectError => Some(("RDMA_CM_EVENT_CONNECT_ERROR", -1)),
-            _ => None,
-        };
-        if let Some((name, status)) = error {
+        if let Some((name, status)) = error_event(&e.kind) {
             println!("udaddy: event: {name}, error: {status}");
             return Ok(status);
         }
