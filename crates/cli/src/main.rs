@@ -18,15 +18,12 @@ mod fuzz_pcap_read;
 #[cfg(test)]
 mod fuzz_stable;
 mod limits;
-mod nvmf_host;
-mod nvmf_target;
+mod nvmf;
 mod perf;
 mod pingpong;
 mod route;
 mod rping;
 mod sim;
-mod sim_incast;
-mod srq_pingpong;
 mod sysfs;
 mod transport;
 mod ucmatose;
@@ -64,12 +61,12 @@ enum Command {
     /// An NVMe over Fabrics host (RDMA): discover, identify, read, write, verify, bench.
     ///
     /// Exit status: 0 on success, 1 on any failure, 2 on usage errors.
-    Nvmf(nvmf_host::Args),
+    Nvmf(nvmf::host::Args),
     /// An NVMe over Fabrics target (RDMA, port 4420): a discovery controller and an NVM
     /// subsystem whose namespaces are files or memory, for Linux's `nvme connect -t rdma`.
     ///
     /// Exit status: 0 after --duration, 1 if the target could not start, 2 on usage errors.
-    NvmfTarget(nvmf_target::Args),
+    NvmfTarget(nvmf::target::Args),
     /// perftest's benchmarks (write-bw, read-bw, send-bw, atomic-bw, write-lat, read-lat,
     /// send-lat, atomic-lat), interoperable with perftest's `ib_*` programs.
     ///
@@ -112,10 +109,10 @@ fn main() -> ExitCode {
         Command::Decode(args) => decode::run(args),
         Command::Devinfo(args) => devinfo::run(args),
         Command::Exec(args) => exec::run(args),
-        Command::Nvmf(args) => nvmf_host::run(args),
-        Command::NvmfTarget(args) => nvmf_target::run(args),
+        Command::Nvmf(args) => nvmf::host::run(args),
+        Command::NvmfTarget(args) => nvmf::target::run(args),
         Command::Perf(args) => perf::run(args),
-        Command::Pingpong(args) if args.srq => srq_pingpong::run(args),
+        Command::Pingpong(args) if args.srq => pingpong::srq::run(args),
         Command::Pingpong(args) => pingpong::run(args),
         Command::Rping(args) => rping::run(args),
         Command::Sim(args) => sim::run_cmd(args),

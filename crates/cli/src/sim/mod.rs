@@ -21,6 +21,8 @@
 //! first divergence are printed); 2 when the run could not be set up (bad arguments, capture
 //! file not writable, not enough memory).
 
+pub(crate) mod incast;
+
 use std::fmt::Write as _;
 use std::fs::File;
 use std::io::{self, BufWriter, Write};
@@ -47,7 +49,7 @@ pub(crate) enum Experiment {
     ///
     /// Exit status: 0 when all data arrived exactly once and in order, 1 otherwise, 2 on
     /// bad arguments.
-    Incast(crate::sim_incast::Args),
+    Incast(incast::Args),
 }
 
 /// Arguments of `softrdma sim`.
@@ -217,7 +219,7 @@ impl Args {
 /// Runs the subcommand and maps the outcome to the documented exit status.
 pub(crate) fn run_cmd(args: &Args) -> ExitCode {
     if let Some(Experiment::Incast(a)) = &args.experiment {
-        return crate::sim_incast::run(a);
+        return incast::run(a);
     }
     let capture: Option<Box<dyn Write>> = match &args.pcap {
         None => None,

@@ -18,7 +18,7 @@ use softrdma_nvmf::transport::NVMF_PORT;
 use softrdma_nvmf::wire::fabrics::DISCOVERY_NQN;
 use softrdma_nvmf::wire::log::subtype;
 
-use crate::nvmf_target::{parse_size, DEFAULT_NQN};
+use crate::nvmf::target::{parse_size, DEFAULT_NQN};
 
 /// Arguments of `softrdma nvmf`.
 #[derive(Debug, ClapArgs)]

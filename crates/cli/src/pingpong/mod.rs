@@ -51,6 +51,8 @@
 //!   are usage errors, exit status 2, before anything starts.
 //! - `-d` is accepted and ignored (a softrdma device is chosen by address), `-l` is accepted.
 
+pub(crate) mod srq;
+
 use std::io::Write;
 use std::net::{IpAddr, SocketAddr, TcpListener, TcpStream};
 use std::path::PathBuf;
