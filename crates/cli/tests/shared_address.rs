@@ -271,3 +271,84 @@ fn a_second_listener_on_a_port_of_the_address_is_refused() {
         "the second listener should fail in rdma_listen (EADDRINUSE):\n{text}"
     );
 }
+
+/// A connection request that the kernel steers to the wrong program on the address (its copy
+/// of the table had two members' places swapped, as two deaths at once in the wrong order
+/// can leave it) is dropped there, not rejected: that program asks everyone to check their
+/// places, and the requester's retransmission reaches the listener.
+#[test]
+fn a_connect_request_steered_to_the_wrong_program_still_connects() {
+    use std::os::unix::fs::PermissionsExt;
+    check_setup(&["rping"]);
+    let ip = "127.0.15.5";
+    // A table of this test's own, to corrupt.
+    let run_dir = std::env::temp_dir().join(format!("softrdma-misdirected-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&run_dir);
+    std::fs::create_dir(&run_dir).unwrap();
+    std::fs::set_permissions(&run_dir, std::fs::Permissions::from_mode(0o700)).unwrap();
+    let on = |ip: &str, program: &[&str]| {
+        let mut cmd = exec(Some(ip), program);
+        cmd.env("SOFTRDMA_RUN_DIR", &run_dir);
+        cmd.spawn().expect("spawn")
+    };
+    struct Kill(Vec<Child>);
+    impl Drop for Kill {
+        fn drop(&mut self) {
+            for c in &mut self.0 {
+                let _ = c.kill();
+                let _ = c.wait();
+            }
+        }
+    }
+    let listener = on(
+        ip,
+        &["rping", "-s", "-a", ip, "-p", "18770", "-C", "3", "-V"],
+    );
+    wait_devices(ip, 1, "the listener");
+    let mut others = Kill(vec![on(ip, &["rping", "-s", "-a", ip, "-p", "18771"])]);
+    wait_devices(ip, 2, "another server");
+
+    // Swap the two members' places in the table; the next program to join attaches the
+    // steering program that follows from it, and the listener's requests go to the other.
+    let table = std::fs::read_dir(&run_dir)
+        .unwrap()
+        .map(|e| e.unwrap().path())
+        .find(|p| {
+            p.file_name()
+                .is_some_and(|n| n.to_string_lossy().starts_with(&format!("{ip}_4791_")))
+        })
+        .expect("the address's table");
+    let text = std::fs::read_to_string(&table).unwrap();
+    let swapped: String = text
+        .lines()
+        .map(
+            |l| match l.split_whitespace().collect::<Vec<_>>().as_slice() {
+                ["member", slot, "0", pid] => format!("member {slot} 1 {pid}\n"),
+                ["member", slot, "1", pid] => format!("member {slot} 0 {pid}\n"),
+                _ => format!("{l}\n"),
+            },
+        )
+        .collect();
+    assert_ne!(swapped, text, "two members expected:\n{text}");
+    std::fs::write(&table, swapped).unwrap();
+    others
+        .0
+        .push(on(ip, &["rping", "-s", "-a", ip, "-p", "18772"]));
+    wait_devices(ip, 3, "a third server");
+
+    let started = Instant::now();
+    let client = finish(
+        on(
+            "127.0.15.6",
+            &["rping", "-c", "-a", ip, "-p", "18770", "-C", "3", "-V"],
+        ),
+        "rping client",
+        Duration::from_secs(60),
+    );
+    let server = finish(listener, "rping server", Duration::from_secs(30));
+    drop(others);
+    let _ = std::fs::remove_dir_all(&run_dir);
+    assert_ok(&client, "rping client", "");
+    assert_ok(&server, "rping server", "");
+    eprintln!("connected after {:?}", started.elapsed());
+}

@@ -521,9 +521,18 @@ impl Service {
             if wc.status == WcStatus::Success && wc.byte_len as usize >= RECV_SLOT_LEN {
                 let mut buf = [0u8; RECV_SLOT_LEN];
                 if self.recv_mr.read(slot * RECV_SLOT_LEN, &mut buf).is_ok() {
-                    if let Some(src) = grh_source(&buf[..GRH_LEN]) {
-                        st.cm
-                            .handle_mad(now, Gid::from_ip(src), wc.src_qp, &buf[GRH_LEN..]);
+                    let mad = &buf[GRH_LEN..];
+                    // A request for another device's listener on this shared address (the
+                    // kernel's steering went by a table gone wrong) is not this CM's to
+                    // reject: dropped, it comes again to the listener once the table is right.
+                    let misdirected = st
+                        .cm
+                        .unlistened_request(mad)
+                        .is_some_and(|sid| self.device.request_for_another(sid));
+                    if misdirected {
+                        st.cm.misdirected();
+                    } else if let Some(src) = grh_source(&buf[..GRH_LEN]) {
+                        st.cm.handle_mad(now, Gid::from_ip(src), wc.src_qp, mad);
                     }
                 }
             }

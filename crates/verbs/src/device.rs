@@ -627,6 +627,19 @@ impl Device {
         self.shared.share.as_ref().map(SharedAddress::info)
     }
 
+    /// Whether a connection request for `service_id` that reached this device was meant for
+    /// another device on its shared address: one that listens on it. The kernel steered it by
+    /// a table gone wrong (see [`DeviceConfig::share_address`]); the devices are asked to put
+    /// the table right, and the caller drops the request rather than reject it, so that the
+    /// requester's retransmission reaches the listener. Always `false` for a device that does
+    /// not share its address.
+    pub fn request_for_another(&self, service_id: u64) -> bool {
+        self.shared
+            .share
+            .as_ref()
+            .is_some_and(|s| s.listened_elsewhere(service_id))
+    }
+
     /// Has connection requests (REQ, SIDR_REQ) for `service_id` that reach the shared address
     /// come to this device, for as long as the claim lives: what a connection manager does
     /// when it listens. Fails if another program on the address listens on it, as a second

@@ -256,6 +256,38 @@ impl IbCm {
         }
     }
 
+    /// The Service ID of `mad` if it is a connection request (REQ, SIDR_REQ) that no listener
+    /// here takes and no connection here knows: what [`IbCm::handle_mad`] would reject as an
+    /// invalid service. On an address that several devices share, it may be a request for
+    /// another device's listener that a steering table gone wrong sent here; a caller that
+    /// knows the address's listeners drops it then ([`IbCm::misdirected`]) instead of handing
+    /// it on, so that the requester's retransmission reaches the listener.
+    pub fn unlistened_request(&self, mad: &[u8]) -> Option<u64> {
+        let parsed = Mad::parse(mad).ok()?;
+        let h = parsed.header;
+        if h.mgmt_class != MgmtClass::CM || h.method != Method::SEND {
+            return None;
+        }
+        let service_id = match CmMessage::parse(h.attr_id, parsed.data).ok()? {
+            CmMessage::Req(req) => {
+                let known = self
+                    .remote_ids
+                    .contains_key(&(req.local_comm_id, req.local_ca_guid));
+                (!known).then_some(req.service_id)?
+            }
+            CmMessage::SidrReq(req) => req.service_id,
+            _ => return None,
+        };
+        self.find_listener(service_id)
+            .is_none()
+            .then_some(service_id)
+    }
+
+    /// Counts a MAD the caller dropped as misdirected (see [`IbCm::unlistened_request`]).
+    pub fn misdirected(&mut self) {
+        self.stats.drop(CmDrop::Misdirected);
+    }
+
     /// Processes one received MAD (the whole UD payload). See the module docs.
     pub fn handle_mad(&mut self, now: Instant, src: Gid, src_qpn: u32, mad: &[u8]) {
         let parsed = match Mad::parse(mad) {

@@ -27,11 +27,16 @@ pub enum CmDrop {
     NoResources,
     /// LAP / APR: alternate paths are not supported on RoCE (as in Linux).
     AlternatePath,
+    /// A connection request for a service another device on a shared address listens on,
+    /// which reached this one through a steering table gone wrong (see
+    /// [`IbCm::unlistened_request`](crate::ib::IbCm::unlistened_request)): dropped, not
+    /// rejected, so the requester's retransmission reaches the listener.
+    Misdirected,
 }
 
 impl CmDrop {
     /// Every reason, in counter order.
-    pub const ALL: [CmDrop; 10] = [
+    pub const ALL: [CmDrop; 11] = [
         CmDrop::Malformed,
         CmDrop::NotCm,
         CmDrop::ClassVersion,
@@ -42,6 +47,7 @@ impl CmDrop {
         CmDrop::WrongQpn,
         CmDrop::NoResources,
         CmDrop::AlternatePath,
+        CmDrop::Misdirected,
     ];
 
     /// Counter name.
@@ -57,6 +63,7 @@ impl CmDrop {
             CmDrop::WrongQpn => "wrong_qpn",
             CmDrop::NoResources => "no_resources",
             CmDrop::AlternatePath => "alternate_path",
+            CmDrop::Misdirected => "misdirected",
         }
     }
 

@@ -241,6 +241,16 @@ impl RdmaCm {
 
     // ---- MADs and time: straight through ----
 
+    /// See [`IbCm::unlistened_request`]: a connection request no listener of this CM takes.
+    pub fn unlistened_request(&self, mad: &[u8]) -> Option<u64> {
+        self.ib.unlistened_request(mad)
+    }
+
+    /// See [`IbCm::misdirected`].
+    pub fn misdirected(&mut self) {
+        self.ib.misdirected();
+    }
+
     /// A MAD received on QP 1 (see [`IbCm::handle_mad`]).
     pub fn handle_mad(&mut self, now: Instant, src: Gid, src_qpn: u32, mad: &[u8]) {
         self.ib.handle_mad(now, src, src_qpn, mad);

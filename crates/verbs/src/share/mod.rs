@@ -38,7 +38,9 @@
 //! `verify-epoch`). Each member then asks the kernel for its own index with probes —
 //! datagrams to QP 0 that the program sends to the index they name — and puts its entry
 //! right. Until then the packets of the member the mirror misplaced reach another one,
-//! which drops them as packets of an unknown QP; RC retransmits them. Probes are never sent
+//! which drops them as packets of an unknown QP; RC retransmits them. A connection request
+//! that reaches a member other than its service's listener is dropped too, not rejected, and
+//! starts the same check (`Device::request_for_another`): the CM's retransmission connects. Probes are never sent
 //! while the mirror holds, so captures of a healthy address show RoCE packets only.
 //!
 //! Each member also has 65 535 QPNs (`slot << 16 | n`) rather than 16 million, and at most
@@ -288,6 +290,31 @@ impl SharedAddress {
             state: Arc::downgrade(&self.state),
             service_id,
         })
+    }
+}
+
+impl SharedAddress {
+    /// Whether another live member listens on `service_id`: a connection request for it that
+    /// reached this member was steered by a table gone wrong. Then every member is asked to
+    /// check its place, as for data packets of another member (at this member's next look).
+    pub(crate) fn listened_elsewhere(&self, service_id: u64) -> bool {
+        let s = &self.state;
+        let Ok(locked) = s.table.lock() else {
+            return false;
+        };
+        let Ok(t) = locked.read() else {
+            return false;
+        };
+        drop(locked);
+        let Some(&(_, slot)) = t.listeners.iter().find(|&&(sid, slot)| {
+            sid == service_id && slot != s.slot && s.table.slot_alive(slot).unwrap_or(false)
+        }) else {
+            return false;
+        };
+        s.probes
+            .misdirected
+            .store(u32::from(slot) + 1, Ordering::Relaxed);
+        true
     }
 }
 
