@@ -1345,3 +1345,64 @@ fn requests_beyond_max_connections_are_dropped() {
     assert_eq!(kinds(&p.take(1)), ["CONNECT_REQUEST"]);
     assert_eq!(p.cm(1).stats().drops(CmDrop::NoResources), 1);
 }
+
+/// A connection request that no listener takes is named for the caller (on a shared address,
+/// a request the kernel steered to the wrong device, which the caller drops instead of
+/// rejecting); one a listener takes, one of a connection already known, and any other MAD
+/// are not. A request the caller drops counts as misdirected and gets no answer.
+#[test]
+fn requests_no_listener_takes_are_named_for_the_caller() {
+    let mut p = Pair::new().fate(|_, _| Fate::Drop);
+    p.listen_and_connect();
+    let req = p.sent(0, "REQ")[0].mad;
+    let CmMessage::Req(r) = req.msg else {
+        panic!("{req:?}")
+    };
+    let bytes = req.to_bytes();
+    assert_eq!(
+        p.cm(1).unlistened_request(&bytes),
+        None,
+        "node 1 listens on it"
+    );
+    assert_eq!(p.cm(0).unlistened_request(&bytes), Some(r.service_id));
+    let mut elsewhere = req;
+    if let CmMessage::Req(r) = &mut elsewhere.msg {
+        r.service_id += 1;
+    }
+    let elsewhere = elsewhere.to_bytes();
+    assert_eq!(
+        p.cm(1).unlistened_request(&elsewhere),
+        Some(r.service_id + 1),
+        "no listener on the next port"
+    );
+    // A SIDR_REQ too (UD's request), by its service.
+    let sidr = CmMad::new(
+        4,
+        CmMessage::SidrReq(softrdma_wire::mad::cm::SidrReq {
+            service_id: r.service_id,
+            ..Default::default()
+        }),
+    )
+    .to_bytes();
+    assert_eq!(p.cm(0).unlistened_request(&sidr), Some(r.service_id));
+    // Not requests: an RTU, a Get.
+    let rtu = CmMad::new(3, CmMessage::Rtu(Default::default())).to_bytes();
+    assert_eq!(p.cm(0).unlistened_request(&rtu), None);
+    let mut get = [0u8; MAD_LEN];
+    MadHeader {
+        method: Method::GET,
+        ..MadHeader::cm(attr::REQ, 1)
+    }
+    .emit(&mut get);
+    assert_eq!(p.cm(0).unlistened_request(&get), None);
+
+    // Once node 1 has the REQ, a request with its communication ID belongs to that
+    // connection (a retransmission), whatever service it names.
+    let now = p.now;
+    p.cm(1).handle_mad(now, Gid::from_ip(ip(0)), 1, &bytes);
+    assert_eq!(p.cm(1).unlistened_request(&elsewhere), None);
+
+    p.cm(0).misdirected();
+    assert_eq!(p.cm(0).stats().drops(CmDrop::Misdirected), 1);
+    assert!(p.cm(0).poll_transmit().is_none());
+}
