@@ -273,11 +273,8 @@ impl SharedAddress {
         if let Some(n) = claims.get_mut(&service_id) {
             *n += 1;
         } else {
-            s.change(|table, t| {
-                let taken = t.listeners.iter().any(|&(sid, slot)| {
-                    sid == service_id && slot != s.slot && table.slot_alive(slot).unwrap_or(true)
-                });
-                if taken {
+            s.change(|_, t| {
+                if s.other_listener(t, service_id).is_some() {
                     return Err(ShareError::ServiceInUse(service_id));
                 }
                 t.listeners.retain(|&(sid, _)| sid != service_id);
@@ -291,9 +288,7 @@ impl SharedAddress {
             service_id,
         })
     }
-}
 
-impl SharedAddress {
     /// Whether another live member listens on `service_id`: a connection request for it that
     /// reached this member was steered by a table gone wrong. Then every member is asked to
     /// check its place, as for data packets of another member (at this member's next look).
@@ -306,9 +301,7 @@ impl SharedAddress {
             return false;
         };
         drop(locked);
-        let Some(&(_, slot)) = t.listeners.iter().find(|&&(sid, slot)| {
-            sid == service_id && slot != s.slot && s.table.slot_alive(slot).unwrap_or(false)
-        }) else {
+        let Some(slot) = s.other_listener(&t, service_id) else {
             return false;
         };
         s.probes
@@ -390,6 +383,19 @@ impl Drop for ServiceClaim {
 }
 
 impl State {
+    /// The live member other than this one that listens on `service_id` in `t`, if any (one
+    /// whose liveness cannot be read counts as live).
+    fn other_listener(&self, t: &Table, service_id: u64) -> Option<u8> {
+        t.listeners
+            .iter()
+            .find(|&&(sid, slot)| {
+                sid == service_id
+                    && slot != self.slot
+                    && self.table.slot_alive(slot).unwrap_or(true)
+            })
+            .map(|&(_, slot)| slot)
+    }
+
     /// Changes the table under its lock with `f`, then attaches the program that follows.
     fn change(
         &self,

@@ -17,7 +17,7 @@ use softrdma_wire::{rnr_timer_us, NakCode, OpKind, PacketRepr, Psn, Syndrome};
 
 use crate::qp::requester::state::RepairKind;
 use crate::qp::timers::Timer;
-use crate::qp::{Ctx, QueuePair};
+use crate::qp::{Ctx, QpState, QueuePair};
 use crate::stats::{DropReason, NakKind};
 use crate::time::Duration;
 use crate::wr::{SendFlags, WcStatus};
@@ -91,7 +91,7 @@ impl QueuePair {
             Syndrome::RnrNak { timer } => {
                 ctx.stats.nak_received(NakKind::Rnr);
                 self.ack_through(ctx, psn.sub(1));
-                if self.state == crate::qp::QpState::Err {
+                if self.state == QpState::Err {
                     return;
                 }
                 if self.req.rnr_left == 0 {
@@ -126,7 +126,7 @@ impl QueuePair {
                 };
                 ctx.stats.nak_received(kind);
                 self.ack_through(ctx, psn.sub(1));
-                if self.state == crate::qp::QpState::Err {
+                if self.state == QpState::Err {
                     return;
                 }
                 match status {

@@ -4,7 +4,7 @@
 use softrdma_wire::{PacketRepr, Position, Psn};
 
 use crate::access::AccessFlags;
-use crate::qp::{Ctx, QueuePair};
+use crate::qp::{Ctx, QpState, QueuePair};
 use crate::stats::DropReason;
 use crate::wr::{SendOp, WcStatus};
 
@@ -37,7 +37,7 @@ impl QueuePair {
         // Everything before this READ is implicitly acknowledged.
         let first = self.req.sq[idx].first_psn;
         self.ack_through(ctx, first.sub(1));
-        if self.state == crate::qp::QpState::Err {
+        if self.state == QpState::Err {
             return;
         }
         let expected = self.req.unacked_psn;
@@ -112,12 +112,7 @@ impl QueuePair {
         position: Position,
         payload_len: usize,
     ) {
-        self.ack_through(ctx, psn.sub(1));
-        if self.state == crate::qp::QpState::Err {
-            return;
-        }
-        if psn != self.req.unacked_psn {
-            ctx.stats.drop(DropReason::Duplicate);
+        if !self.ack_before(ctx, psn) {
             return;
         }
         if position != Position::Only || payload_len != 0 {
@@ -126,6 +121,21 @@ impl QueuePair {
         }
         self.req.sq[idx].status = Some(WcStatus::Success);
         self.acknowledge_to(ctx, psn.next());
+    }
+
+    /// A one-PSN response (an atomic's, a placement's) at `psn` acknowledges every PSN before
+    /// it; whether it is the response awaited now (false: the QP failed on the way, or it is
+    /// a duplicate, counted).
+    fn ack_before(&mut self, ctx: &mut Ctx<'_>, psn: Psn) -> bool {
+        self.ack_through(ctx, psn.sub(1));
+        if self.state == QpState::Err {
+            return false;
+        }
+        if psn != self.req.unacked_psn {
+            ctx.stats.drop(DropReason::Duplicate);
+            return false;
+        }
+        true
     }
 
     pub(super) fn handle_atomic_ack(&mut self, ctx: &mut Ctx<'_>, psn: Psn, orig: u64) {
@@ -137,12 +147,7 @@ impl QueuePair {
             ctx.stats.drop(DropReason::UnexpectedResponse);
             return;
         }
-        self.ack_through(ctx, psn.sub(1));
-        if self.state == crate::qp::QpState::Err {
-            return;
-        }
-        if psn != self.req.unacked_psn {
-            ctx.stats.drop(DropReason::Duplicate);
+        if !self.ack_before(ctx, psn) {
             return;
         }
         let wqe = &self.req.sq[idx];

@@ -3,7 +3,7 @@
 
 use crate::qp::requester::state::RepairKind;
 use crate::qp::timers::Timer;
-use crate::qp::{Ctx, QueuePair};
+use crate::qp::{Ctx, QpState, QueuePair};
 use crate::time::Duration;
 use crate::wr::WcStatus;
 
@@ -76,13 +76,13 @@ impl QueuePair {
         if self.timers.take_expired(Timer::TailProbe, ctx.now)
             && self.req.outstanding() > 0
             && self.req.resend.is_none()
-            && self.state != crate::qp::QpState::Err
+            && self.state != QpState::Err
         {
             self.tail_probe(ctx);
         }
         if self.timers.take_expired(Timer::Retransmit, ctx.now) {
             self.timers.stop(Timer::TailProbe);
-            if self.req.outstanding() == 0 || self.state == crate::qp::QpState::Err {
+            if self.req.outstanding() == 0 || self.state == QpState::Err {
                 return;
             }
             ctx.stats.retransmit_timeouts += 1;
