@@ -1,20 +1,19 @@
-//! rdma_cm between two softrdma devices over real UDP on loopback (one device per 127.0.x.y):
-//! connect and exchange data, reject with private data, a port nobody listens on, many
-//! connections at once, disconnect on both sides.
+//! rdma_cm between two softrdma devices over real UDP on loopback (one device per 127.0.x.y),
+//! and again over the in-process fabric, duplicating and reordering (`over_fabric.rs`): connect and exchange
+//! data, reject with private data, a port nobody listens on, many connections at once,
+//! disconnect on both sides.
 
-use std::net::SocketAddr;
+mod common;
+
 use std::time::Duration;
 
+use common::addr;
 use softrdma::{wr, AccessFlags, CompletionQueue, QpInitAttr, QueuePair, WcStatus};
 use softrdma_rdmacm::{
     CmEvent, CmEventKind, CmId, ConnParam, EventChannel, PortSpace, RdmaQpType, RejectReason,
 };
 
 const WAIT: Duration = Duration::from_secs(10);
-
-fn addr(s: &str) -> SocketAddr {
-    s.parse().unwrap()
-}
 
 fn next(ch: &EventChannel) -> CmEvent {
     ch.get_event(Some(WAIT)).expect("an event within 10 s")

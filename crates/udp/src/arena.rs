@@ -107,6 +107,28 @@ impl RecvArena {
         self.filled = 1;
     }
 
+    /// Appends one message received by other means than a socket (an in-process fabric):
+    /// `bytes` go into the next free slot, cut at the slot's length (then
+    /// [`RecvMeta::truncated`]), and `meta.len` becomes what the slot holds. `false`, and
+    /// nothing recorded, once the receive limit ([`RecvArena::set_limit`]) is reached; start
+    /// a receive with [`RecvArena::clear`].
+    pub fn push(&mut self, meta: RecvMeta, bytes: &[u8]) -> bool {
+        let i = self.filled;
+        if i >= self.limit.min(self.meta.len()) {
+            return false;
+        }
+        let len = bytes.len().min(self.slot_len);
+        let start = i * self.slot_len;
+        self.buf[start..start + len].copy_from_slice(&bytes[..len]);
+        self.meta[i] = RecvMeta {
+            len,
+            truncated: meta.truncated || len < bytes.len(),
+            ..meta
+        };
+        self.filled = i + 1;
+        true
+    }
+
     /// The messages of the last receive, in arrival order.
     pub fn iter(&self) -> impl Iterator<Item = (&RecvMeta, &[u8])> + '_ {
         (0..self.filled).filter_map(move |i| self.get(i))
@@ -165,5 +187,31 @@ mod tests {
         assert_eq!(arena.len(), 1);
         assert_eq!(arena.get(0).unwrap().1.len(), 100, "capped at the slot");
         assert_eq!(&arena.get(0).unwrap().1[..3], &[7, 8, 9]);
+    }
+
+    #[test]
+    fn pushed_messages_fill_slots_up_to_the_limit_and_are_cut_at_the_slot() {
+        let mut arena = RecvArena::new(3, 8);
+        arena.set_limit(2);
+        let meta = RecvMeta {
+            stride: 4,
+            tos: 2,
+            ..RecvMeta::default()
+        };
+        assert!(arena.push(meta, &[1, 2, 3, 4, 5]));
+        assert!(arena.push(meta, &[6; 12]));
+        assert!(!arena.push(meta, &[7]), "past the limit");
+        assert_eq!(arena.len(), 2);
+        let (m0, b0) = arena.get(0).unwrap();
+        assert_eq!(
+            (b0, m0.len, m0.truncated, m0.tos),
+            (&[1, 2, 3, 4, 5][..], 5, false, 2)
+        );
+        let (m1, b1) = arena.get(1).unwrap();
+        assert_eq!((b1, m1.truncated), (&[6; 8][..], true));
+        assert_eq!(arena.datagrams().count(), 4, "split at their stride");
+        arena.clear();
+        assert!(arena.push(meta, &[9]));
+        assert_eq!(arena.get(0).unwrap().1, &[9]);
     }
 }

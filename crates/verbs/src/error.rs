@@ -11,6 +11,13 @@ pub enum OpenDeviceError {
     /// The UDP socket could not be opened or bound (address in use, not a local address...).
     #[error(transparent)]
     Socket(#[from] softrdma_udp::OpenError),
+    /// Another device is attached to the address on the
+    /// [`LocalFabric`](crate::LocalFabric) the config names.
+    #[error("{addr} is in use on the local fabric")]
+    FabricAddressInUse {
+        /// The address.
+        addr: std::net::SocketAddr,
+    },
     /// A wildcard address was given; the ICRC covers the source address, so a device needs a
     /// specific one.
     #[error("a device must be bound to a specific IP address, not a wildcard")]

@@ -159,6 +159,7 @@
 //! [`AtomicU64`]: std::sync::atomic::AtomicU64
 
 mod ah;
+mod backend;
 mod cq;
 mod crc;
 mod device;
@@ -182,10 +183,12 @@ mod share;
 mod srq;
 mod stats;
 mod tap;
+mod wake;
 pub mod wr;
 mod xrc;
 
 pub use ah::{AddressHandle, AhAttr};
+pub use backend::{FabricStats, LocalFabric};
 pub use cq::{CompletionQueue, CqReady};
 pub use device::{
     AtomicCap, Device, DeviceAttr, DeviceConfig, LinkLayer, PortAttr, PortState, WeakDevice,

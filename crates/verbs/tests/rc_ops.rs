@@ -1,4 +1,5 @@
-//! Every RC operation over real UDP on loopback, with exact memory and completion checks.
+//! Every RC operation, with exact memory and completion checks: over real UDP on loopback,
+//! and over the in-process fabric, clean and lossy (`over_fabric.rs`, `over_lossy_fabric.rs`).
 //! Addresses 127.0.5.x, two per connection.
 
 mod common;
@@ -646,19 +647,6 @@ fn device_attributes_and_gids() {
     assert_eq!(d.query_gid(1, 3), Err(softrdma::QueryError::EmptyGid(3)));
     assert_eq!(d.query_gid(1, 15), Err(softrdma::QueryError::EmptyGid(15)));
     assert_eq!(d.query_gid(1, 16), Err(softrdma::QueryError::NoSuchGid(16)));
-    // A second device on the address shares it, with a slot of its own; one that wants the
-    // address alone cannot have it.
-    let again = softrdma::Device::open(softrdma::DeviceConfig::new(ip("127.0.5.37"))).unwrap();
-    let (a, b) = (d.shared_address().unwrap(), again.shared_address().unwrap());
-    assert_ne!(a.slot, b.slot);
-    assert_eq!(b.members, 2);
-    let alone = softrdma::DeviceConfig::new(ip("127.0.5.37")).share_address(false);
-    assert!(softrdma::Device::open(alone).is_err());
-    // IPv6 loopback: the address itself.
-    if let Ok(d6) = softrdma::Device::open(softrdma::DeviceConfig::new(ip("::1")).port(47910)) {
-        assert_eq!(d6.query_gid(1, 0).unwrap().to_string(), "::1");
-        assert_eq!(d6.query_gid(1, 1).unwrap().to_string(), "::1");
-    }
 }
 
 #[test]
@@ -701,12 +689,11 @@ fn async_wait_without_a_runtime() {
 #[test]
 fn busy_poll_and_progress_thread_transmit() {
     let open = |addr: &str, busy: bool| {
-        softrdma::Device::open(
+        open_with(
             softrdma::DeviceConfig::new(ip(addr))
                 .busy_poll(busy)
                 .inline_transmit(false),
         )
-        .unwrap()
     };
     let (da, db) = (open("127.0.5.41", true), open("127.0.5.42", false));
     let mut sides = Vec::new();

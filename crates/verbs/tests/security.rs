@@ -1,10 +1,11 @@
 //! Who may touch registered memory (issue 15, items 15 and 16): forged requests from another
 //! host, the device's allow-list of peer networks, unpredictable memory keys and counted rkey
-//! probes. Real devices and real UDP sockets on 127.0.8.x.
+//! probes. Real devices on 127.0.8.x, over UDP sockets and over the in-process fabric
+//! (`over_fabric.rs`), where the forger sends through the fabric.
 
 mod common;
 
-use std::net::UdpSocket;
+use std::net::SocketAddr;
 use std::time::{Duration, Instant};
 
 use common::*;
@@ -48,8 +49,8 @@ fn reth(va: u64, rkey: u32, len: u32) -> ExtHeaders {
 #[test]
 fn forged_requests_from_another_host_are_dropped_and_counted() {
     let (a, b) = pair("127.0.8.1", "127.0.8.2", 4096);
-    let forger = UdpSocket::bind("127.0.8.3:4791").unwrap();
-    let from = forger.local_addr().unwrap();
+    let forger = RawSender::bind("127.0.8.3:4791".parse().unwrap());
+    let from = forger.local_addr();
     let to = b.dev.local_addr();
     let expected = Psn::new(a.qp.local_psn());
     b.qp.post_recv([wr::recv(7, vec![b.mr.sge(2048, 64)])])
@@ -93,7 +94,7 @@ fn forged_requests_from_another_host_are_dropped_and_counted() {
         ),
     ];
     for p in &forged {
-        forger.send_to(p, to).unwrap();
+        forger.send_to(p, to);
     }
     let s = wait_stats(&b.dev, "three wrong-source drops", |s| {
         s.engine.drops_for(DropReason::WrongSource) >= 3
@@ -112,9 +113,9 @@ fn forged_requests_from_another_host_are_dropped_and_counted() {
     assert_eq!(b.mr.read_vec(1024, 8).unwrap(), b"genuine!");
 
     // What a source check cannot stop: a spoofed source address.
-    let spoofer = UdpSocket::bind((a.dev.ip(), 0)).unwrap();
+    let spoofer = RawSender::bind(SocketAddr::new(a.dev.ip(), 0));
     let spoofed = forge(
-        spoofer.local_addr().unwrap(),
+        spoofer.local_addr(),
         to,
         Opcode::RC_RDMA_WRITE_ONLY,
         b.qp.qp_num(),
@@ -122,7 +123,7 @@ fn forged_requests_from_another_host_are_dropped_and_counted() {
         reth(canary + 8, rkey, 8),
         &[0xEE; 8],
     );
-    spoofer.send_to(&spoofed, to).unwrap();
+    spoofer.send_to(&spoofed, to);
     wait_stats(&b.dev, "the spoofed WRITE executed and ACKed", |s| {
         s.engine.rx_packets >= 5 && s.engine.tx_packets >= 2
     });
@@ -136,7 +137,7 @@ fn forged_requests_from_another_host_are_dropped_and_counted() {
 fn allow_list_drops_datagrams_from_other_networks() {
     let a = Side::new("127.0.8.4", 4096);
     let allow: IpNetwork = "127.0.8.4/32".parse().unwrap();
-    let dev = Device::open(DeviceConfig::new(ip("127.0.8.5")).allowed_peers([allow])).unwrap();
+    let dev = open_with(DeviceConfig::new(ip("127.0.8.5")).allowed_peers([allow]));
     let pd = dev.alloc_pd();
     let cq = dev.create_cq(16).unwrap();
     let qp = pd.create_qp(&QpInitAttr::rc(&cq)).unwrap();
@@ -151,11 +152,11 @@ fn allow_list_drops_datagrams_from_other_networks() {
     let before = dev.stats();
     assert_eq!(before.io.rx_denied, 0);
 
-    let outsider = UdpSocket::bind("127.0.8.6:4791").unwrap();
+    let outsider = RawSender::bind("127.0.8.6:4791".parse().unwrap());
     let to = dev.local_addr();
     for _ in 0..5 {
         let p = forge(
-            outsider.local_addr().unwrap(),
+            outsider.local_addr(),
             to,
             Opcode::RC_RDMA_WRITE_ONLY,
             qp.qp_num(),
@@ -163,8 +164,8 @@ fn allow_list_drops_datagrams_from_other_networks() {
             reth(r.at(200), r.rkey, 8),
             &[0xEE; 8],
         );
-        outsider.send_to(&p, to).unwrap();
-        outsider.send_to(b"not even RoCE", to).unwrap();
+        outsider.send_to(&p, to);
+        outsider.send_to(b"not even RoCE", to);
     }
     let s = wait_stats(&dev, "ten denied datagrams", |s| s.io.rx_denied >= 10);
     assert_eq!(s.io.rx_denied, 10);

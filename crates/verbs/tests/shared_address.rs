@@ -304,3 +304,20 @@ fn another_user_cannot_join_the_address() {
         "another user's bind must fail with EADDRINUSE (1: it joined; 2: another error; 3: could not become nobody)"
     );
 }
+
+/// A second device on an address shares it, with a slot of its own; one that wants the address
+/// alone cannot have it. On IPv6 loopback the GID is the address itself.
+#[test]
+fn a_second_device_takes_its_own_slot_and_a_lone_one_is_refused() {
+    let d = open("127.0.13.40");
+    let again = open("127.0.13.40");
+    let (a, b) = (d.shared_address().unwrap(), again.shared_address().unwrap());
+    assert_ne!(a.slot, b.slot);
+    assert_eq!(b.members, 2);
+    let alone = softrdma::DeviceConfig::new(ip("127.0.13.40")).share_address(false);
+    assert!(softrdma::Device::open(alone).is_err());
+    if let Ok(d6) = softrdma::Device::open(softrdma::DeviceConfig::new(ip("::1")).port(47910)) {
+        assert_eq!(d6.query_gid(1, 0).unwrap().to_string(), "::1");
+        assert_eq!(d6.query_gid(1, 1).unwrap().to_string(), "::1");
+    }
+}

@@ -1,6 +1,7 @@
-//! The I/O half of a device: the engine and its socket behind the device mutex, moving
-//! datagrams between them in batches (`recvmmsg` in, `sendmmsg` with UDP GSO out) and telling
-//! completion waiters what arrived. Which thread runs it, and when, is `super`'s business.
+//! The I/O half of a device: the engine and its backend (the UDP socket, or a
+//! [`LocalFabric`](crate::LocalFabric) port) behind the device mutex, moving datagrams between
+//! them in batches (`recvmmsg` in, `sendmmsg` with UDP GSO out) and telling completion waiters
+//! what arrived. Which thread runs it, and when, is `super`'s business.
 
 use std::collections::HashMap;
 use std::sync::atomic::Ordering;
@@ -10,11 +11,12 @@ use std::time::Duration;
 
 use softrdma_proto::{CqHandle, DatagramMeta, Engine, Instant};
 use softrdma_udp::{
-    Ecn, RecvArena, RoceSocket, SendError, Transmit, BATCH_MAX, MAX_GSO_SEGMENTS, MAX_UDP_PAYLOAD,
+    Ecn, RecvArena, SendError, Transmit, BATCH_MAX, MAX_GSO_SEGMENTS, MAX_UDP_PAYLOAD,
 };
 use softrdma_wire::IcrcContext;
 
 use super::notify::CqNotify;
+use crate::backend::Backend;
 use crate::event::{AsyncEvent, AsyncEvents};
 use crate::faults::{self, Faults, Route};
 use crate::tap::Tap;
@@ -33,10 +35,11 @@ struct CqWatch {
     overrun_reported: bool,
 }
 
-/// The engine, the socket, and the scratch the I/O needs: everything behind the device mutex.
+/// The engine, the backend, and the scratch the I/O needs: everything behind the device mutex.
 pub(crate) struct Core {
     pub engine: Engine,
-    socket: RoceSocket,
+    /// Where datagrams go: one virtual call per batch, nothing per packet.
+    backend: Box<dyn Backend>,
     pub(super) epoch: std::time::Instant,
     last_now: u64,
     /// One buffer per datagram of a batch; a GSO datagram holds its segments back to back,
@@ -91,16 +94,16 @@ pub(crate) struct Core {
 impl Core {
     pub(crate) fn new(
         engine: Engine,
-        socket: RoceSocket,
+        backend: Box<dyn Backend>,
         arena: RecvArena,
         gso: bool,
         epoch: std::time::Instant,
     ) -> Core {
-        let gso = gso && gso_allowed(&socket);
-        let local_ip = socket.local_addr().ip();
+        let gso = gso && backend.max_gso_segments() > 1;
+        let local_ip = backend.local_addr().ip();
         Core {
             engine,
-            socket,
+            backend,
             epoch,
             last_now: 0,
             tx_bufs: (0..BATCH_MAX).map(|_| Vec::with_capacity(4200)).collect(),
@@ -158,12 +161,12 @@ impl Core {
         &mut self,
         group: std::net::IpAddr,
     ) -> Result<(), softrdma_udp::MulticastError> {
-        self.socket.join_multicast(group)
+        self.backend.join_multicast(group)
     }
 
     /// Leaves multicast `group`.
     pub(crate) fn leave_multicast(&mut self, group: std::net::IpAddr) {
-        self.socket.leave_multicast(group);
+        self.backend.leave_multicast(group);
     }
 
     /// Closes the source-port pool socket of `sport` (a destroyed QP's) unless a live QP
@@ -178,14 +181,14 @@ impl Core {
             .any(|q| engine.qp(q).is_some_and(|qp| qp.source_port() == sport));
         if !used {
             self.ports.remove(&sport);
-            self.socket.release_source_port(sport);
+            self.backend.release_source_port(sport);
         }
     }
 
     /// Sockets in the source-port pool.
     #[cfg(test)]
     pub(crate) fn source_ports(&self) -> usize {
-        self.socket.source_ports()
+        self.backend.source_ports()
     }
 
     pub(crate) fn unwatch_cq(&mut self, handle: CqHandle) {
@@ -214,7 +217,7 @@ impl Core {
         self.arena
             .set_limit(if self.placing { 1 } else { self.recv_batch });
         self.io.rx_calls += 1;
-        match self.socket.try_recv(&mut self.arena) {
+        match self.backend.try_recv(&mut self.arena) {
             Ok(_) => self.rx_next = (0, 0),
             Err(e) => {
                 self.io.rx_errors += 1;
@@ -345,7 +348,7 @@ impl Core {
         let Some(f) = self.faults.as_mut() else {
             return;
         };
-        let local = self.socket.local_addr().ip();
+        let local = self.backend.local_addr().ip();
         for mut h in f.take_due(now, true) {
             let Route::Out { dst, src_port, ecn } = h.route else {
                 continue;
@@ -365,7 +368,7 @@ impl Core {
                 segment_size: None,
                 contents: &h.bytes,
             };
-            match self.socket.send(std::slice::from_ref(&t)) {
+            match self.backend.send(std::slice::from_ref(&t)) {
                 Ok(1) => {
                     self.io.tx_datagrams += 1;
                     self.io.tx_sends += 1;
@@ -413,7 +416,7 @@ impl Core {
                 let port = match self.ports.get(&t.src_port) {
                     Some(&p) => p,
                     None => {
-                        let p = self.socket.prepare_source_port(t.src_port);
+                        let p = self.backend.prepare_source_port(t.src_port);
                         self.ports.insert(t.src_port, p);
                         p
                     }
@@ -438,7 +441,7 @@ impl Core {
                     if port != t.src_port {
                         self.io.tx_port_fallbacks += 1;
                     }
-                    let local = self.socket.local_addr().ip();
+                    let local = self.backend.local_addr().ip();
                     let ctx = IcrcContext {
                         ipv4_id: id,
                         ..IcrcContext::new(local, t.dst.ip(), port, t.dst.port())
@@ -522,14 +525,14 @@ impl Core {
             let transmits = one.as_ref().map_or(&many[..], std::slice::from_ref);
             let port = transmits[0].src_port;
             self.io.tx_calls += 1;
-            match self.socket.send(transmits) {
+            match self.backend.send(transmits) {
                 Ok(0) => {
                     // Socket buffer full: wait a little, then give the rest up to the
                     // transport's retransmission rather than stall every thread.
                     stalls += 1;
                     drop(many);
                     let ready = self
-                        .socket
+                        .backend
                         .wait_writable(port, Some(Duration::from_millis(1)))
                         .unwrap_or(false);
                     if !ready && stalls > 3 {
@@ -568,7 +571,7 @@ impl Core {
     /// identification 0.
     fn send_split(&mut self, i: usize) {
         let g = self.tx_meta[i];
-        let local = self.socket.local_addr().ip();
+        let local = self.backend.local_addr().ip();
         let ctx = IcrcContext::new(local, g.dst.ip(), g.src_port, g.dst.port());
         for k in 0..g.count {
             let start = k * g.segment;
@@ -584,7 +587,7 @@ impl Core {
                 segment_size: None,
                 contents: seg,
             };
-            match self.socket.send(std::slice::from_ref(&t)) {
+            match self.backend.send(std::slice::from_ref(&t)) {
                 Ok(1) => {
                     self.io.tx_datagrams += 1;
                     self.io.tx_sends += 1;
@@ -707,11 +710,4 @@ impl TxGroup {
             contents: &buf[..g.len],
         }
     }
-}
-
-/// Whether the kernel offers GSO on this socket ([`crate::DeviceConfig::gso`] decides whether
-/// to use it). Datagrams to loopback addresses are batched, and to any address when the
-/// device sends from a veth interface ([`crate::netdev::kernel_segments_gso`]).
-fn gso_allowed(socket: &RoceSocket) -> bool {
-    socket.max_gso_segments() > 1
 }

@@ -43,8 +43,9 @@ use softrdma_proto::Instant;
 
 pub(crate) use self::core::Core;
 pub use self::io_counters::IoCounters;
-pub(crate) use self::notify::{CqNotify, WakeFd};
+pub(crate) use self::notify::CqNotify;
 use self::spin::AdaptiveSpin;
+pub(crate) use crate::wake::WakeFd;
 
 /// How long a busy-polling application thread keeps the socket after its last poll.
 const SPIN_LEASE: Duration = Duration::from_millis(2);

@@ -1,14 +1,112 @@
-//! Shared helpers of the loopback integration tests: one device per 127.0.x.y address (each
+//! Shared helpers of the verbs-level integration tests: one device per 127.0.x.y address (each
 //! test uses its own addresses, so tests run in parallel), port 4791 on each.
+//!
+//! The same test files run over two networks. Compiled as their own binaries they use the
+//! kernel's UDP stack on loopback. Compiled into `over_fabric` and `over_lossy_fabric`
+//! (`tests/over_fabric.rs`, `tests/over_lossy_fabric.rs`), every device they open through
+//! these helpers sits on one in-process [`LocalFabric`] instead — clean, or losing,
+//! duplicating and reordering datagrams from a seed per device — so the same assertions hold
+//! the stack to them over the simulated network too.
 #![allow(dead_code, unreachable_pub)]
 
-use std::net::{IpAddr, SocketAddr};
+use std::net::{IpAddr, SocketAddr, UdpSocket};
+use std::sync::OnceLock;
 use std::time::{Duration, Instant};
 
 use softrdma::{
-    AccessFlags, CompletionQueue, ConnectOptions, Device, DeviceConfig, MemoryRegion,
-    ProtectionDomain, QpInitAttr, QueuePair, WorkCompletion,
+    AccessFlags, CompletionQueue, ConnectOptions, Device, DeviceConfig, FaultConfig, LocalFabric,
+    MemoryRegion, ProtectionDomain, QpInitAttr, QueuePair, WorkCompletion,
 };
+
+/// Which network this binary's devices use (see the module docs).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Network {
+    /// UDP sockets on loopback.
+    Udp,
+    /// The in-process fabric, delivering everything.
+    Fabric,
+    /// The in-process fabric with loss, duplication and reordering.
+    LossyFabric,
+}
+
+pub fn network() -> Network {
+    match env!("CARGO_CRATE_NAME") {
+        "over_fabric" => Network::Fabric,
+        "over_lossy_fabric" => Network::LossyFabric,
+        _ => Network::Udp,
+    }
+}
+
+/// The fabric every device of this binary is attached to, if it uses one.
+pub fn fabric() -> Option<&'static LocalFabric> {
+    static FABRIC: OnceLock<LocalFabric> = OnceLock::new();
+    (network() != Network::Udp).then(|| FABRIC.get_or_init(LocalFabric::new))
+}
+
+/// What the lossy fabric does to every device's datagrams, each way.
+pub const LOSSY: FaultConfig = FaultConfig {
+    loss: 0.02,
+    duplicate: 0.02,
+    reorder: 0.05,
+    ..FaultConfig::NONE
+};
+
+/// `config` on this binary's network: unchanged over UDP; on the fabric, with the lossy
+/// fabric's faults (seeded by the address, so each device draws its own) unless the test
+/// set faults of its own.
+pub fn on_network(config: DeviceConfig) -> DeviceConfig {
+    let Some(f) = fabric() else {
+        return config;
+    };
+    let seed = config
+        .ip
+        .to_string()
+        .bytes()
+        .fold(0xcbf2_9ce4_8422_2325_u64, |h, b| {
+            (h ^ u64::from(b)).wrapping_mul(0x100_0000_01b3)
+        });
+    let faults = if network() == Network::LossyFabric && config.faults.is_none() {
+        FaultConfig { seed, ..LOSSY }
+    } else {
+        config.faults
+    };
+    config.fabric(f).faults(faults)
+}
+
+/// A sender of raw datagrams from `addr` that is not a device (a forger): a UDP socket, or
+/// the fabric's [`LocalFabric::send_from`].
+pub enum RawSender {
+    Socket(UdpSocket),
+    Fabric(SocketAddr),
+}
+
+impl RawSender {
+    pub fn bind(addr: SocketAddr) -> RawSender {
+        match fabric() {
+            None => RawSender::Socket(UdpSocket::bind(addr).unwrap()),
+            Some(_) if addr.port() == 0 => RawSender::Fabric(SocketAddr::new(addr.ip(), 40_000)),
+            Some(_) => RawSender::Fabric(addr),
+        }
+    }
+
+    pub fn local_addr(&self) -> SocketAddr {
+        match self {
+            RawSender::Socket(s) => s.local_addr().unwrap(),
+            RawSender::Fabric(a) => *a,
+        }
+    }
+
+    pub fn send_to(&self, bytes: &[u8], to: SocketAddr) {
+        match self {
+            RawSender::Socket(s) => {
+                s.send_to(bytes, to).unwrap();
+            }
+            RawSender::Fabric(a) => {
+                fabric().unwrap().send_from(*a, to, bytes);
+            }
+        }
+    }
+}
 
 pub const WAIT: Duration = Duration::from_secs(10);
 
@@ -24,7 +122,13 @@ pub fn ip(s: &str) -> IpAddr {
 }
 
 pub fn open(addr: &str) -> Device {
-    Device::open(DeviceConfig::new(ip(addr))).unwrap_or_else(|e| panic!("open {addr}: {e}"))
+    open_with(DeviceConfig::new(ip(addr)))
+}
+
+/// A device opened with `config`, on this binary's network.
+pub fn open_with(config: DeviceConfig) -> Device {
+    let ip = config.ip;
+    Device::open(on_network(config)).unwrap_or_else(|e| panic!("open {ip}: {e}"))
 }
 
 /// One side of a connection.

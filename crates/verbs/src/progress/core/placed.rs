@@ -23,7 +23,11 @@ impl Core {
     /// for `deliver`. `None` when no placed receive was tried (receive as usual); otherwise
     /// how many datagrams the engine took in place (0: nothing was queued, or nothing fit).
     pub(super) fn receive_placed(&mut self, now: Instant) -> Option<usize> {
-        if !self.placement || self.faults.is_some() || self.tap.is_some() {
+        if !self.placement
+            || self.faults.is_some()
+            || self.tap.is_some()
+            || !self.backend.scatters()
+        {
             return None;
         }
         let plan = self.engine.plan_placement()?;
@@ -42,7 +46,7 @@ impl Core {
         // mapped for the call (owned memory is kept alive by the plan's handles; caller
         // memory that vanished makes the call fail with EFAULT), and which Rust code only
         // accesses atomically (see the module docs).
-        let got = unsafe { self.socket.try_recv_scattered(&pieces) };
+        let got = unsafe { self.backend.try_recv_scattered(&pieces) };
         self.io.rx_calls += 1;
         // Whatever the arena held was handed over before (see `Core::receive`).
         self.arena.clear();
@@ -50,7 +54,7 @@ impl Core {
         let meta = match got {
             Ok(Some(meta)) => meta,
             // Multicast groups have sockets of their own, which the ordinary receive reads.
-            Ok(None) if self.socket.multicast_groups().next().is_some() => return None,
+            Ok(None) if self.backend.has_multicast_groups() => return None,
             Ok(None) => return Some(0),
             Err(e) => {
                 self.io.rx_errors += 1;

@@ -1,19 +1,17 @@
 //! [`Device`]: one software RDMA NIC bound to one local IP address, and its attributes.
 
 use std::net::{IpAddr, SocketAddr};
-use std::path::PathBuf;
 use std::sync::atomic::{AtomicU32, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, Weak};
 use std::thread::{JoinHandle, ThreadId};
 
-use softrdma_proto::cc::CcConfig;
 use softrdma_proto::{Engine, EngineConfig, Mtu};
-use softrdma_udp::{Config as UdpConfig, RecvArena, RoceSocket, ROCEV2_UDP_PORT};
+use softrdma_udp::{Config as UdpConfig, RecvArena, RoceSocket, MAX_UDP_PAYLOAD};
 
+use crate::backend::Backend;
 use crate::cq::CompletionQueue;
 use crate::error::{CreateCqError, OpenDeviceError, QueryError};
 use crate::event::AsyncEvents;
-use crate::faults::FaultConfig;
 use crate::gid::{eui64, interface_of, mac_of, Gid, GidEntry};
 use crate::limits::{MAX_CQE, MAX_MSG_SZ, MAX_QP_WR, MAX_SGE};
 use crate::pd::ProtectionDomain;
@@ -21,321 +19,11 @@ use crate::progress::{self, Core, Inner, IoCounters};
 use crate::share::{ServiceClaim, ShareError, SharedAddress, SharedAddressInfo};
 use crate::stats::DeviceStats;
 
-/// How to open a [`Device`]. `DeviceConfig::new(ip)` gives the defaults.
-#[derive(Debug, Clone, PartialEq)]
-pub struct DeviceConfig {
-    /// The local IP address (IPv4 or IPv6) the device sends from and receives on. Use a
-    /// specific address, not a wildcard: the ICRC covers it.
-    pub ip: IpAddr,
-    /// The UDP port to bind and to send to (4791, RoCEv2's; change only for unusual setups:
-    /// every peer must use the same).
-    pub port: u16,
-    /// Spin on the socket instead of sleeping in `ppoll(2)`: lowest latency, one core busy.
-    pub busy_poll: bool,
-    /// Let the progress thread spin on the socket for a while before it sleeps (at most
-    /// 50 µs, and only while datagrams have been coming at shorter intervals), so that a
-    /// passive responder answers without a wake-up. On by default; see
-    /// [`DeviceConfig::adaptive_spin`].
-    pub adaptive_spin: bool,
-    /// Transmit on the posting thread (run to completion: lowest latency). When `false`, the
-    /// progress thread sends everything and posting only wakes it.
-    pub inline_transmit: bool,
-    /// The port's active MTU; `None` derives it from the interface MTU as rxe does (1024 on a
-    /// 1500-byte Ethernet, 4096 on loopback or jumbo frames).
-    pub active_mtu: Option<Mtu>,
-    /// Socket buffer size to ask for, each direction.
-    pub socket_buffer_bytes: usize,
-    /// Messages one receive system call may return.
-    pub recv_batch: usize,
-    /// Check the ICRC of received packets (only a fuzzing setup turns this off).
-    pub verify_icrc: bool,
-    /// Write every datagram the device sends and receives to this pcap file (created or
-    /// truncated at open), with synthesized IP/UDP headers whose IPv4 identification makes each
-    /// ICRC verify; see [`DeviceConfig::pcap`].
-    pub pcap: Option<PathBuf>,
-    /// Batch equal-sized packets to the same loopback destination into UDP GSO sends (one
-    /// system call and one trip through the stack for up to 64 packets; see
-    /// [`DeviceConfig::gso`]). On by default.
-    pub gso: bool,
-    /// Accept datagrams only from these networks (empty, the default: from anywhere). Others
-    /// are dropped before the transport sees them and counted in
-    /// [`IoCounters::rx_denied`](crate::IoCounters::rx_denied). Connected QPs accept packets
-    /// only from the address they were connected to in any case; this narrows who may reach
-    /// the device at all (see [`IpNetwork`](crate::IpNetwork) for what it cannot stop).
-    pub allowed_peers: Vec<crate::IpNetwork>,
-    /// Congestion control: ECT(0) marks, CNPs for CE-marked packets, DCQCN pacing (see
-    /// `softrdma_proto::cc`). Off by default, as in Linux rxe.
-    pub congestion_control: CcConfig,
-    /// Faults the device injects into its own traffic, on the way out and on the way in:
-    /// loss, duplication, reordering, delay, corruption, from a seed (see [`FaultConfig`]).
-    /// None by default. What a program does when packets are lost or a peer goes silent can
-    /// be tried this way without root or netem.
-    pub faults: FaultConfig,
-    /// Share the address with the user's other softrdma devices on it, in this process and
-    /// in others (see [`Device::shared_address`]): on by default, as every process of a host
-    /// shares rxe's address. Off, the device binds the address alone and a second one fails
-    /// with "address in use". Port 0 (a port the kernel picks) is never shared.
-    pub share_address: bool,
-    /// Receive the payload of an RDMA WRITE in progress straight into its target (one copy,
-    /// the kernel's; see `softrdma_proto::placement` for what may land where). On by
-    /// default; off, every datagram is received into the device's buffers and copied from
-    /// there. Not with fault injection or a pcap tap, which need every datagram's bytes
-    /// first.
-    pub direct_placement: bool,
-}
+mod attr;
+mod config;
 
-impl DeviceConfig {
-    /// Defaults for `ip`: port 4791, sleeping progress thread, inline transmit, GSO batching
-    /// to loopback peers.
-    pub fn new(ip: IpAddr) -> DeviceConfig {
-        DeviceConfig {
-            ip,
-            port: ROCEV2_UDP_PORT,
-            busy_poll: false,
-            adaptive_spin: true,
-            inline_transmit: true,
-            active_mtu: None,
-            socket_buffer_bytes: softrdma_udp::DEFAULT_SOCKET_BUFFER_BYTES,
-            recv_batch: 32,
-            verify_icrc: true,
-            pcap: None,
-            gso: true,
-            allowed_peers: Vec::new(),
-            congestion_control: CcConfig::OFF,
-            faults: FaultConfig::NONE,
-            share_address: true,
-            direct_placement: true,
-        }
-    }
-
-    /// Sharing the address with other devices on it (the default) or binding it alone (see
-    /// [`DeviceConfig::share_address`]).
-    pub fn share_address(mut self, on: bool) -> DeviceConfig {
-        self.share_address = on;
-        self
-    }
-
-    /// Receiving WRITE payloads straight into their target (the default) or through the
-    /// device's buffers (see [`DeviceConfig::direct_placement`]).
-    pub fn direct_placement(mut self, on: bool) -> DeviceConfig {
-        self.direct_placement = on;
-        self
-    }
-
-    /// Injecting `faults` into the device's traffic (see [`DeviceConfig::faults`]).
-    pub fn faults(mut self, faults: FaultConfig) -> DeviceConfig {
-        self.faults = faults;
-        self
-    }
-
-    /// With congestion control (e.g. `CcConfig::dcqcn(line_rate_bps)`).
-    pub fn congestion_control(mut self, cc: CcConfig) -> DeviceConfig {
-        self.congestion_control = cc;
-        self
-    }
-
-    /// Accepting datagrams only from `networks` (see [`DeviceConfig::allowed_peers`]).
-    pub fn allowed_peers(
-        mut self,
-        networks: impl IntoIterator<Item = crate::IpNetwork>,
-    ) -> DeviceConfig {
-        self.allowed_peers = networks.into_iter().collect();
-        self
-    }
-
-    /// With UDP GSO batching on (the default) or off. On, a run of equal-sized packets to one loopback
-    /// destination leaves as one GSO datagram (segment `k` with IPv4 identification `k`, which
-    /// its ICRC covers), and receivers with GRO take it in one system call: much higher
-    /// throughput on loopback. The price is visibility: `tcpdump -i lo` then records the
-    /// unsplit datagrams (several RoCEv2 packets in one UDP payload), which packet decoders
-    /// cannot read — the device's own [`pcap`](DeviceConfig::pcap) tap still records every
-    /// packet separately. Datagrams to other destinations are never batched yet: segment
-    /// numbering on real links belongs to the kernel or the NIC and has not been checked
-    /// against rxe.
-    pub fn gso(mut self, on: bool) -> DeviceConfig {
-        self.gso = on;
-        self
-    }
-
-    /// With busy polling on or off.
-    pub fn busy_poll(mut self, on: bool) -> DeviceConfig {
-        self.busy_poll = on;
-        self
-    }
-
-    /// With the progress thread's adaptive spin before sleeping on or off. Off, a device
-    /// whose application does not poll (the target of READs and WRITEs) pays a thread
-    /// wake-up per request (5–10 µs on a virtual machine) but never spins; on, it spins up to
-    /// 50 µs after a datagram while traffic keeps coming faster than that.
-    pub fn adaptive_spin(mut self, on: bool) -> DeviceConfig {
-        self.adaptive_spin = on;
-        self
-    }
-
-    /// With another UDP port.
-    pub fn port(mut self, port: u16) -> DeviceConfig {
-        self.port = port;
-        self
-    }
-
-    /// With a fixed active MTU.
-    pub fn active_mtu(mut self, mtu: Mtu) -> DeviceConfig {
-        self.active_mtu = Some(mtu);
-        self
-    }
-
-    /// With inline transmit on or off.
-    pub fn inline_transmit(mut self, on: bool) -> DeviceConfig {
-        self.inline_transmit = on;
-        self
-    }
-
-    /// Writes every datagram the device sends and receives to the pcap file `path` (classic
-    /// pcap, nanosecond timestamps, raw-IP link type 101), like `tcpdump -w` on the device's
-    /// address would, without root. The IP and UDP headers are synthesized: sent datagrams get
-    /// IPv4 identification 0 and DF (what the kernel writes for them), received ones the
-    /// identification recovered from their ICRC, so every intact packet's ICRC verifies in the
-    /// file (`softrdma decode FILE` checks it). Records are buffered and flushed whenever the
-    /// progress thread goes idle and when the device closes. The tap's counters are in
-    /// [`IoCounters::pcap_records`](crate::IoCounters::pcap_records).
-    pub fn pcap(mut self, path: impl Into<PathBuf>) -> DeviceConfig {
-        self.pcap = Some(path.into());
-        self
-    }
-}
-
-/// Atomic operation guarantees (ibverbs `ibv_atomic_cap`).
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
-pub enum AtomicCap {
-    /// No atomics.
-    None,
-    /// Atomic with respect to this device only (rxe's `ATOMIC_HCA`); softrdma's atomics are
-    /// real CPU atomics, so they are also atomic with respect to the local CPU's atomics.
-    Hca,
-    /// Atomic with respect to the CPU and all devices.
-    Glob,
-}
-
-/// Device attributes (ibverbs `ibv_device_attr`), with rxe's values where softrdma has no
-/// limit of its own.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct DeviceAttr {
-    /// Firmware version.
-    pub fw_ver: String,
-    /// Node GUID (EUI-64 of the interface MAC), host order.
-    pub node_guid: u64,
-    /// System image GUID.
-    pub sys_image_guid: u64,
-    /// Largest memory region.
-    pub max_mr_size: u64,
-    /// Supported page sizes.
-    pub page_size_cap: u64,
-    /// Vendor ID (rxe's 0xffffff).
-    pub vendor_id: u32,
-    /// Vendor part ID.
-    pub vendor_part_id: u32,
-    /// Hardware version.
-    pub hw_ver: u32,
-    /// Most QPs.
-    pub max_qp: u32,
-    /// Most outstanding WRs per work queue.
-    pub max_qp_wr: u32,
-    /// Capability flags (`IBV_DEVICE_*` bits).
-    pub device_cap_flags: u64,
-    /// Most SGEs per WR.
-    pub max_sge: u32,
-    /// Most SGEs per READ WR.
-    pub max_sge_rd: u32,
-    /// Most CQs.
-    pub max_cq: u32,
-    /// Most entries per CQ.
-    pub max_cqe: u32,
-    /// Most MRs.
-    pub max_mr: u32,
-    /// Most PDs.
-    pub max_pd: u32,
-    /// Most incoming READ/atomic requests outstanding per QP.
-    pub max_qp_rd_atom: u32,
-    /// Most outgoing READ/atomic requests outstanding per QP.
-    pub max_qp_init_rd_atom: u32,
-    /// Atomic guarantees.
-    pub atomic_cap: AtomicCap,
-    /// Most SRQs.
-    pub max_srq: u32,
-    /// Most work requests per SRQ.
-    pub max_srq_wr: u32,
-    /// Most SGEs per SRQ work request.
-    pub max_srq_sge: u32,
-    /// Most address handles.
-    pub max_ah: u32,
-    /// Most multicast groups.
-    pub max_mcast_grp: u32,
-    /// Most QPs attached to one multicast group.
-    pub max_mcast_qp_attach: u32,
-    /// Most attachments in all (groups × QPs).
-    pub max_total_mcast_qp_attach: u32,
-    /// Most P_Keys.
-    pub max_pkeys: u16,
-    /// Local CA ACK delay.
-    pub local_ca_ack_delay: u8,
-    /// Number of ports (1).
-    pub phys_port_cnt: u8,
-    /// Device memory in all, in bytes ([`DeviceMemory`](crate::DeviceMemory)).
-    pub max_dm_size: u64,
-}
-
-/// Port state (ibverbs `ibv_port_state`).
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
-pub enum PortState {
-    /// The port is down.
-    Down,
-    /// Active: the socket is bound and the progress thread runs.
-    Active,
-}
-
-/// Link layer (ibverbs `IBV_LINK_LAYER_*`).
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
-pub enum LinkLayer {
-    /// Ethernet (RoCE).
-    Ethernet,
-}
-
-/// Port attributes (ibverbs `ibv_port_attr`), modeled on rxe.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct PortAttr {
-    /// State.
-    pub state: PortState,
-    /// Largest MTU the port supports (4096).
-    pub max_mtu: Mtu,
-    /// The MTU in use: the path MTU applications should choose.
-    pub active_mtu: Mtu,
-    /// Entries in the GID table.
-    pub gid_tbl_len: u32,
-    /// Capability flags (rxe's value).
-    pub port_cap_flags: u32,
-    /// Largest message.
-    pub max_msg_sz: u32,
-    /// LID (0 on RoCE).
-    pub lid: u16,
-    /// Subnet manager LID (0 on RoCE).
-    pub sm_lid: u16,
-    /// LID mask control.
-    pub lmc: u8,
-    /// Entries in the P_Key table (1: 0xffff).
-    pub pkey_tbl_len: u16,
-    /// Link layer.
-    pub link_layer: LinkLayer,
-    /// Active width (1 = 1X).
-    pub active_width: u8,
-    /// Active speed (1 = 2.5 Gbps, nominal).
-    pub active_speed: u8,
-    /// Physical state (5 = LINK_UP).
-    pub phys_state: u8,
-    /// Virtual lanes.
-    pub max_vl_num: u8,
-    /// UD datagrams dropped for a wrong Q_Key, at most 0xffff (rxe counts them here too).
-    pub qkey_viol_cntr: u32,
-}
+pub use attr::{AtomicCap, DeviceAttr, LinkLayer, PortAttr, PortState};
+pub use config::DeviceConfig;
 
 /// What every object of a device shares; dropping the last reference stops the progress
 /// thread.
@@ -443,25 +131,31 @@ impl Device {
             return Err(OpenDeviceError::Unspecified);
         }
         config.faults.validate()?;
-        let mut udp = UdpConfig::new(config.ip).port(config.port);
-        udp.recv_buffer_bytes = config.socket_buffer_bytes;
-        udp.send_buffer_bytes = config.socket_buffer_bytes;
-        let (mut share, socket) = if config.share_address && config.port != 0 {
-            udp.reuse_port = true;
-            let addr = SocketAddr::new(config.ip, config.port);
-            let (share, socket) = SharedAddress::join(addr, || {
-                RoceSocket::open(udp).map_err(OpenDeviceError::Socket)
-            })?;
-            (Some(share), socket)
-        } else {
-            (None, RoceSocket::open(udp)?)
+        let (mut share, backend, arena): (_, Box<dyn Backend>, _) = match &config.fabric {
+            Some(fabric) => {
+                let at = SocketAddr::new(config.ip, config.port);
+                let port = fabric
+                    .attach(at)
+                    .map_err(|addr| OpenDeviceError::FabricAddressInUse { addr })?;
+                let arena = RecvArena::new(config.recv_batch.max(1), MAX_UDP_PAYLOAD);
+                (None, Box::new(port), arena)
+            }
+            None => {
+                let (share, socket) = Device::open_socket(&config)?;
+                let arena = RecvArena::for_socket(&socket, config.recv_batch.max(1));
+                (share, Box::new(socket), arena)
+            }
         };
-        let local_addr = socket.local_addr();
-        let arena = RecvArena::for_socket(&socket, config.recv_batch.max(1));
+        let local_addr = backend.local_addr();
 
-        let iface = interface_of(config.ip);
+        // A fabric device has no interface: it gets loopback's MTU.
+        let iface = interface_of(config.ip).filter(|_| config.fabric.is_none());
         let mac = mac_of(config.ip, iface.as_ref());
-        let if_mtu = iface.as_ref().and_then(|(_, _, mtu)| *mtu).unwrap_or(1500);
+        let no_interface = if config.fabric.is_some() { 65536 } else { 1500 };
+        let if_mtu = iface
+            .as_ref()
+            .and_then(|(_, _, mtu)| *mtu)
+            .unwrap_or(no_interface);
         let active_mtu = config
             .active_mtu
             .unwrap_or_else(|| active_mtu_for(if_mtu, config.ip.is_ipv6()));
@@ -484,17 +178,18 @@ impl Device {
             ecfg.last_qpn = base | 0xffff;
         }
         let engine = Engine::new(ecfg);
-        // The fd stays valid as long as the core (which owns the socket) lives in `inner`.
-        let sock_fd = std::os::fd::AsRawFd::as_raw_fd(&socket.readiness_fd());
+        // The fd stays valid as long as the core (which owns the backend) lives in `inner`.
+        let sock_fd = backend.readiness_fd();
         let epoch = std::time::Instant::now();
         let epoch_monotonic_ns = monotonic_ns().saturating_sub(elapsed_ns(epoch));
-        let mut core = Core::new(engine, socket, arena, config.gso, epoch);
+        let mut core = Core::new(engine, backend, arena, config.gso, epoch);
         core.allowed_peers = config.allowed_peers.clone();
         core.placement = config.direct_placement;
         if !config.faults.is_none() {
             core.faults = Some(crate::faults::Faults::new(config.faults));
         }
-        core.gso_any_destination = crate::netdev::kernel_segments_gso(config.ip);
+        core.gso_any_destination =
+            config.fabric.is_none() && crate::netdev::kernel_segments_gso(config.ip);
         core.probes = share.as_ref().map(SharedAddress::probes);
         if let Some(path) = &config.pcap {
             core.tap = Some(crate::tap::Tap::create(path, local_addr).map_err(|source| {
@@ -602,6 +297,26 @@ impl Device {
                 epoch_monotonic_ns,
             }),
         })
+    }
+
+    /// The UDP socket of a device opened as `config` says, and its place on the shared
+    /// address if it shares one.
+    fn open_socket(
+        config: &DeviceConfig,
+    ) -> Result<(Option<SharedAddress>, RoceSocket), OpenDeviceError> {
+        let mut udp = UdpConfig::new(config.ip).port(config.port);
+        udp.recv_buffer_bytes = config.socket_buffer_bytes;
+        udp.send_buffer_bytes = config.socket_buffer_bytes;
+        if config.share_address && config.port != 0 {
+            udp.reuse_port = true;
+            let addr = SocketAddr::new(config.ip, config.port);
+            let (share, socket) = SharedAddress::join(addr, || {
+                RoceSocket::open(udp).map_err(OpenDeviceError::Socket)
+            })?;
+            Ok((Some(share), socket))
+        } else {
+            Ok((None, RoceSocket::open(udp)?))
+        }
     }
 
     /// Whether a device could open on `ip`:`port` now, sharing the address (see
