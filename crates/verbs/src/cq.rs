@@ -12,7 +12,7 @@ use softrdma_proto::{CqHandle, WorkCompletion};
 use crate::error::{AttachChannelError, CreateCqError, ResizeCqError};
 use crate::event::CompletionChannel;
 use crate::limits::MAX_CQE;
-use crate::progress::CqNotify;
+use crate::progress::{Access, CqNotify};
 use crate::Device;
 
 pub(crate) struct CqInner {
@@ -25,10 +25,8 @@ pub(crate) struct CqInner {
 
 impl Drop for CqInner {
     fn drop(&mut self) {
-        let mut core = self.device.inner().lock();
-        core.unwatch_cq(self.handle);
         // Every QP using the CQ holds it, so none is left: this cannot be refused.
-        let _ = core.engine.destroy_cq(self.handle);
+        self.device.inner().destroy_cq(self.handle);
     }
 }
 
@@ -70,12 +68,7 @@ impl CompletionQueue {
         }
         let cqe = cqe.max(1);
         let notify = Arc::new(CqNotify::new().map_err(|e| CreateCqError::EventFd(e.kind()))?);
-        let handle = {
-            let mut core = device.inner().lock();
-            let h = core.engine.create_cq(cqe as usize);
-            core.watch_cq(h, notify.clone());
-            h
-        };
+        let handle = device.inner().create_cq(cqe as usize, notify.clone());
         Ok(CompletionQueue {
             inner: Arc::new(CqInner {
                 device,
@@ -142,30 +135,33 @@ impl CompletionQueue {
             });
         }
         let cqe = cqe.max(1);
-        let mut core = self.inner.device.inner().lock();
-        let waiting = core.engine.cq(self.inner.handle).map_or(0, |q| q.len());
-        match core.engine.resize_cq(self.inner.handle, cqe as usize) {
-            Ok(()) => {}
-            Err(softrdma_proto::EngineError::InvalidArgument(_)) => {
-                return Err(ResizeCqError::TooManyWaiting {
-                    requested: cqe,
-                    waiting,
-                })
+        let handle = self.inner.handle;
+        self.inner.device.inner().engine(Access::Query, |e, _| {
+            let waiting = e.cq(handle).map_or(0, |q| q.len());
+            match e.resize_cq(handle, cqe as usize) {
+                Ok(()) => {}
+                Err(softrdma_proto::EngineError::InvalidArgument(_)) => {
+                    return Err(ResizeCqError::TooManyWaiting {
+                        requested: cqe,
+                        waiting,
+                    })
+                }
+                // The CQ lives while this handle does: the engine knows it.
+                Err(e) => unreachable!("resizing a live CQ: {e}"),
             }
-            // The CQ lives while this handle does: the engine knows it.
-            Err(e) => unreachable!("resizing a live CQ: {e}"),
-        }
-        self.inner.cqe.store(cqe, Ordering::Release);
-        Ok(())
+            // Under the device lock, as the capacity's readers expect.
+            self.inner.cqe.store(cqe, Ordering::Release);
+            Ok(())
+        })
     }
 
     /// Moves up to `max` completions, oldest first, to the end of `out`; returns how many
     /// (`ibv_poll_cq`). Never blocks on the network.
     pub fn poll(&self, max: usize, out: &mut Vec<WorkCompletion>) -> usize {
-        let mut core = self.inner.device.inner().lock();
-        core.engine
-            .poll_cq(self.inner.handle, max, out)
-            .unwrap_or(0)
+        let handle = self.inner.handle;
+        self.inner.device.inner().engine(Access::Query, |e, _| {
+            e.poll_cq(handle, max, out).unwrap_or(0)
+        })
     }
 
     /// Like [`poll`](Self::poll), but when no completion waits, first runs one round of the
@@ -177,10 +173,9 @@ impl CompletionQueue {
         let handle = self.inner.handle;
         self.poll_after(max, out, |out| {
             // Polled under the lock of the round, not after it with the lock taken again.
-            self.inner
-                .device
-                .inner()
-                .drive_from_poll(|core| core.engine.poll_cq(handle, max, out).unwrap_or(0))
+            self.inner.device.inner().engine(Access::Poll, |e, _| {
+                e.poll_cq(handle, max, out).unwrap_or(0)
+            })
         })
     }
 
@@ -193,8 +188,11 @@ impl CompletionQueue {
 
     /// Completions waiting to be polled.
     pub fn len(&self) -> usize {
-        let core = self.inner.device.inner().lock();
-        core.engine.cq(self.inner.handle).map_or(0, |c| c.len())
+        let handle = self.inner.handle;
+        self.inner
+            .device
+            .inner()
+            .engine(Access::Query, |e, _| e.cq(handle).map_or(0, |c| c.len()))
     }
 
     /// Whether no completion waits.
@@ -205,8 +203,10 @@ impl CompletionQueue {
     /// Whether a completion was lost because the queue was full (ibverbs reports this as
     /// `IBV_EVENT_CQ_ERR`): size CQs for every outstanding work request.
     pub fn overrun(&self) -> bool {
-        let core = self.inner.device.inner().lock();
-        core.engine.cq(self.inner.handle).is_some_and(|c| c.overrun)
+        let handle = self.inner.handle;
+        self.inner.device.inner().engine(Access::Query, |e, _| {
+            e.cq(handle).is_some_and(|c| c.overrun)
+        })
     }
 
     /// Blocks until at least one completion waits, at most `timeout` (`None`: forever).
@@ -230,7 +230,7 @@ impl CompletionQueue {
         // wakes this thread directly rather than the progress thread, which would then have
         // to wake us — one context switch per hop instead of two.
         inner.start_polling();
-        let rx_before = inner.lock().io.rx_datagrams;
+        let rx_before = inner.datagrams_received();
         let notify = &self.inner.notify;
         let ready = loop {
             if !self.is_empty() {
@@ -244,7 +244,7 @@ impl CompletionQueue {
             }
             // Any datagram counts, whichever thread received it (the progress thread may
             // have been asleep on the socket too).
-            if until_activity && inner.lock().io.rx_datagrams != rx_before {
+            if until_activity && inner.datagrams_received() != rx_before {
                 break !self.is_empty();
             }
             if got {
@@ -391,17 +391,16 @@ impl Future for CqReady<'_> {
         let inner = &self.cq.inner;
         // Check and register under the core lock: completions are added, and waiters woken,
         // under the same lock, so none can slip between the check and the registration.
-        let core = inner.device.inner().lock();
-        if core.engine.cq(inner.handle).is_some_and(|c| !c.is_empty()) {
-            return Poll::Ready(());
-        }
-        let mut st = inner.notify.lock();
-        if !st.wakers.iter().any(|w| w.will_wake(cx.waker())) {
-            st.wakers.push(cx.waker().clone());
-        }
-        drop(st);
-        drop(core);
-        Poll::Pending
+        inner.device.inner().engine(Access::Query, |e, _| {
+            if e.cq(inner.handle).is_some_and(|c| !c.is_empty()) {
+                return Poll::Ready(());
+            }
+            let mut st = inner.notify.lock();
+            if !st.wakers.iter().any(|w| w.will_wake(cx.waker())) {
+                st.wakers.push(cx.waker().clone());
+            }
+            Poll::Pending
+        })
     }
 }
 

@@ -8,6 +8,7 @@ use std::sync::Arc;
 use softrdma_proto::{AccessFlags, MwBind, MwType, SendFlags, SendOp, SendWr};
 
 use crate::error::AllocMwError;
+use crate::progress::Access;
 use crate::{MemoryRegion, ProtectionDomain};
 
 /// A memory window (ibverbs `ibv_mw`), allocated with
@@ -34,7 +35,11 @@ struct MwInner {
 impl Drop for MwInner {
     fn drop(&mut self) {
         let rkey = self.rkey.load(Ordering::Relaxed);
-        let _ = self.pd.device().inner().lock().engine.dealloc_mw(rkey);
+        let _ = self
+            .pd
+            .device()
+            .inner()
+            .engine(Access::Query, |e, _| e.dealloc_mw(rkey));
     }
 }
 
@@ -69,9 +74,7 @@ impl MemoryWindow {
         let rkey = pd
             .device()
             .inner()
-            .lock()
-            .engine
-            .alloc_mw(pd.handle(), mw_type)
+            .engine(Access::Query, |e, _| e.alloc_mw(pd.handle(), mw_type))
             .map_err(|_| AllocMwError::TooMany)?;
         Ok(MemoryWindow {
             inner: Arc::new(MwInner {

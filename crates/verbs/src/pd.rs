@@ -7,6 +7,7 @@ use softrdma_proto::{AccessFlags, MemoryFault, PdHandle, RegionMemory, Sge};
 use crate::ah::{AddressHandle, AhAttr};
 use crate::error::{CreateAhError, RegMrError};
 use crate::memory::{OwnedMemory, RawMemory, WordMemory};
+use crate::progress::Access;
 use crate::Device;
 
 struct PdInner {
@@ -17,7 +18,10 @@ struct PdInner {
 impl Drop for PdInner {
     fn drop(&mut self) {
         // Every MR and QP of the PD holds it, so none is left: this cannot be refused.
-        let _ = self.device.inner().lock().engine.dealloc_pd(self.handle);
+        let _ = self
+            .device
+            .inner()
+            .engine(Access::Query, |e, _| e.dealloc_pd(self.handle));
     }
 }
 
@@ -40,7 +44,7 @@ impl std::fmt::Debug for ProtectionDomain {
 
 impl ProtectionDomain {
     pub(crate) fn new(device: Device) -> ProtectionDomain {
-        let handle = device.inner().lock().engine.alloc_pd();
+        let handle = device.inner().engine(Access::Query, |e, _| e.alloc_pd());
         ProtectionDomain {
             inner: Arc::new(PdInner { device, handle }),
         }
@@ -174,15 +178,15 @@ impl ProtectionDomain {
         let key = self
             .device()
             .inner()
-            .lock()
-            .engine
-            .reg_mr(
-                self.handle(),
-                addr,
-                len as u64,
-                access,
-                memory.clone() as Arc<dyn RegionMemory>,
-            )
+            .engine(Access::Query, |e, _| {
+                e.reg_mr(
+                    self.handle(),
+                    addr,
+                    len as u64,
+                    access,
+                    memory.clone() as Arc<dyn RegionMemory>,
+                )
+            })
             .map_err(reg_error)?;
         Ok(MemoryRegion {
             inner: Arc::new(MrInner {
@@ -248,9 +252,7 @@ impl Drop for Registration {
         let _ = self
             .device
             .inner()
-            .lock()
-            .engine
-            .dereg_mr_revoking_windows(self.key);
+            .engine(Access::Query, |e, _| e.dereg_mr_revoking_windows(self.key));
     }
 }
 
@@ -458,21 +460,20 @@ impl MemoryRegion {
             ));
         }
         check_access(access)?;
-        let filed_under = {
-            let mut core = registration.device.inner().lock();
-            core.engine
-                .rereg_mr(
-                    registration.key,
-                    pd.handle(),
-                    addr,
-                    len as u64,
-                    access,
-                    memory.clone() as Arc<dyn RegionMemory>,
-                )
-                .map_err(reg_error)?;
+        let filed_under = registration.device.inner().engine(Access::Query, |e, _| {
+            e.rereg_mr(
+                registration.key,
+                pd.handle(),
+                addr,
+                len as u64,
+                access,
+                memory.clone() as Arc<dyn RegionMemory>,
+            )
+            .map_err(reg_error)?;
+            // Under the device lock, with the engine's change.
             let mut held = registration.pd.lock().unwrap_or_else(|e| e.into_inner());
-            std::mem::replace(&mut *held, pd.clone())
-        };
+            Ok(std::mem::replace(&mut *held, pd.clone()))
+        })?;
         // Outside the device lock: dropping the last handle of a PD takes it.
         drop(filed_under);
         Ok(MemoryRegion {
@@ -494,10 +495,7 @@ impl MemoryRegion {
         self.pd()
             .device()
             .inner()
-            .lock()
-            .engine
-            .mrs()
-            .windows_bound_to(self.lkey())
+            .engine(Access::Query, |e, _| e.mrs().windows_bound_to(self.lkey()))
     }
 
     /// Granted access.

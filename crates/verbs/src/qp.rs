@@ -4,8 +4,8 @@ use std::hash::{BuildHasher, Hasher};
 use std::sync::Arc;
 
 use softrdma_proto::{
-    AccessFlags, AddressVector, EngineError, Instant, Mtu, QpAttr, QpCaps, QpConfig, QpState,
-    QpType, RecvWr, SendFlags, SendWr,
+    AccessFlags, AddressVector, Engine, EngineError, Instant, Mtu, QpAttr, QpCaps, QpConfig,
+    QpState, QpType, RecvWr, SendFlags, SendWr,
 };
 use softrdma_wire::Psn;
 
@@ -13,7 +13,7 @@ use crate::error::{
     CreateQpError, McastError, ModifyQpError, PostErrorKind, PostRecvError, PostSendError,
 };
 use crate::limits::{MAX_INLINE_DATA, MAX_MSG_SZ, MAX_QP_WR, MAX_SGE};
-use crate::progress::Core;
+use crate::progress::Access;
 use crate::{CompletionQueue, Gid, ProtectionDomain};
 
 /// How to create a queue pair (`ibv_qp_init_attr`).
@@ -181,30 +181,7 @@ impl Drop for QpInner {
     fn drop(&mut self) {
         // ibverbs' destroy discards outstanding work silently; softrdma flushes it first so
         // every posted WR completes exactly once (with WR_FLUSH_ERR) — the CQs are still alive.
-        let qpn = self.qpn;
-        self.device().inner().with_core_settled(|core, _| {
-            let attr = QpAttr {
-                qp_state: Some(QpState::Err),
-                ..Default::default()
-            };
-            let _ = core.engine.modify_qp(qpn, &attr);
-            // ibverbs refuses to destroy an attached QP; a dropped handle cannot be asked to
-            // detach first, so it detaches itself, and the device leaves emptied groups.
-            let groups: Vec<std::net::IpAddr> = core.engine.mcast_groups().collect();
-            for group in groups {
-                if core.engine.detach_mcast(qpn, group).is_ok()
-                    && !core.engine.mcast_groups().any(|g| g == group)
-                {
-                    core.leave_multicast(group);
-                }
-            }
-            let sport = core.engine.qp(qpn).map(|qp| qp.source_port());
-            if core.engine.destroy_qp(qpn).is_ok() {
-                if let Some(sport) = sport {
-                    core.release_source_port(sport);
-                }
-            }
-        });
+        self.device().inner().end_qp(self.qpn);
     }
 }
 
@@ -281,20 +258,14 @@ impl QueuePair {
             ));
         }
         let (send_cq, recv_cq) = (init.send_cq.inner.handle, init.recv_cq.inner.handle);
-        let mut core = device.inner().lock();
-        let created = if gsi {
-            core.engine.create_gsi_qp(pd.handle(), send_cq, recv_cq, c)
-        } else {
-            core.engine.create_qp_with_srq(
-                pd.handle(),
-                send_cq,
-                recv_cq,
-                init.qp_type,
-                c,
-                init.srq.as_ref().map(|s| s.inner.handle),
-            )
-        };
-        drop(core);
+        let srq = init.srq.as_ref().map(|s| s.inner.handle);
+        let created = device.inner().engine(Access::Query, |e, _| {
+            if gsi {
+                e.create_gsi_qp(pd.handle(), send_cq, recv_cq, c)
+            } else {
+                e.create_qp_with_srq(pd.handle(), send_cq, recv_cq, init.qp_type, c, srq)
+            }
+        });
         let qpn = created.map_err(|e| match e {
             EngineError::InvalidArgument(s) => CreateQpError::InvalidCaps(s),
             EngineError::NoSuchSrq => CreateQpError::InvalidCaps("no such SRQ"),
@@ -386,25 +357,25 @@ impl QueuePair {
 
     /// Current state and attributes (`ibv_query_qp`).
     pub fn query(&self) -> QpInfo {
-        let core = self.inner.device().inner().lock();
-        match core.engine.qp(self.inner.qpn) {
-            Some(q) => QpInfo {
+        let qpn = self.inner.qpn;
+        let info = self.inner.device().inner().engine(Access::Query, |e, _| {
+            e.qp(qpn).map(|q| QpInfo {
                 state: q.state(),
                 config: *q.config(),
                 cap: *q.caps(),
                 send_queue_len: q.send_queue_len(),
                 recv_queue_len: q.recv_queue_len(),
                 cc_rate_mbps: q.cc_rate_bps().map(|r| (r / 1e6) as u64),
-            },
-            None => QpInfo {
-                state: QpState::Err,
-                config: QpConfig::default(),
-                cap: self.inner.cap,
-                send_queue_len: 0,
-                recv_queue_len: 0,
-                cc_rate_mbps: None,
-            },
-        }
+            })
+        });
+        info.unwrap_or(QpInfo {
+            state: QpState::Err,
+            config: QpConfig::default(),
+            cap: self.inner.cap,
+            send_queue_len: 0,
+            recv_queue_len: 0,
+            cc_rate_mbps: None,
+        })
     }
 
     /// Current state.
@@ -424,8 +395,8 @@ impl QueuePair {
             }
         }
         let qpn = self.inner.qpn;
-        device.inner().with_core_settled(|core, _| {
-            core.engine.modify_qp(qpn, attr).map_err(|e| match e {
+        device.inner().engine(Access::Teardown, |e, _| {
+            e.modify_qp(qpn, attr).map_err(|e| match e {
                 EngineError::Modify(m) => ModifyQpError::Transition(m),
                 _ => ModifyQpError::Transition(softrdma_proto::ModifyQpError::NoSuchQp),
             })
@@ -525,19 +496,11 @@ impl QueuePair {
     pub fn attach_mcast(&self, gid: &Gid) -> Result<(), McastError> {
         let group = self.mcast_group(gid)?;
         let qpn = self.inner.qpn;
-        self.inner.device().inner().with_core(|core, _| {
-            let joined = core.engine.mcast_groups().any(|g| g == group);
-            core.engine
-                .attach_mcast(qpn, group)
-                .map_err(|_| McastError::NotUd)?;
-            if !joined {
-                if let Err(e) = core.join_multicast(group) {
-                    let _ = core.engine.detach_mcast(qpn, group);
-                    return Err(McastError::Join(e));
-                }
-            }
-            Ok(())
-        })
+        self.inner
+            .device()
+            .inner()
+            .attach_mcast(qpn, group)
+            .map_err(|e| e.map_or(McastError::NotUd, McastError::Join))
     }
 
     /// Detaches this QP from `gid` (`ibv_detach_mcast`); the device leaves the IP group with
@@ -545,15 +508,11 @@ impl QueuePair {
     pub fn detach_mcast(&self, gid: &Gid) -> Result<(), McastError> {
         let group = self.mcast_group(gid)?;
         let qpn = self.inner.qpn;
-        self.inner.device().inner().with_core(|core, _| {
-            core.engine
-                .detach_mcast(qpn, group)
-                .map_err(|_| McastError::NotAttached(*gid))?;
-            if !core.engine.mcast_groups().any(|g| g == group) {
-                core.leave_multicast(group);
-            }
+        if self.inner.device().inner().detach_mcast(qpn, group) {
             Ok(())
-        })
+        } else {
+            Err(McastError::NotAttached(*gid))
+        }
     }
 
     fn mcast_group(&self, gid: &Gid) -> Result<std::net::IpAddr, McastError> {
@@ -578,7 +537,7 @@ impl QueuePair {
         self.inner
             .device()
             .inner()
-            .with_core(|core, now| post_each(core, now, qpn, sig_all, wrs))
+            .engine(Access::Post, |e, now| post_each(e, now, qpn, sig_all, wrs))
     }
 
     /// Posts send work requests all together or none of them (`ibv_wr_complete`): each is
@@ -587,14 +546,12 @@ impl QueuePair {
     pub fn post_send_all(&self, wrs: Vec<SendWr>) -> Result<(), PostSendError> {
         let qpn = self.inner.qpn;
         let sig_all = self.inner.sq_sig_all;
-        self.inner.device().inner().with_core(|core, now| {
+        self.inner.device().inner().engine(Access::Post, |e, now| {
             for (i, wr) in wrs.iter().enumerate() {
                 check_length(i, wr)?;
-                core.engine
-                    .check_send(qpn, wr, i)
-                    .map_err(|e| post_error(i, e))?;
+                e.check_send(qpn, wr, i).map_err(|e| post_error(i, e))?;
             }
-            post_each(core, now, qpn, sig_all, wrs)
+            post_each(e, now, qpn, sig_all, wrs)
         })
     }
 
@@ -602,21 +559,24 @@ impl QueuePair {
     /// [`PostRecvError::bad_wr`] were posted and the rest were not.
     pub fn post_recv(&self, wrs: impl IntoIterator<Item = RecvWr>) -> Result<(), PostRecvError> {
         let qpn = self.inner.qpn;
-        self.inner.device().inner().with_core_quiet(|core, _| {
-            for (i, wr) in wrs.into_iter().enumerate() {
-                core.engine.post_recv(qpn, wr).map_err(|e| PostRecvError {
-                    bad_wr: i,
-                    kind: PostErrorKind::from_engine(e),
-                })?;
-            }
-            Ok(())
-        })
+        self.inner
+            .device()
+            .inner()
+            .engine(Access::PostReceive, |e, _| {
+                for (i, wr) in wrs.into_iter().enumerate() {
+                    e.post_recv(qpn, wr).map_err(|e| PostRecvError {
+                        bad_wr: i,
+                        kind: PostErrorKind::from_engine(e),
+                    })?;
+                }
+                Ok(())
+            })
     }
 }
 
 /// Posts `wrs` in order until one is refused (`ibv_post_send`'s rule).
 fn post_each(
-    core: &mut Core,
+    engine: &mut Engine,
     now: Instant,
     qpn: u32,
     sig_all: bool,
@@ -627,7 +587,7 @@ fn post_each(
         if sig_all {
             wr.flags = wr.flags | SendFlags::SIGNALED;
         }
-        core.engine
+        engine
             .post_send(now, qpn, wr)
             .map_err(|e| post_error(i, e))?;
     }

@@ -6,6 +6,7 @@ use std::sync::Arc;
 use softrdma_proto::{RecvWr, SrqAttr, SrqHandle};
 
 use crate::error::{PostErrorKind, PostRecvError, SrqError};
+use crate::progress::Access;
 use crate::ProtectionDomain;
 
 /// A shared receive queue (ibverbs `ibv_srq`). QPs created with it
@@ -46,9 +47,7 @@ impl SharedReceiveQueue {
         let handle = pd
             .device()
             .inner()
-            .lock()
-            .engine
-            .create_srq(pd.handle(), attr)
+            .engine(Access::Query, |e, _| e.create_srq(pd.handle(), attr))
             .map_err(SrqError::from_engine)?;
         Ok(SharedReceiveQueue {
             inner: Arc::new(SrqInner {
@@ -75,9 +74,9 @@ impl SharedReceiveQueue {
         }
         let handle = device
             .inner()
-            .lock()
-            .engine
-            .create_xrc_srq(pd.handle(), xrcd.handle(), cq.inner.handle, attr)
+            .engine(Access::Query, |e, _| {
+                e.create_xrc_srq(pd.handle(), xrcd.handle(), cq.inner.handle, attr)
+            })
             .map_err(SrqError::from_engine)?;
         Ok(SharedReceiveQueue {
             inner: Arc::new(SrqInner {
@@ -116,17 +115,19 @@ impl SharedReceiveQueue {
     /// `bad_wr` were posted.
     pub fn post_recv(&self, wrs: impl IntoIterator<Item = RecvWr>) -> Result<(), PostRecvError> {
         let h = self.inner.handle;
-        self.inner.pd.device().inner().with_core_quiet(|core, _| {
-            for (i, wr) in wrs.into_iter().enumerate() {
-                core.engine
-                    .post_srq_recv(h, wr)
-                    .map_err(|e| PostRecvError {
+        self.inner
+            .pd
+            .device()
+            .inner()
+            .engine(Access::PostReceive, |e, _| {
+                for (i, wr) in wrs.into_iter().enumerate() {
+                    e.post_srq_recv(h, wr).map_err(|e| PostRecvError {
                         bad_wr: i,
                         kind: PostErrorKind::from_engine(e),
                     })?;
-            }
-            Ok(())
-        })
+                }
+                Ok(())
+            })
     }
 
     /// Arms the limit (`ibv_modify_srq` with `IBV_SRQ_LIMIT`): once fewer than `limit` work
@@ -145,25 +146,31 @@ impl SharedReceiveQueue {
             .pd
             .device()
             .inner()
-            .lock()
-            .engine
-            .modify_srq(self.inner.handle, max_wr, srq_limit)
+            .engine(Access::Query, |e, _| {
+                e.modify_srq(self.inner.handle, max_wr, srq_limit)
+            })
             .map_err(SrqError::from_engine)
     }
 
     /// The current attributes (`ibv_query_srq`; the limit reads 0 once it fired).
     pub fn query(&self) -> SrqAttr {
-        let core = self.inner.pd.device().inner().lock();
-        core.engine
-            .srq(self.inner.handle)
-            .map(|s| s.attr())
+        let h = self.inner.handle;
+        self.inner
+            .pd
+            .device()
+            .inner()
+            .engine(Access::Query, |e, _| e.srq(h).map(|s| s.attr()))
             .unwrap_or_default()
     }
 
     /// Receive work requests posted and not yet taken.
     pub fn len(&self) -> usize {
-        let core = self.inner.pd.device().inner().lock();
-        core.engine.srq(self.inner.handle).map_or(0, |s| s.len())
+        let h = self.inner.handle;
+        self.inner
+            .pd
+            .device()
+            .inner()
+            .engine(Access::Query, |e, _| e.srq(h).map_or(0, |s| s.len()))
     }
 
     /// Whether no receive work request is waiting.
@@ -190,8 +197,6 @@ impl Drop for SrqInner {
             .pd
             .device()
             .inner()
-            .lock()
-            .engine
-            .destroy_srq(self.handle);
+            .engine(Access::Query, |e, _| e.destroy_srq(self.handle));
     }
 }

@@ -20,6 +20,7 @@ use std::sync::Arc;
 use softrdma_proto::{EngineError, QpCaps, SrqAttr, XrcdHandle};
 
 use crate::error::{CreateQpError, SrqError};
+use crate::progress::Access;
 use crate::{CompletionQueue, Device, ProtectionDomain, QueuePair, SharedReceiveQueue};
 
 /// An XRC domain. A cheap handle: SRQs and target QPs made from it hold it, and it closes
@@ -44,7 +45,7 @@ impl std::fmt::Debug for XrcDomain {
 
 impl XrcDomain {
     pub(crate) fn new(device: Device) -> XrcDomain {
-        let handle = device.inner().lock().engine.open_xrcd();
+        let handle = device.inner().engine(Access::Query, |e, _| e.open_xrcd());
         XrcDomain {
             inner: Arc::new(XrcdInner { device, handle }),
         }
@@ -84,9 +85,7 @@ impl XrcDomain {
             .inner
             .device
             .inner()
-            .lock()
-            .engine
-            .create_xrc_tgt_qp(self.inner.handle);
+            .engine(Access::Query, |e, _| e.create_xrc_tgt_qp(self.inner.handle));
         let qpn = created.map_err(|e| match e {
             EngineError::InvalidArgument(s) => CreateQpError::InvalidCaps(s),
             _ => CreateQpError::InvalidCaps("refused by the engine"),
@@ -106,7 +105,10 @@ impl Drop for XrcdInner {
     fn drop(&mut self) {
         // Every SRQ and target QP of the domain holds a handle, so none is left: the engine
         // cannot refuse.
-        let _ = self.device.inner().lock().engine.close_xrcd(self.handle);
+        let _ = self
+            .device
+            .inner()
+            .engine(Access::Query, |e, _| e.close_xrcd(self.handle));
     }
 }
 

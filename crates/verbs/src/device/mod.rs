@@ -15,7 +15,7 @@ use crate::event::AsyncEvents;
 use crate::gid::{eui64, interface_of, mac_of, Gid, GidEntry};
 use crate::limits::{MAX_CQE, MAX_MSG_SZ, MAX_QP_WR, MAX_SGE};
 use crate::pd::ProtectionDomain;
-use crate::progress::{self, Core, Inner, IoCounters};
+use crate::progress::{self, Access, Core, Inner};
 use crate::share::{ServiceClaim, ShareError, SharedAddress, SharedAddressInfo};
 use crate::stats::DeviceStats;
 
@@ -399,13 +399,9 @@ impl Device {
             return Err(QueryError::NoSuchPort(port_num));
         }
         let mut port = self.shared.port.clone();
-        let bad_qkey = self
-            .shared
-            .inner
-            .lock()
-            .engine
-            .stats()
-            .drops_for(softrdma_proto::DropReason::BadQkey);
+        let bad_qkey = self.shared.inner.engine(Access::Query, |e, _| {
+            e.stats().drops_for(softrdma_proto::DropReason::BadQkey)
+        });
         port.qkey_viol_cntr = u32::try_from(bad_qkey.min(0xffff)).unwrap_or(0xffff);
         Ok(port)
     }
@@ -459,27 +455,14 @@ impl Device {
 
     /// Counters.
     pub fn stats(&self) -> DeviceStats {
-        let inner = &self.shared.inner;
-        let core = inner.lock();
-        DeviceStats {
-            engine: core.engine.stats().clone(),
-            io: IoCounters {
-                wakeups: inner.wakeups.load(Ordering::Relaxed),
-                ..core.io_counters()
-            },
-        }
+        let (engine, io) = self.shared.inner.counters();
+        DeviceStats { engine, io }
     }
 
     /// The device's asynchronous events (the `async_fd` of ibverbs): created on first use,
     /// the same descriptor afterwards. Fails only when out of file descriptors.
     pub fn async_events(&self) -> std::io::Result<AsyncEvents> {
-        let mut core = self.shared.inner.lock();
-        if let Some(e) = &core.async_events {
-            return Ok(e.clone());
-        }
-        let e = AsyncEvents::new()?;
-        core.async_events = Some(e.clone());
-        Ok(e)
+        self.shared.inner.async_events()
     }
 
     /// Allocates a protection domain (`ibv_alloc_pd`).

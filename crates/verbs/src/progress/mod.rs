@@ -30,6 +30,7 @@
 //! never go backwards, so the engine sees one monotonic clock whichever thread calls it.
 
 mod core;
+mod entry;
 mod io_counters;
 mod notify;
 mod spin;
@@ -42,6 +43,7 @@ use std::time::Duration;
 use softrdma_proto::Instant;
 
 pub(crate) use self::core::Core;
+pub(crate) use self::entry::Access;
 pub use self::io_counters::IoCounters;
 pub(crate) use self::notify::CqNotify;
 use self::spin::AdaptiveSpin;
@@ -80,7 +82,7 @@ pub(crate) struct Inner {
     /// fd, so an arriving packet wakes one thread — the one that wants the result.
     pollers: AtomicUsize,
     /// When (ns since `epoch`) an application thread last drove the device from a
-    /// non-blocking poll ([`Inner::drive_from_poll`]): while such a spinner is recent, the
+    /// non-blocking poll ([`Access::Poll`]): while such a spinner is recent, the
     /// progress thread leaves the socket to it, as to a waiter.
     last_spin_ns: AtomicU64,
     /// When a spinner first held replies back that are still queued (ns since `epoch`), 0
@@ -145,7 +147,7 @@ impl Inner {
     /// A thread that finds the mutex taken is counted in `lock_waiters` until it has it: the
     /// progress thread, which would otherwise take the mutex again before the woken waiter
     /// runs, yields to it (see [`run`]).
-    pub(crate) fn lock(&self) -> MutexGuard<'_, Core> {
+    fn lock(&self) -> MutexGuard<'_, Core> {
         match self.core.try_lock() {
             Ok(core) => core,
             Err(TryLockError::Poisoned(e)) => e.into_inner(),
@@ -183,26 +185,8 @@ impl Inner {
     }
 
     /// Runs `f` on the core as an application thread, then transmits what it produced (inline
-    /// mode) or wakes the progress thread, and wakes completion waiters.
-    pub(crate) fn with_core<R>(&self, f: impl FnOnce(&mut Core, Instant) -> R) -> R {
-        self.with_core_then(Flush::After, f)
-    }
-
-    /// [`with_core`](Self::with_core) for work that may end a QP (modify, destroy): what is
-    /// queued goes out first — the ACKs a spinner held back (see [`Inner::drive_inner`]) must
-    /// not die with the QP, or the peer would retry into a void.
-    pub(crate) fn with_core_settled<R>(&self, f: impl FnOnce(&mut Core, Instant) -> R) -> R {
-        self.with_core_then(Flush::BeforeAndAfter, f)
-    }
-
-    /// [`with_core`](Self::with_core) for work that puts nothing on the wire (posting
-    /// receives): it leaves queued datagrams queued, so the ACKs a spinner held back for the
-    /// application's answer (see [`Inner::drive_inner`]) still go out with that answer when
-    /// the application reposts its receive first, as ping-pong loops do.
-    pub(crate) fn with_core_quiet<R>(&self, f: impl FnOnce(&mut Core, Instant) -> R) -> R {
-        self.with_core_then(Flush::Never, f)
-    }
-
+    /// mode) or wakes the progress thread, and wakes completion waiters; `flush` says when
+    /// queued datagrams go out (see [`Access`]).
     fn with_core_then<R>(&self, flush: Flush, f: impl FnOnce(&mut Core, Instant) -> R) -> R {
         let mut wakers = Vec::new();
         let mut core = self.lock();
@@ -461,15 +445,6 @@ impl Inner {
         })
     }
 
-    /// One round of progress on behalf of a thread that busy-polls a CQ (`ibv_poll_cq` in a
-    /// loop, as perftest does): the datagram the spinner waits for is received by the spinner
-    /// itself instead of waking the progress thread, which would have to get a core first.
-    /// The spinner holds the socket for [`SPIN_LEASE`] after its last call; then the progress
-    /// thread takes it back.
-    pub(crate) fn drive_from_poll<R>(&self, then: impl FnOnce(&mut Core) -> R) -> R {
-        self.drive_inner(Round::Spinner, then).then
-    }
-
     fn now_ns(&self) -> u64 {
         u64::try_from(self.epoch.elapsed().as_nanos()).unwrap_or(u64::MAX)
     }
@@ -514,7 +489,7 @@ impl Inner {
 enum Round {
     /// The device's progress thread.
     Progress,
-    /// An application thread spinning on a CQ ([`Inner::drive_from_poll`]).
+    /// An application thread spinning on a CQ ([`Access::Poll`]).
     Spinner,
     /// An application thread waiting for a completion ([`Inner::drive`]).
     Waiter,
