@@ -51,21 +51,27 @@
 //!   are usage errors, exit status 2, before anything starts.
 //! - `-d` is accepted and ignored (a softrdma device is chosen by address), `-l` is accepted.
 
+mod args;
+mod shared;
 pub(crate) mod srq;
 
 use std::io::Write;
-use std::net::{IpAddr, SocketAddr, TcpListener, TcpStream};
-use std::path::PathBuf;
+use std::net::{IpAddr, SocketAddr, TcpListener};
 use std::process::ExitCode;
 use std::time::{Duration, Instant};
 
-use clap::Args as ClapArgs;
 use softrdma::{
-    wr, AccessFlags, AddressHandle, AhAttr, CompletionQueue, ConnectOptions, Device, DeviceConfig,
-    Gid, MemoryRegion, Mtu, QpCaps, QpEndpoint, QpInitAttr, QueuePair, WcStatus, WorkCompletion,
+    wr, AccessFlags, AddressHandle, AhAttr, CompletionQueue, Device, DeviceConfig, Gid,
+    MemoryRegion, Mtu, QpCaps, QpEndpoint, QpInitAttr, QueuePair, WcStatus, WorkCompletion,
     GRH_LEN,
 };
 use softrdma_cm::pingpong::{self, PingpongDest};
+
+pub(crate) use args::Args;
+pub(crate) use shared::{
+    address_line, connect_options, fail, pages_unlike, remote_endpoint, remote_line, report,
+    set_stream_timeout, wait_completions, Fail, PAGE,
+};
 
 use crate::route;
 use crate::transport::Transport;
@@ -76,124 +82,6 @@ const RECV_WRID: u64 = 1;
 const SEND_WRID: u64 = 2;
 /// The fill byte of rc_pingpong's buffer (`memset(ctx->buf, 0x7b, size)`).
 const FILL: u8 = 0x7b;
-/// The page size rc_pingpong's `-c` pattern steps by (`sysconf(_SC_PAGESIZE)` on x86-64 and
-/// the lab's guests).
-pub(crate) const PAGE: usize = 4096;
-
-/// Arguments of `softrdma pingpong`.
-#[derive(Debug, ClapArgs)]
-#[command(after_help = "\
-Without SERVER, waits for a client (like `ibv_rc_pingpong`); with SERVER, connects to it.
-Either side may be rdma-core's ibv_rc_pingpong on a Soft-RoCE host, e.g.
-  guest:    ibv_rc_pingpong -d rxe0 -g 1 -c -s 4096 -n 100
-  softrdma: softrdma pingpong --bind 10.88.0.1 -c -s 4096 -n 100 10.88.0.11")]
-pub(crate) struct Args {
-    /// Server to connect to; without it, run as the server.
-    pub(crate) server: Option<String>,
-    /// Listen on / connect to TCP port PORT for the address exchange.
-    #[arg(short = 'p', long = "port", default_value_t = softrdma_cm::DEFAULT_PORT)]
-    pub(crate) port: u16,
-    /// Device name (accepted for compatibility and ignored: softrdma picks its device by
-    /// address, see --bind).
-    #[arg(short = 'd', long = "ib-dev", value_name = "DEV")]
-    pub(crate) ib_dev: Option<String>,
-    /// Port of the device (only 1 exists).
-    #[arg(short = 'i', long = "ib-port", default_value_t = 1)]
-    pub(crate) ib_port: u8,
-    /// Size of each message in bytes (0..8388608, the device's max_msg_sz) [default: 4096;
-    /// UD: 1024, the payload without the GRH].
-    #[arg(short = 's', long = "size",
-          value_parser = clap::value_parser!(u32).range(..=i64::from(softrdma::MAX_MSG_SZ)))]
-    pub(crate) size: Option<u32>,
-    /// Path MTU: 256, 512, 1024, 2048 or 4096 [default: 1024; not with UD].
-    #[arg(short = 'm', long = "mtu", value_parser = path_mtu)]
-    pub(crate) mtu: Option<Mtu>,
-    /// Number of receives to post at a time (1..32766: the completion queue holds one more).
-    #[arg(short = 'r', long = "rx-depth", default_value_t = 500,
-          value_parser = clap::value_parser!(u32).range(1..i64::from(softrdma::MAX_CQE)))]
-    pub(crate) rx_depth: u32,
-    /// Number of exchanges (at least 1).
-    #[arg(short = 'n', long = "iters", default_value_t = 1000,
-          value_parser = clap::value_parser!(u32).range(1..))]
-    pub(crate) iters: u32,
-    /// Service level (accepted; RoCEv2 over UDP carries none).
-    #[arg(short = 'l', long = "sl", default_value_t = 0)]
-    pub(crate) sl: u8,
-    /// Sleep on completion events instead of busy polling.
-    #[arg(short = 'e', long = "events")]
-    pub(crate) events: bool,
-    /// Local GID index to advertise: 0 and 1 are both the device's address (1 is the
-    /// IPv4-mapped GID's index on rxe); -1 advertises no GID (all zeros) like ibv_rc_pingpong without -g. Default 1, because
-    /// RoCE cannot work without a GID.
-    #[arg(
-        short = 'g',
-        long = "gid-idx",
-        default_value_t = 1,
-        allow_negative_numbers = true
-    )]
-    pub(crate) gid_idx: i32,
-    /// Validate the received buffer (rc_pingpong's pattern, with --srq srq_pingpong's; see
-    /// the module docs).
-    #[arg(short = 'c', long = "chk")]
-    pub(crate) chk: bool,
-    /// Local IP address of the softrdma device. Default: for a client, the address that
-    /// routes to the server; for a server, the address the client connects to.
-    #[arg(long, value_name = "IP")]
-    pub(crate) bind: Option<IpAddr>,
-    /// Send every packet to loopback peers as a datagram of its own instead of batching
-    /// equal-sized ones into UDP GSO sends (for `tcpdump -i lo`, which records those unsplit).
-    #[arg(long = "no-gso")]
-    pub(crate) no_gso: bool,
-    /// Write every RoCEv2 datagram the device sends and receives to this pcap file.
-    #[arg(long, value_name = "FILE")]
-    pub(crate) pcap: Option<PathBuf>,
-    /// Print the device's counters (drops, NAKs, retransmissions, opcodes) at the end.
-    #[arg(long)]
-    pub(crate) counters: bool,
-    /// Give up after SECS seconds without progress: waiting for a client (server), each
-    /// address exchange, each completion. 0 (the default) waits forever, like rc_pingpong,
-    /// e.g. for a peer that died; either way the wait sleeps and uses no CPU.
-    #[arg(long, value_name = "SECS", default_value = "0",
-          value_parser = crate::limits::wait_seconds)]
-    pub(crate) timeout: Duration,
-    /// The transport: RC (ibv_rc_pingpong), UC (ibv_uc_pingpong) or UD (ibv_ud_pingpong).
-    #[arg(long, value_enum, default_value = "RC", ignore_case = true)]
-    pub(crate) transport: Transport,
-    /// Many RC QPs on one shared receive queue: a peer of rdma-core's `ibv_srq_pingpong`
-    /// (its out-of-band exchange carries 256 addresses each way; -c checks its all-zero
-    /// buffer).
-    #[arg(long)]
-    pub(crate) srq: bool,
-    /// With --srq: the number of QPs (1..256) [default: 16].
-    #[arg(short = 'q', long = "num-qp", requires = "srq",
-          value_parser = clap::value_parser!(u32).range(1..=256))]
-    pub(crate) num_qp: Option<u32>,
-}
-
-/// clap value parser of `-m`.
-fn path_mtu(s: &str) -> Result<Mtu, String> {
-    s.parse::<u32>()
-        .ok()
-        .and_then(Mtu::from_bytes)
-        .ok_or_else(|| format!("invalid MTU {s} (256, 512, 1024, 2048 or 4096)"))
-}
-
-/// How long the loop polls before it sleeps on the completion queue (rc_pingpong polls
-/// without end; a millisecond covers any round trip worth spinning for).
-const SPIN: Duration = Duration::from_millis(1);
-
-/// A fatal error: the message rc_pingpong would print (to stderr), exit status 1.
-pub(crate) struct Fail(pub(crate) String);
-
-impl<E: std::fmt::Display> From<E> for Fail {
-    fn from(e: E) -> Fail {
-        Fail(e.to_string())
-    }
-}
-
-pub(crate) fn fail<T>(msg: impl Into<String>) -> Result<T, Fail> {
-    Err(Fail(msg.into()))
-}
 
 /// Runs `softrdma pingpong`.
 pub(crate) fn run(args: &Args) -> ExitCode {
@@ -229,40 +117,10 @@ fn invalid_pages(buf: &[u8]) -> Vec<usize> {
     pages_unlike(buf, pattern_byte)
 }
 
-/// Pages (of the tools' `-c` page size) of `buf` holding a byte other than `pattern(offset)`,
-/// in order: the tools check one byte per page, softrdma every byte, so a page is named
-/// whichever of its bytes went wrong.
-pub(crate) fn pages_unlike(buf: &[u8], pattern: impl Fn(usize) -> u8) -> Vec<usize> {
-    buf.chunks(PAGE)
-        .enumerate()
-        .filter(|(page, chunk)| {
-            chunk
-                .iter()
-                .enumerate()
-                .any(|(j, &b)| b != pattern(page * PAGE + j))
-        })
-        .map(|(page, _)| page)
-        .collect()
-}
-
-/// The `  local address:  LID 0x0000, QPN 0x000011, PSN 0x..., GID ...` line
-/// (`ibv_ud_pingpong` prints `PSN 0x...: GID` in its local line).
-pub(crate) fn address_line(label: &str, d: &PingpongDest, psn_gid_sep: char) -> String {
-    format!(
-        "  {label} LID 0x{:04x}, QPN 0x{:06x}, PSN 0x{:06x}{psn_gid_sep} GID {}",
-        d.lid, d.qpn, d.psn, d.gid
-    )
-}
-
 /// The local address line of `transport`'s program.
 fn local_line(d: &PingpongDest, transport: Transport) -> String {
     let sep = if transport == Transport::UD { ':' } else { ',' };
     address_line("local address: ", d, sep)
-}
-
-/// The remote address line (the same in every program).
-pub(crate) fn remote_line(d: &PingpongDest) -> String {
-    address_line("remote address:", d, ',')
 }
 
 /// The device side of one run: everything rc_pingpong's `pp_init_ctx` creates.
@@ -443,27 +301,6 @@ impl Ctx {
     }
 }
 
-/// The QP endpoint of a peer: its GID, or the address of its TCP connection when it sent
-/// the all-zero GID.
-pub(crate) fn remote_endpoint(d: &PingpongDest, tcp_peer: IpAddr) -> QpEndpoint {
-    let gid = if d.gid.is_zero() {
-        Gid::from_ip(tcp_peer)
-    } else {
-        d.gid
-    };
-    QpEndpoint {
-        gid,
-        qpn: d.qpn,
-        psn: d.psn,
-    }
-}
-
-pub(crate) fn set_stream_timeout(s: &TcpStream, t: Option<Duration>) -> Result<(), Fail> {
-    s.set_read_timeout(t)?;
-    s.set_write_timeout(t)?;
-    Ok(())
-}
-
 fn run_inner(args: &Args) -> Result<ExitCode, Fail> {
     let mtu = args.mtu.unwrap_or(Mtu::Mtu1024);
     let size = args.size.unwrap_or(match args.transport {
@@ -622,75 +459,6 @@ fn pingpong_loop(
         crate::devinfo::print_counters(&mut std::io::stdout().lock(), &ctx.device.stats())?;
     }
     Ok(code)
-}
-
-/// Polls `cq` for up to `max` completions into `wcs` until some come: without `events`
-/// polling for a moment as the tools do, then (and with `events` at once) sleeping on the
-/// CQ, so a peer that went away costs no CPU. Fails once `timeout` passed since
-/// `last_progress`, saying where the run stood (`progress`).
-pub(crate) fn wait_completions(
-    cq: &CompletionQueue,
-    max: usize,
-    wcs: &mut Vec<WorkCompletion>,
-    events: bool,
-    timeout: Option<Duration>,
-    last_progress: Instant,
-    progress: impl Fn() -> String,
-) -> Result<(), Fail> {
-    let spin_from = Instant::now();
-    while cq.poll(max, wcs) == 0 {
-        let left = match timeout {
-            Some(t) => {
-                let idle = last_progress.elapsed();
-                if idle >= t {
-                    return fail(format!(
-                        "no completion for {:.1} seconds ({}); giving up",
-                        idle.as_secs_f64(),
-                        progress()
-                    ));
-                }
-                Some(t - idle)
-            }
-            None => None,
-        };
-        if events || spin_from.elapsed() >= SPIN {
-            cq.wait(left);
-        } else {
-            std::hint::spin_loop();
-        }
-    }
-    Ok(())
-}
-
-/// The QP attributes every pingpong program connects with (`pp_connect_ctx`).
-pub(crate) fn connect_options(mtu: Mtu) -> ConnectOptions {
-    ConnectOptions {
-        access: AccessFlags::empty(),
-        path_mtu: Some(mtu),
-        timeout: 14,
-        retry_cnt: 7,
-        rnr_retry: 7,
-        min_rnr_timer: 12,
-        max_rd_atomic: 1,
-        max_dest_rd_atomic: 1,
-        ..ConnectOptions::default()
-    }
-}
-
-/// The closing lines every pingpong program prints (in float microseconds, as they compute).
-pub(crate) fn report(size: u32, iters: u64, elapsed: Duration) {
-    let usec = elapsed.as_secs_f64() * 1e6;
-    let bytes = u64::from(size) * iters * 2;
-    println!(
-        "{bytes} bytes in {:.2} seconds = {:.2} Mbit/sec",
-        usec / 1e6,
-        bytes as f64 * 8.0 / usec
-    );
-    println!(
-        "{iters} iters in {:.2} seconds = {:.2} usec/iter",
-        usec / 1e6,
-        usec / iters as f64
-    );
 }
 
 /// The failure for a batch of completions holding an error: rc_pingpong's `Failed status`
