@@ -19,13 +19,12 @@ use softrdma::farewell::{Farewell, Farewells};
 use softrdma::{
     wr, AddressHandle, AhAttr, CompletionQueue, Device, DeviceConfig, MemoryRegion,
     ProtectionDomain, QpInitAttr, QueuePair, WcOpcode, WcStatus, WeakDevice, WorkCompletion,
-    GRH_LEN,
 };
-use softrdma_cm::ib::CmConfig;
+use softrdma_cm::ib::{CmConfig, OutMad};
+use softrdma_cm::rdma::gsi::{GsiBuffers, GsiService};
 use softrdma_cm::rdma::{RdmaCm, RdmaEvent, RdmaEventKind, RdmaId};
 use softrdma_proto::Instant;
 use softrdma_wire::mad::{GSI_QKEY, MAD_LEN};
-use softrdma_wire::Gid;
 
 use crate::error::CmError;
 use crate::event::CmEventKind;
@@ -61,7 +60,7 @@ pub(crate) trait Endpoint: Send + Sync {
 const RECV_SLOTS: usize = 128;
 /// MAD buffers for sends, used round robin (UD sends complete as soon as they leave).
 const SEND_SLOTS: usize = 128;
-const RECV_SLOT_LEN: usize = GRH_LEN + MAD_LEN;
+const RECV_SLOT_LEN: usize = GsiBuffers::RECV_SLOT_LEN;
 /// Longest the thread sleeps without a CM deadline (it also wakes for every MAD).
 const IDLE_WAIT: Duration = Duration::from_millis(50);
 
@@ -89,7 +88,7 @@ pub(crate) struct State {
     /// Every id of this service, to route the CM's events to its channel.
     pub(crate) ids: HashMap<RdmaId, Weak<dyn Endpoint>>,
     ahs: HashMap<IpAddr, AddressHandle>,
-    next_send: usize,
+    buffers: GsiBuffers,
     /// Events produced while the lock was held, delivered once it is released (a channel's
     /// consumer may call back into the service).
     pending: VecDeque<(Arc<dyn Endpoint>, CmEventKind)>,
@@ -254,11 +253,12 @@ impl Service {
         gsi.ready_ud(GSI_QKEY)
             .map_err(|e| CmError::Setup(e.to_string()))?;
         let local = softrdma::AccessFlags::LOCAL_WRITE;
+        let buffers = GsiBuffers::new(RECV_SLOTS, SEND_SLOTS);
         let recv_mr = pd
-            .reg_mr(RECV_SLOTS * RECV_SLOT_LEN, local)
+            .reg_mr(buffers.recv_bytes(), local)
             .map_err(|e| CmError::Setup(e.to_string()))?;
         let send_mr = pd
-            .reg_mr(SEND_SLOTS * MAD_LEN, local)
+            .reg_mr(buffers.send_bytes(), local)
             .map_err(|e| CmError::Setup(e.to_string()))?;
         for slot in 0..RECV_SLOTS {
             post_recv_slot(&gsi, &recv_mr, slot)?;
@@ -283,7 +283,7 @@ impl Service {
                 cm: RdmaCm::new(config),
                 ids: HashMap::new(),
                 ahs: HashMap::new(),
-                next_send: 0,
+                buffers,
                 pending: VecDeque::new(),
                 hold: Vec::new(),
                 farewells: None,
@@ -326,20 +326,7 @@ impl Service {
     /// RTR and RTS on the REP and the RTU leaves at once; a disconnected or rejected QP goes
     /// to ERR).
     fn pump(&self, st: &mut State, now: Instant) {
-        loop {
-            let mut progressed = false;
-            while let Some(m) = st.cm.poll_transmit() {
-                progressed = true;
-                self.send_mad(st, m.dst, m.dst_qpn, &m.mad);
-            }
-            while let Some(e) = st.cm.poll_event() {
-                progressed = true;
-                self.on_event(st, now, e);
-            }
-            if !progressed {
-                break;
-            }
-        }
+        Round { service: self, st }.pump(now);
         self.keep_farewells(st);
     }
 
@@ -465,7 +452,7 @@ impl Service {
         }
     }
 
-    fn send_mad(&self, st: &mut State, dst: Gid, dst_qpn: u32, mad: &[u8; MAD_LEN]) {
+    fn send_mad(&self, st: &mut State, OutMad { dst, dst_qpn, mad }: OutMad) {
         let Some(ip) = dst.to_ip() else { return };
         let ah = match st.ahs.get(&ip) {
             Some(ah) => ah.clone(),
@@ -483,10 +470,8 @@ impl Service {
                 }
             }
         };
-        let slot = st.next_send;
-        st.next_send = (slot + 1) % SEND_SLOTS;
-        let off = slot * MAD_LEN;
-        if self.send_mr.write(off, mad).is_err() {
+        let (slot, off) = st.buffers.next_send();
+        if self.send_mr.write(off, &mad).is_err() {
             return;
         }
         let sge = self.send_mr.sge(off, MAD_LEN as u32);
@@ -520,29 +505,27 @@ impl Service {
             let slot = wc.wr_id as usize;
             if wc.status == WcStatus::Success && wc.byte_len as usize >= RECV_SLOT_LEN {
                 let mut buf = [0u8; RECV_SLOT_LEN];
-                if self.recv_mr.read(slot * RECV_SLOT_LEN, &mut buf).is_ok() {
-                    let mad = &buf[GRH_LEN..];
-                    // A request for another device's listener on this shared address (the
-                    // kernel's steering went by a table gone wrong) is not this CM's to
-                    // reject: dropped, it comes again to the listener once the table is right.
-                    let misdirected = st
-                        .cm
-                        .unlistened_request(mad)
-                        .is_some_and(|sid| self.device.request_for_another(sid));
-                    if misdirected {
-                        st.cm.misdirected();
-                    } else if let Some(src) = grh_source(&buf[..GRH_LEN]) {
-                        st.cm.handle_mad(now, Gid::from_ip(src), wc.src_qp, mad);
+                if self
+                    .recv_mr
+                    .read(GsiBuffers::recv_offset(slot), &mut buf)
+                    .is_ok()
+                {
+                    Round {
+                        service: self,
+                        st: &mut st,
                     }
+                    .on_received(now, &buf, wc.src_qp);
                 }
             }
             if wc.status != WcStatus::WrFlushErr {
                 let _ = post_recv_slot(&self.gsi, &self.recv_mr, slot);
             }
         }
-        if st.cm.poll_timeout().is_some_and(|t| t <= now) {
-            st.cm.handle_timeout(now);
+        Round {
+            service: self,
+            st: &mut st,
         }
+        .on_timers(now);
         self.pump(&mut st, now);
         self.release(st);
     }
@@ -621,27 +604,44 @@ impl Drop for Service {
     }
 }
 
+/// One pass of the service over its CM, with the state locked: the service's part of
+/// [`GsiService`] (how a MAD leaves, what an event means to an id).
+struct Round<'a> {
+    service: &'a Service,
+    st: &'a mut State,
+}
+
+impl GsiService for Round<'_> {
+    fn cm(&mut self) -> &mut RdmaCm {
+        &mut self.st.cm
+    }
+
+    fn send_mad(&mut self, mad: OutMad) {
+        self.service.send_mad(self.st, mad);
+    }
+
+    fn on_event(&mut self, now: Instant, event: RdmaEvent) {
+        self.service.on_event(self.st, now, event);
+    }
+
+    /// A request for another device's listener on this shared address (the kernel's steering
+    /// went by a table gone wrong) is not this CM's to reject: dropped, it comes again to the
+    /// listener once the table is right.
+    fn misdirected(&mut self, mad: &[u8]) -> bool {
+        self.st
+            .cm
+            .unlistened_request(mad)
+            .is_some_and(|sid| self.service.device.request_for_another(sid))
+    }
+}
+
 /// Send work requests are numbered from here (receives by their slot).
 const SEND_WR_BASE: u64 = 1 << 32;
 
 fn post_recv_slot(gsi: &QueuePair, mr: &MemoryRegion, slot: usize) -> Result<(), CmError> {
-    let sge = mr.sge(slot * RECV_SLOT_LEN, RECV_SLOT_LEN as u32);
+    let sge = mr.sge(GsiBuffers::recv_offset(slot), RECV_SLOT_LEN as u32);
     gsi.post_recv([wr::recv(slot as u64, vec![sge])])
         .map_err(|e| CmError::Setup(e.to_string()))
-}
-
-/// The sender's address from a received GRH area: the IPv4 header in its last 20 bytes
-/// (RoCEv2 over IPv4), or the IPv6 header.
-fn grh_source(grh: &[u8]) -> Option<IpAddr> {
-    if grh[20] >> 4 == 4 {
-        let b: [u8; 4] = grh[32..36].try_into().ok()?;
-        Some(IpAddr::from(b))
-    } else if grh[0] >> 4 == 6 {
-        let b: [u8; 16] = grh[8..24].try_into().ok()?;
-        Some(IpAddr::from(b))
-    } else {
-        None
-    }
 }
 
 /// The service thread: waits for MADs (or the next CM deadline) and handles them.

@@ -19,15 +19,16 @@ use std::collections::BTreeMap;
 use std::net::{IpAddr, SocketAddr};
 use std::sync::Arc;
 
-use softrdma_cm::ib::CmConfig;
-use softrdma_cm::rdma::{ConnParam, RdmaCm, RdmaEventKind, RdmaId, RdmaQpType, Route};
+use softrdma_cm::ib::{CmConfig, OutMad};
+use softrdma_cm::rdma::gsi::{GsiBuffers, GsiService};
+use softrdma_cm::rdma::{ConnParam, RdmaCm, RdmaEvent, RdmaEventKind, RdmaId, RdmaQpType, Route};
 use softrdma_proto::{
     AddressVector, Instant, QpAttr, QpCaps, QpState, QpType, RecvWr, SendFlags, SendOp, SendWr,
     Sge, UdDest, VecMemory, WcOpcode, WcStatus,
 };
 use softrdma_wire::mad::cma::PortSpace;
 use softrdma_wire::mad::{GSI_QKEY, MAD_LEN};
-use softrdma_wire::{Gid, GRH_LEN};
+use softrdma_wire::Gid;
 
 use crate::fabric::{Fabric, NodeId};
 use crate::setup::{node_resources, NodeResources, SetupError};
@@ -37,7 +38,7 @@ use crate::workload::Divergence;
 pub const PORT: u16 = 7471;
 /// Receives each GSI QP keeps posted.
 const RECV_SLOTS: usize = 64;
-const SLOT: usize = GRH_LEN + MAD_LEN;
+const SLOT: usize = GsiBuffers::RECV_SLOT_LEN;
 /// Send buffers, used round robin.
 const SEND_SLOTS: usize = 64;
 const BASE: u64 = 0x7000_0000;
@@ -105,7 +106,7 @@ struct CmNode {
     recv_key: u32,
     send: Arc<VecMemory>,
     send_key: u32,
-    next_send: usize,
+    buffers: GsiBuffers,
     ip: IpAddr,
 }
 
@@ -144,14 +145,15 @@ impl CmWorkload {
                 .map_err(step("GSI RTR"))?;
             e.modify_qp(gsi, &QpAttr::unreliable_rts(softrdma_wire::Psn::ZERO))
                 .map_err(step("GSI RTS"))?;
-            let recv = Arc::new(VecMemory::new(RECV_SLOTS * SLOT));
-            let send = Arc::new(VecMemory::new(SEND_SLOTS * MAD_LEN));
+            let buffers = GsiBuffers::new(RECV_SLOTS, SEND_SLOTS);
+            let recv = Arc::new(VecMemory::new(buffers.recv_bytes()));
+            let send = Arc::new(VecMemory::new(buffers.send_bytes()));
             let local = softrdma_proto::AccessFlags::LOCAL_WRITE;
             let recv_key = e
                 .reg_mr(
                     res.pd,
                     BASE,
-                    (RECV_SLOTS * SLOT) as u64,
+                    buffers.recv_bytes() as u64,
                     local,
                     recv.clone(),
                 )
@@ -160,7 +162,7 @@ impl CmWorkload {
                 .reg_mr(
                     res.pd,
                     BASE,
-                    (SEND_SLOTS * MAD_LEN) as u64,
+                    buffers.send_bytes() as u64,
                     local,
                     send.clone(),
                 )
@@ -189,7 +191,7 @@ impl CmWorkload {
                 recv_key,
                 send,
                 send_key,
-                next_send: 0,
+                buffers,
                 ip,
             });
         }
@@ -272,11 +274,14 @@ impl CmWorkload {
         let now = fabric.now();
         for n in 0..self.nodes.len() {
             self.receive(fabric, n, now);
-            let node = &mut self.nodes[n];
-            if node.cm.poll_timeout().is_some_and(|t| t <= now) {
-                node.cm.handle_timeout(now);
-            }
-            self.drive(fabric, n, now);
+            let mut round = NodeRound {
+                w: self,
+                fabric,
+                n,
+                now,
+            };
+            round.on_timers(now);
+            round.pump(now);
             if let Some(t) = self.nodes[n].cm.poll_timeout() {
                 fabric.wake_at(t);
             }
@@ -301,34 +306,21 @@ impl CmWorkload {
             let slot = wc.wr_id as usize;
             if wc.status == WcStatus::Success {
                 let mut buf = vec![0u8; SLOT];
-                self.nodes[n].recv.read(slot * SLOT, &mut buf);
-                // The IPv4 header sits in the GRH area's last 20 bytes.
-                let src = IpAddr::from(<[u8; 4]>::try_from(&buf[32..36]).unwrap_or([0; 4]));
-                self.report.mads_received += 1;
                 self.nodes[n]
-                    .cm
-                    .handle_mad(now, Gid::from_ip(src), wc.src_qp, &buf[GRH_LEN..]);
+                    .recv
+                    .read(GsiBuffers::recv_offset(slot), &mut buf);
+                self.report.mads_received += 1;
+                NodeRound {
+                    w: self,
+                    fabric,
+                    n,
+                    now,
+                }
+                .on_received(now, &buf, wc.src_qp);
             }
             let key = self.nodes[n].recv_key;
             if let Ok(e) = fabric.engine_mut(id) {
                 let _ = e.post_recv(gsi, recv_wr(key, slot));
-            }
-        }
-    }
-
-    fn drive(&mut self, fabric: &mut Fabric, n: usize, now: Instant) {
-        loop {
-            let mut progressed = false;
-            while let Some(m) = self.nodes[n].cm.poll_transmit() {
-                progressed = true;
-                self.send(fabric, n, now, m.dst, m.dst_qpn, &m.mad);
-            }
-            while let Some(e) = self.nodes[n].cm.poll_event() {
-                progressed = true;
-                self.on_event(fabric, n, now, e.id, e.kind);
-            }
-            if !progressed {
-                return;
             }
         }
     }
@@ -344,14 +336,13 @@ impl CmWorkload {
     ) {
         let Some(ip) = dst.to_ip() else { return };
         let node = &mut self.nodes[n];
-        let slot = node.next_send;
-        node.next_send = (slot + 1) % SEND_SLOTS;
-        node.send.write(slot * MAD_LEN, mad);
+        let (slot, at) = node.buffers.next_send();
+        node.send.write(at, mad);
         let wr = SendWr {
             wr_id: slot as u64,
             op: SendOp::Send,
             sg_list: vec![Sge {
-                addr: BASE + (slot * MAD_LEN) as u64,
+                addr: BASE + at as u64,
                 length: MAD_LEN as u32,
                 lkey: node.send_key,
             }],
@@ -533,11 +524,35 @@ impl CmWorkload {
     }
 }
 
+/// One node's pass over its CM: the simulator's part of [`GsiService`] (a MAD leaves as a UD
+/// send on the node's engine; an event moves the connection's QPs and is checked).
+struct NodeRound<'a> {
+    w: &'a mut CmWorkload,
+    fabric: &'a mut Fabric,
+    n: usize,
+    now: Instant,
+}
+
+impl GsiService for NodeRound<'_> {
+    fn cm(&mut self) -> &mut RdmaCm {
+        &mut self.w.nodes[self.n].cm
+    }
+
+    fn send_mad(&mut self, m: OutMad) {
+        self.w
+            .send(self.fabric, self.n, self.now, m.dst, m.dst_qpn, &m.mad);
+    }
+
+    fn on_event(&mut self, now: Instant, e: RdmaEvent) {
+        self.w.on_event(self.fabric, self.n, now, e.id, e.kind);
+    }
+}
+
 fn recv_wr(key: u32, slot: usize) -> RecvWr {
     RecvWr {
         wr_id: slot as u64,
         sg_list: vec![Sge {
-            addr: BASE + (slot * SLOT) as u64,
+            addr: BASE + GsiBuffers::recv_offset(slot) as u64,
             length: SLOT as u32,
             lkey: key,
         }],

@@ -107,6 +107,7 @@ mod addr;
 mod connect;
 mod dispatch;
 mod event;
+pub mod gsi;
 mod id;
 
 pub use event::{ConnParam, RdmaEvent, RdmaEventKind, Route, UdParam};
