@@ -9,7 +9,7 @@ use std::sync::Arc;
 use std::task::Waker;
 
 use softrdma_proto::{CqHandle, DatagramMeta, Engine, Instant};
-use softrdma_udp::{RecvArena, BATCH_MAX};
+use softrdma_udp::{Ecn, RecvArena, Transmit, BATCH_MAX};
 
 use super::notify::CqNotify;
 use crate::backend::Backend;
@@ -22,7 +22,6 @@ mod placed;
 mod transmit;
 
 use self::faulted::received_with_faults;
-use self::transmit::TxGroup;
 use super::io_counters::IoCounters;
 
 struct CqWatch {
@@ -411,4 +410,33 @@ fn fresh_completions(watches: &[CqWatch], engine: &Engine) -> bool {
     watches
         .iter()
         .any(|w| engine.cq(w.handle).is_some_and(|cq| cq.produced != w.seen))
+}
+
+/// Datagrams of a batch: one, or several equal-sized ones to the same destination sent as one
+/// UDP GSO datagram (`segment` bytes each, the last possibly shorter). Segment `k` of a GSO
+/// send leaves with IPv4 identification `k` (`softrdma_udp::ipv4_id_of_segment`), so the
+/// engine computes each one's ICRC for that identification.
+#[derive(Debug, Clone, Copy)]
+struct TxGroup {
+    dst: std::net::SocketAddr,
+    src_port: u16,
+    ecn: u8,
+    segment: usize,
+    count: usize,
+    len: usize,
+    /// More segments may join.
+    open: bool,
+}
+
+impl TxGroup {
+    /// The group as the socket sends it, its datagrams in `buf`.
+    fn transmit<'a>((g, buf): (&TxGroup, &'a Vec<u8>)) -> Transmit<'a> {
+        Transmit {
+            dst: g.dst,
+            src_port: g.src_port,
+            ecn: Ecn::from_tos(g.ecn),
+            segment_size: (g.count > 1).then_some(g.segment),
+            contents: &buf[..g.len],
+        }
+    }
 }

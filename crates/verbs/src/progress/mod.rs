@@ -43,7 +43,6 @@ use std::time::Duration;
 use softrdma_proto::Instant;
 
 pub(crate) use self::core::Core;
-pub(crate) use self::entry::Access;
 pub use self::io_counters::IoCounters;
 pub(crate) use self::notify::CqNotify;
 use self::spin::AdaptiveSpin;
@@ -503,6 +502,31 @@ struct Driven<R> {
     /// left to send.
     unsent: bool,
     then: R,
+}
+
+/// What a verb does to the engine.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Access {
+    /// Looks, or creates or destroys an object that nothing is in flight on: the engine
+    /// alone, nothing sent, nobody woken.
+    Query,
+    /// Posts work (a send, a modify): what it produced is transmitted at once (inline
+    /// transmit) or the progress thread is woken for it, and completion waiters are woken.
+    Post,
+    /// Posts receives, which put nothing on the wire: datagrams queued stay queued, so the
+    /// ACKs a spinner held back go out with the application's answer (ping-pong loops repost
+    /// their receive first).
+    PostReceive,
+    /// May end a QP (to ERR, destroy): what is queued goes out first — ACKs a spinner held
+    /// back must not die with the QP, or the peer retries into a void — then as [`Post`].
+    ///
+    /// [`Post`]: Access::Post
+    Teardown,
+    /// Polls a CQ from an application thread: one round of progress on the caller's thread
+    /// first, the datagram it waits for received by itself instead of waking the progress
+    /// thread, which would have to get the core first; it holds the socket for
+    /// [`SPIN_LEASE`](super::SPIN_LEASE) after its last call.
+    Poll,
 }
 
 /// When [`Inner::with_core_then`] transmits what the engine has queued.

@@ -10,7 +10,7 @@ use softrdma_udp::{Ecn, SendError, Transmit, BATCH_MAX, MAX_GSO_SEGMENTS, MAX_UD
 use softrdma_wire::IcrcContext;
 
 use super::faulted::sent_with_faults;
-use super::Core;
+use super::{Core, TxGroup};
 use crate::faults::{self, Route};
 
 impl Core {
@@ -281,35 +281,6 @@ impl Core {
             for (k, seg) in self.tx_bufs[i][..g.len].chunks(g.segment).enumerate() {
                 tap.sent(g.src_port, g.dst, g.ecn, k as u16, seg);
             }
-        }
-    }
-}
-
-/// Datagrams of a batch: one, or several equal-sized ones to the same destination sent as one
-/// UDP GSO datagram (`segment` bytes each, the last possibly shorter). Segment `k` of a GSO
-/// send leaves with IPv4 identification `k` (`softrdma_udp::ipv4_id_of_segment`), so the
-/// engine computes each one's ICRC for that identification.
-#[derive(Debug, Clone, Copy)]
-pub(super) struct TxGroup {
-    dst: std::net::SocketAddr,
-    src_port: u16,
-    ecn: u8,
-    segment: usize,
-    count: usize,
-    len: usize,
-    /// More segments may join.
-    open: bool,
-}
-
-impl TxGroup {
-    /// The group as the socket sends it, its datagrams in `buf`.
-    fn transmit<'a>((g, buf): (&TxGroup, &'a Vec<u8>)) -> Transmit<'a> {
-        Transmit {
-            dst: g.dst,
-            src_port: g.src_port,
-            ecn: Ecn::from_tos(g.ecn),
-            segment_size: (g.count > 1).then_some(g.segment),
-            contents: &buf[..g.len],
         }
     }
 }
