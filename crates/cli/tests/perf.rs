@@ -679,8 +679,8 @@ fn unreachable_server_is_a_clean_failure() {
 /// whose GID (127.0.0.3) has no RoCE device behind it.
 #[test]
 fn write_lat_reports_a_failed_write_while_waiting() {
-    use softrdma_cm::perftest::{PerftestDest, PerftestSession, SysData};
     use softrdma_cm::Gid;
+    use softrdma_oob::perftest::{PerftestDest, PerftestSession, SysData};
     use std::net::{Ipv4Addr, TcpListener};
     use std::time::{Duration, Instant};
 

@@ -20,7 +20,7 @@ use softrdma::{
     wr, AccessFlags, ConnectOptions, Device, DeviceConfig, MemoryRegion, Mtu, Psn, QpAttr,
     QpEndpoint, QpInitAttr, QueuePair, WcStatus,
 };
-use softrdma_cm::perftest::{BwReport, PerftestDest, PerftestSession, Role, SysData, Test};
+use softrdma_oob::perftest::{BwReport, PerftestDest, PerftestSession, Role, SysData, Test};
 
 /// Where softrdma's perftest buffer starts within its page (its mark).
 const VADDR_TAG: u64 = 0x5c0;

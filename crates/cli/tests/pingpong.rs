@@ -600,7 +600,7 @@ impl LibServer {
         use softrdma::{
             AccessFlags, ConnectOptions, Device, DeviceConfig, Mtu, QpEndpoint, QpInitAttr,
         };
-        use softrdma_cm::pingpong::{
+        use softrdma_oob::pingpong::{
             server_read_remote, server_reply, server_wait_done, PingpongDest,
         };
         let listener = std::net::TcpListener::bind((ip, port)).expect("listen");

@@ -7,7 +7,7 @@ use std::time::Duration;
 
 use clap::ValueEnum;
 use softrdma::Mtu;
-use softrdma_cm::perftest::Test;
+use softrdma_oob::perftest::Test;
 
 use crate::transport::Transport;
 

@@ -32,7 +32,7 @@ use std::io::{Read, Write};
 use std::time::Duration;
 
 use softrdma::{MemoryRegion, Sge};
-use softrdma_cm::perftest::PerftestDest;
+use softrdma_oob::perftest::PerftestDest;
 
 use super::layout::pattern;
 use super::output::PerfError;

@@ -4,7 +4,7 @@
 //! Over rdma_cm every message is one signalled SEND, waited for before the next; the
 //! receiver keeps one receive posted (perftest: exactly one, of 56 bytes, reposted after each
 //! message is read), so the lock-step exchange never needs a second. The stream seen through
-//! [`Read`] is the concatenation of the messages, which is what `softrdma_cm::perftest`
+//! [`Read`] is the concatenation of the messages, which is what `softrdma_oob::perftest`
 //! expects: both sides read exactly the sizes the other wrote.
 
 use std::collections::VecDeque;
@@ -151,7 +151,7 @@ impl CmControl {
             slot,
             state: Mutex::new(CmState {
                 pending: VecDeque::new(),
-                timeout: Some(softrdma_cm::perftest::DEFAULT_TIMEOUT),
+                timeout: Some(softrdma_oob::perftest::DEFAULT_TIMEOUT),
                 closed: false,
             }),
             shut: AtomicBool::new(false),

@@ -7,7 +7,7 @@
 
 use std::time::{Duration, Instant};
 
-use softrdma_cm::perftest::Role;
+use softrdma_oob::perftest::Role;
 
 use super::bw::{check_wcs, op_name, Sender};
 use super::check;

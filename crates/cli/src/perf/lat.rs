@@ -15,7 +15,7 @@
 use std::time::Instant;
 
 use softrdma::{wr, SendFlags, WorkCompletion};
-use softrdma_cm::perftest::Role;
+use softrdma_oob::perftest::Role;
 
 use super::args::{AtomicKind, TestName, Verb};
 use super::bw::{check_wcs, poll_for};

@@ -5,7 +5,7 @@
 //! - [`args`]: the command line, perftest's defaults and limits;
 //! - [`output`]: failures, perftest's text, the progress line; [`layout`]: WR ids, strides,
 //!   the data pattern;
-//! - [`oob`]: connection, resources and key exchanges (via `softrdma_cm::perftest`);
+//! - [`oob`]: connection, resources and key exchanges (via `softrdma_oob::perftest`);
 //!   [`watch`]: the watchdog for silent peers;
 //! - [`bw`]: bandwidth traffic, sending side; [`recv`]: the receiving side of SEND tests;
 //!   [`duplex`]: bidirectional runs (`-b`); [`lat`]: latency traffic;
@@ -35,7 +35,7 @@ use std::net::{IpAddr, Ipv4Addr, TcpListener};
 use std::process::ExitCode;
 use std::time::{Duration, Instant};
 
-use softrdma_cm::perftest::{BwReport, Role};
+use softrdma_oob::perftest::{BwReport, Role};
 
 pub(crate) use args::Args;
 use args::{Config, UsageError, Verb};
@@ -294,7 +294,7 @@ pub(crate) fn run(args: &Args) -> ExitCode {
     }
     let (conn, role) = match &args.server {
         Some(host) if cfg.rdma_cm => (
-            Conn::CmConnect(host.clone(), cfg.port.unwrap_or(softrdma_cm::DEFAULT_PORT)),
+            Conn::CmConnect(host.clone(), cfg.port.unwrap_or(softrdma_oob::DEFAULT_PORT)),
             Role::Client,
         ),
         None if cfg.rdma_cm => {
@@ -305,18 +305,18 @@ pub(crate) fn run(args: &Args) -> ExitCode {
                 );
                 return ExitCode::from(2);
             };
-            let port = cfg.port.unwrap_or(softrdma_cm::DEFAULT_PORT);
+            let port = cfg.port.unwrap_or(softrdma_oob::DEFAULT_PORT);
             (Conn::CmListen(ip, port, None), Role::Server)
         }
         Some(host) => (
-            Conn::Connect(host.clone(), cfg.port.unwrap_or(softrdma_cm::DEFAULT_PORT)),
+            Conn::Connect(host.clone(), cfg.port.unwrap_or(softrdma_oob::DEFAULT_PORT)),
             Role::Client,
         ),
         None => {
-            let port = cfg.port.unwrap_or(softrdma_cm::DEFAULT_PORT);
+            let port = cfg.port.unwrap_or(softrdma_oob::DEFAULT_PORT);
             let l = match cfg.bind {
-                Some(ip) => softrdma_cm::listen((ip, port)),
-                None => softrdma_cm::listen_any(port),
+                Some(ip) => softrdma_oob::listen((ip, port)),
+                None => softrdma_oob::listen_any(port),
             };
             match l {
                 Ok(l) => (Conn::Listen(l), Role::Server),
@@ -385,7 +385,7 @@ fn loopback(cfg: &Config, progress_on: bool) -> ExitCode {
     let client_ip = IpAddr::V4(Ipv4Addr::new(127, 0, 0, 2));
     // -R: the server's rdma_cm listener is on its device; the client starts once it is up.
     let (server_conn, port, ready) = if cfg.rdma_cm {
-        let port = cfg.port.unwrap_or(softrdma_cm::DEFAULT_PORT);
+        let port = cfg.port.unwrap_or(softrdma_oob::DEFAULT_PORT);
         let (tx, rx) = std::sync::mpsc::channel();
         (Conn::CmListen(server_ip, port, Some(tx)), port, Some(rx))
     } else {

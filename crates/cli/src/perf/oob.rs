@@ -1,4 +1,4 @@
-//! The out-of-band side of a run, driven through `softrdma_cm::perftest`: connecting or
+//! The out-of-band side of a run, driven through `softrdma_oob::perftest`: connecting or
 //! accepting, the version/sys-data/MTU steps, creating the verbs resources, and the key
 //! exchanges in the order perftest makes them (checked against captures: RDMA `*_bw` send
 //! every QP's keys twice and then sync; `ib_send_bw` syncs between the two rounds).
@@ -13,7 +13,7 @@ use softrdma::{
     MemoryRegion, Mtu, QpAttr, QpCaps, QpEndpoint, QpInitAttr, QueuePair, SharedReceiveQueue,
     SrqAttr, UdDest, GRH_LEN, MAX_CQE,
 };
-use softrdma_cm::perftest::{
+use softrdma_oob::perftest::{
     KeySchedule, PerftestDest, PerftestSession, Role, SysData, DEFAULT_TIMEOUT, DEF_QKEY,
     RDMA_CM_KEY_LEN,
 };
@@ -251,7 +251,7 @@ fn meet(
     };
     match conn {
         Conn::Connect(host, port) => {
-            let s = softrdma_cm::connect((host.as_str(), port), Some(DEFAULT_TIMEOUT))
+            let s = softrdma_oob::connect((host.as_str(), port), Some(DEFAULT_TIMEOUT))
                 .map_err(|e| PerfError::new(format!("cannot connect to {host}:{port}: {e}")))?;
             tcp(s, Role::Client)
         }

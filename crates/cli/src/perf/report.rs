@@ -5,7 +5,7 @@
 use std::fmt::Write as _;
 use std::time::{Duration, Instant};
 
-use softrdma_cm::perftest::{BwReport, PerftestDest, Role};
+use softrdma_oob::perftest::{BwReport, PerftestDest, Role};
 
 use super::args::{Config, OutputLevel, TestName, Verb};
 

@@ -22,7 +22,7 @@ pub(crate) struct Args {
     /// Server to connect to; without it, run as the server.
     pub(crate) server: Option<String>,
     /// Listen on / connect to TCP port PORT for the address exchange.
-    #[arg(short = 'p', long = "port", default_value_t = softrdma_cm::DEFAULT_PORT)]
+    #[arg(short = 'p', long = "port", default_value_t = softrdma_oob::DEFAULT_PORT)]
     pub(crate) port: u16,
     /// Device name (accepted for compatibility and ignored: softrdma picks its device by
     /// address, see --bind).

@@ -1,7 +1,7 @@
 //! `softrdma pingpong`: a drop-in peer for rdma-core's `ibv_rc_pingpong`, and with
 //! `--transport UC` / `--transport UD` for `ibv_uc_pingpong` / `ibv_ud_pingpong` (rdma-core 44).
 //!
-//! Same out-of-band exchange (TCP 18515, `LID:QPN:PSN:GID`, via [`softrdma_cm::pingpong`]),
+//! Same out-of-band exchange (TCP 18515, `LID:QPN:PSN:GID`, via [`softrdma_oob::pingpong`]),
 //! same flags where they make sense, same protocol on the wire and the same output lines, so
 //! either side can be the real program on a Linux Soft-RoCE (rxe) host:
 //!
@@ -65,7 +65,7 @@ use softrdma::{
     MemoryRegion, Mtu, QpCaps, QpEndpoint, QpInitAttr, QueuePair, WcStatus, WorkCompletion,
     GRH_LEN,
 };
-use softrdma_cm::pingpong::{self, PingpongDest};
+use softrdma_oob::pingpong::{self, PingpongDest};
 
 pub(crate) use args::Args;
 pub(crate) use shared::{
@@ -322,7 +322,7 @@ fn run_inner(args: &Args) -> Result<ExitCode, Fail> {
             .map_err(|e| Fail(format!("no local address towards {server}: {e}")))?;
         let (c, local) = Ctx::prepare(args, ip, size)?;
         ctx = c;
-        let mut stream = softrdma_cm::connect(server, timeout)
+        let mut stream = softrdma_oob::connect(server, timeout)
             .map_err(|_| Fail(format!("Couldn't connect to {host}:{}", args.port)))?;
         set_stream_timeout(&stream, timeout)?;
         let dest = pingpong::client_exchange(&mut stream, &local)
@@ -344,8 +344,8 @@ fn run_inner(args: &Args) -> Result<ExitCode, Fail> {
     }
     let listener = match listen_addr {
         Some(a) => TcpListener::bind(a),
-        None => softrdma_cm::listen_any(args.port).map_err(|e| match e {
-            softrdma_cm::Error::Io { source, .. } => source,
+        None => softrdma_oob::listen_any(args.port).map_err(|e| match e {
+            softrdma_oob::Error::Io { source, .. } => source,
             other => std::io::Error::other(other.to_string()),
         }),
     }

@@ -10,7 +10,7 @@ use std::time::{Duration, Instant};
 use softrdma::{
     AccessFlags, CompletionQueue, ConnectOptions, Gid, Mtu, QpEndpoint, WorkCompletion,
 };
-use softrdma_cm::pingpong::PingpongDest;
+use softrdma_oob::pingpong::PingpongDest;
 
 /// The page size rc_pingpong's `-c` pattern steps by (`sysconf(_SC_PAGESIZE)` on x86-64 and
 /// the lab's guests).

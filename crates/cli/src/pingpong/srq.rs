@@ -23,7 +23,7 @@ use softrdma::{
     wr, AccessFlags, CompletionQueue, Device, DeviceConfig, Gid, MemoryRegion, Mtu, QpCaps,
     QpInitAttr, QueuePair, SendFlags, SharedReceiveQueue, SrqAttr, WcStatus, WorkCompletion,
 };
-use softrdma_cm::pingpong::{self, PingpongDest};
+use softrdma_oob::pingpong::{self, PingpongDest};
 
 use crate::pingpong::{
     address_line, connect_options, fail, pages_unlike, remote_endpoint, remote_line, report,
@@ -207,7 +207,7 @@ fn run_inner(args: &Args) -> Result<ExitCode, Fail> {
         let ip = route::device_ip(args.bind, server.ip())
             .map_err(|e| Fail(format!("no local address towards {server}: {e}")))?;
         let (ctx, locals) = Ctx::prepare(args, ip, size, num_qp)?;
-        let mut stream = softrdma_cm::connect(server, timeout)
+        let mut stream = softrdma_oob::connect(server, timeout)
             .map_err(|_| Fail(format!("Couldn't connect to {host}:{}", args.port)))?;
         set_stream_timeout(&stream, timeout)?;
         let remotes = pingpong::srq_client_exchange(&mut stream, &locals)
@@ -227,9 +227,8 @@ fn run_inner(args: &Args) -> Result<ExitCode, Fail> {
         };
         let listener = match args.bind {
             Some(ip) => TcpListener::bind(SocketAddr::new(ip, args.port)),
-            None => {
-                softrdma_cm::listen_any(args.port).map_err(|e| std::io::Error::other(e.to_string()))
-            }
+            None => softrdma_oob::listen_any(args.port)
+                .map_err(|e| std::io::Error::other(e.to_string())),
         }
         .map_err(|_| Fail(format!("Couldn't listen to port {}", args.port)))?;
         let (mut stream, peer) = crate::limits::accept_within(&listener, timeout)

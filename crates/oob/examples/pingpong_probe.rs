@@ -6,8 +6,8 @@
 
 use std::time::{Duration, Instant};
 
-use softrdma_cm::pingpong::{exchange_as_client, Listener, PingpongDest};
-use softrdma_cm::{Gid, DEFAULT_PORT};
+use softrdma_oob::pingpong::{exchange_as_client, Listener, PingpongDest};
+use softrdma_oob::{Gid, DEFAULT_PORT};
 
 fn main() -> Result<(), Box<dyn std::error::Error>> {
     let args: Vec<String> = std::env::args().collect();

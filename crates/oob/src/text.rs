@@ -1,7 +1,6 @@
 //! Fixed-width hex text fields, the building block of both tools' messages.
 
 use crate::error::{FormatError, ParseError};
-use crate::gid::{hex_digit, hex_value};
 
 /// Appends `value` as exactly `width` lowercase hex digits (`%0<width>x`), refusing values
 /// that `printf` would print wider.
@@ -56,6 +55,19 @@ pub(crate) fn c_str(msg: &[u8]) -> Result<&[u8], ParseError> {
         return Err(ParseError::NotAscii);
     }
     Ok(text)
+}
+
+fn hex_digit(v: u8) -> u8 {
+    b"0123456789abcdef"[usize::from(v & 0xf)]
+}
+
+fn hex_value(c: u8) -> Option<u8> {
+    match c {
+        b'0'..=b'9' => Some(c - b'0'),
+        b'a'..=b'f' => Some(c - b'a' + 10),
+        b'A'..=b'F' => Some(c - b'A' + 10),
+        _ => None,
+    }
 }
 
 #[cfg(test)]

@@ -13,10 +13,10 @@ use std::thread;
 use std::time::Duration;
 
 use common::{repo_file, tcp_conns, Conn, Dir};
-use softrdma_cm::pingpong::{
+use softrdma_oob::pingpong::{
     exchange_as_client, exchange_as_client_with_timeout, Listener, PingpongDest, DONE, MSG_LEN,
 };
-use softrdma_cm::{Error, Gid, DEFAULT_PORT};
+use softrdma_oob::{Error, Gid, DEFAULT_PORT};
 
 fn capture() -> Conn {
     let conns = tcp_conns(

@@ -19,11 +19,11 @@ use std::thread;
 use std::time::Duration;
 
 use common::{crate_file, repo_file, tcp_conns, Conn, Dir};
-use softrdma_cm::perftest::{
+use softrdma_oob::perftest::{
     parse_mtu, BwReport, KeySchedule, PerftestDest, PerftestSession, PerftestVersion, Role,
     SysData, Test, DONE, KEY_MSG_LEN, VERSION_LEN,
 };
-use softrdma_cm::{Error, Gid};
+use softrdma_oob::{Error, Gid};
 
 const PORT: u16 = 18515;
 /// `-a` runs every power of two from 2 to 2^23.

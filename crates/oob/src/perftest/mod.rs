@@ -678,7 +678,7 @@ pub fn parse_mtu(msg: &[u8]) -> Result<u8, ParseError> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::gid::Gid;
+    use softrdma_wire::Gid;
     use std::net::Ipv4Addr;
 
     const READ_CLIENT: &[u8; KEY_MSG_LEN] = b"0000:0080:000011:928761:00000202:000055fa6b64b000:00:00:00:00:00:00:00:00:00:00:ff:ff:0a:58:00:0c:00000000:\0";

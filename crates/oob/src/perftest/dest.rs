@@ -3,8 +3,8 @@
 //! runs over an rdma_cm-connected QP (`-R`, `-z`).
 
 use crate::error::{FormatError, ParseError};
-use crate::gid::Gid;
 use crate::text::{c_str, parse_hex, put_hex};
+use softrdma_wire::Gid;
 
 /// Size of a key message with GID (`KEY_MSG_SIZE_GID`). perftest always sends the GID form
 /// on RoCE; the 59-byte GID-less form (InfiniBand without `-x`) is not supported.

@@ -27,9 +27,9 @@ use std::net::{SocketAddr, TcpListener, TcpStream, ToSocketAddrs};
 use std::time::Duration;
 
 use crate::error::{Error, FormatError, ParseError, Result};
-use crate::gid::Gid;
 use crate::net;
 use crate::text::{c_str, parse_hex, put_hex};
+use softrdma_wire::Gid;
 
 /// Size of the address message: `"0000:000000:000000:" + 32 hex digits + NUL`
 /// (`sizeof "0000:000000:000000:00000000000000000000000000000000"` in rdma-core).

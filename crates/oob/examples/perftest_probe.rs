@@ -8,8 +8,8 @@
 
 use std::time::{Duration, Instant};
 
-use softrdma_cm::perftest::{BwReport, PerftestDest, PerftestSession, SysData, Test};
-use softrdma_cm::Gid;
+use softrdma_oob::perftest::{BwReport, PerftestDest, PerftestSession, SysData, Test};
+use softrdma_oob::Gid;
 
 fn main() -> Result<(), Box<dyn std::error::Error>> {
     let args: Vec<String> = std::env::args().collect();
@@ -30,7 +30,7 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
     let gid = Gid::from_ip(args[3].parse()?);
     let deadline = Instant::now() + Duration::from_secs(120);
     let mut s = loop {
-        match PerftestSession::connect((args[1].as_str(), softrdma_cm::DEFAULT_PORT)) {
+        match PerftestSession::connect((args[1].as_str(), softrdma_oob::DEFAULT_PORT)) {
             Ok(s) => break s,
             Err(e) if Instant::now() < deadline => {
                 let _ = e;

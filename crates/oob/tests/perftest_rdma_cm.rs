@@ -15,7 +15,7 @@ use std::net::IpAddr;
 use std::rc::Rc;
 
 use common::{gsi_mads, roce_packets};
-use softrdma_cm::perftest::{
+use softrdma_oob::perftest::{
     BwReport, PerftestDest, PerftestSession, Role, SysData, Test, RDMA_CM_KEY_LEN,
 };
 use softrdma_wire::mad::cm::{attr, Rep};
