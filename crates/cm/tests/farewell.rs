@@ -5,7 +5,7 @@
 use std::net::{IpAddr, Ipv4Addr};
 
 use softrdma_cm::ib::RepParams;
-use softrdma_cm::ib::{CmConfig, CmEvent, CmId, CmState, IbCm, OutMad, PathRecord, ReqParams};
+use softrdma_cm::ib::{CmConfig, CmState, IbCm, IbCmEvent, IbCmId, OutMad, PathRecord, ReqParams};
 use softrdma_proto::Instant;
 use softrdma_wire::mad::cm::{CmMad, CmMessage, RejectReason};
 use softrdma_wire::Gid;
@@ -40,7 +40,7 @@ impl Pair {
     }
 
     /// A's REQ is on its way; the connection's id at A.
-    fn connect(&mut self) -> CmId {
+    fn connect(&mut self) -> IbCmId {
         let path = PathRecord::roce(gid(1), gid(2), 3, 0);
         let p = ReqParams::rdma_cm(path, 0x0106_0000_0000_4e20, 0x11);
         self.a.connect(self.now, &p).expect("connect")
@@ -57,16 +57,16 @@ impl Pair {
     }
 
     /// B's id of the request it received.
-    fn b_request(&mut self) -> CmId {
+    fn b_request(&mut self) -> IbCmId {
         while let Some(e) = self.b.poll_event() {
-            if let CmEvent::ReqReceived { id, .. } = e {
+            if let IbCmEvent::ReqReceived { id, .. } = e {
                 return id;
             }
         }
         panic!("B got no REQ")
     }
 
-    fn accept(&mut self, id: CmId) {
+    fn accept(&mut self, id: IbCmId) {
         let p = RepParams {
             qpn: 0x12,
             responder_resources: 1,
@@ -78,7 +78,7 @@ impl Pair {
     }
 
     /// Both sides established: (A's id, B's id).
-    fn established(&mut self) -> (CmId, CmId) {
+    fn established(&mut self) -> (IbCmId, IbCmId) {
         let a = self.connect();
         self.carry();
         let b = self.b_request();
@@ -98,7 +98,7 @@ fn drain(cm: &mut IbCm) -> Vec<OutMad> {
 
 /// `cm`'s farewell for `id`, then destroys `id`: the first MAD destroy sends must be that
 /// farewell, byte for byte; returns it.
-fn said_on_destroy(cm: &mut IbCm, id: CmId, now: Instant) -> Option<OutMad> {
+fn said_on_destroy(cm: &mut IbCm, id: IbCmId, now: Instant) -> Option<OutMad> {
     drain(cm);
     let farewell = cm.farewell(id);
     cm.destroy(now, id).expect("destroy");
@@ -184,11 +184,11 @@ fn established_connections_leave_one_dreq_that_the_peer_takes() {
     // Said by someone else, as the MAD alone: the peer disconnects and answers.
     while p.b.poll_event().is_some() {}
     p.b.handle_mad(p.now, gid(1), 1, &f.mad);
-    let events: Vec<CmEvent> = std::iter::from_fn(|| p.b.poll_event()).collect();
+    let events: Vec<IbCmEvent> = std::iter::from_fn(|| p.b.poll_event()).collect();
     assert!(
         events
             .iter()
-            .any(|e| matches!(e, CmEvent::DreqReceived { id, .. } if *id == b)),
+            .any(|e| matches!(e, IbCmEvent::DreqReceived { id, .. } if *id == b)),
         "{events:?}"
     );
     // B's own farewell is now the DREP it owes.

@@ -44,7 +44,7 @@ pub struct EngineConfig {
     /// from its first packet on. Off by default, since Linux rxe and RoCE NICs count
     /// identifications up from anywhere: a QP then learns its peer's habit from the first
     /// packet, which leaves that one packet checked with 16 rather than ~26 effective bits
-    /// (see `QueuePair` docs and `softrdma_wire::icrc`).
+    /// (see `QpContext` docs and `softrdma_wire::icrc`).
     pub peers_use_small_ipv4_ids: bool,
     /// Request packets an RC responder keeps per QP when they arrive ahead of a lost one, to
     /// run once it comes (see `qp::responder::reorder`); 0 drops them as Linux rxe does.

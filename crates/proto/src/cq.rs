@@ -9,8 +9,11 @@ use crate::wr::WorkCompletion;
 pub struct CqHandle(pub u32);
 
 /// One completion queue.
+///
+/// The engine's context of a CQ, as a NIC's CQ context; the application's handle is
+/// `softrdma::CompletionQueue`.
 #[derive(Debug)]
-pub struct CompletionQueue {
+pub struct CqContext {
     entries: VecDeque<WorkCompletion>,
     capacity: usize,
     /// Set when a completion had to be dropped because the queue was full (ibverbs raises
@@ -20,10 +23,10 @@ pub struct CompletionQueue {
     pub produced: u64,
 }
 
-impl CompletionQueue {
+impl CqContext {
     /// An empty queue holding at most `capacity` completions.
-    pub fn new(capacity: usize) -> CompletionQueue {
-        CompletionQueue {
+    pub fn new(capacity: usize) -> CqContext {
+        CqContext {
             entries: VecDeque::new(),
             capacity: capacity.max(1),
             overrun: false,
@@ -106,7 +109,7 @@ mod tests {
     /// A CQ grows and shrinks around the completions waiting in it, never below them.
     #[test]
     fn resize_keeps_what_waits_and_refuses_to_drop_it() {
-        let mut q = CompletionQueue::new(3);
+        let mut q = CqContext::new(3);
         for id in 0..3 {
             assert!(q.push(wc(id)));
         }

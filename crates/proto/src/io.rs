@@ -4,9 +4,12 @@
 use std::net::{IpAddr, SocketAddr};
 
 /// A datagram the engine wants sent; its bytes are in the buffer passed to `poll_transmit`.
+///
+/// The engine's description of a datagram it built, not the socket's send request
+/// (`softrdma_udp::Transmit`, which carries the bytes).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 #[must_use]
-pub struct Transmit {
+pub struct DatagramOut {
     /// Destination address and port.
     pub dst: SocketAddr,
     /// UDP source port the ICRC was computed with (send from it, or recompute the ICRC).

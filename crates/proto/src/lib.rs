@@ -38,17 +38,17 @@ pub mod xrc;
 
 pub use access::AccessFlags;
 pub use config::EngineConfig;
-pub use cq::{CompletionQueue, CqHandle};
+pub use cq::{CqContext, CqHandle};
 pub use engine::{Engine, MAX_MCAST_GROUPS, MAX_MCAST_QP_ATTACH, MAX_MESSAGE_BYTES, MAX_UD_PEERS};
 pub use error::EngineError;
 pub use event::AsyncEvent;
-pub use io::{DatagramMeta, Transmit};
-pub use mr::{AccessError, MemoryFault, MemoryRegion, MrTable, PdHandle, RegionMemory, VecMemory};
+pub use io::{DatagramMeta, DatagramOut};
+pub use mr::{AccessError, MemoryFault, MrEntry, MrTable, PdHandle, RegionMemory, VecMemory};
 pub use mw::{Invalidator, MemoryWindow, MwBinding, MwError, MwType};
 pub use placement::{PlacedPiece, PlacedReceive, PlacementPlan};
 pub use qp::{
     rxe_source_port, ud_source_port, AddressVector, ModifyQpError, Mtu, QpAttr, QpCaps, QpConfig,
-    QpState, QpType, QueuePair, GSI_QKEY,
+    QpContext, QpState, QpType, GSI_QKEY,
 };
 pub use srq::{SharedReceiveQueue, SrqAttr, SrqHandle};
 pub use stats::{DropReason, NakKind, Stats};

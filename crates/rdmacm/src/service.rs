@@ -98,7 +98,7 @@ pub(crate) struct State {
     /// What the CM would send if the process ended now, where another process finds it
     /// (`softrdma::farewell`): made when a connection has something to say, removed when none
     /// has; `None` inside if it cannot be made.
-    farewells: Option<Option<Farewells<softrdma_cm::ib::CmId>>>,
+    farewells: Option<Option<Farewells<softrdma_cm::ib::IbCmId>>>,
 }
 
 impl State {

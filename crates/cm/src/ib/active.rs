@@ -12,7 +12,7 @@ use softrdma_wire::mad::PrivateData;
 use super::event::RepReceived;
 use super::timers::{ack_timeout, iba_time};
 use super::{
-    check_private_data, CmDrop, CmError, CmEvent, CmId, CmState, IbCm, Received, ReqParams,
+    check_private_data, CmDrop, CmError, CmState, IbCm, IbCmEvent, IbCmId, Received, ReqParams,
 };
 
 fn check_param(ok: bool, what: &'static str) -> Result<(), CmError> {
@@ -26,7 +26,7 @@ fn check_param(ok: bool, what: &'static str) -> Result<(), CmError> {
 impl IbCm {
     /// Requests a connection (`ib_send_cm_req`): a new connection in REQ_SENT whose REQ is
     /// resent until a REP, REJ or MRA answers it. The REQ goes to `primary_path.dgid`.
-    pub fn connect(&mut self, now: Instant, p: &ReqParams) -> Result<CmId, CmError> {
+    pub fn connect(&mut self, now: Instant, p: &ReqParams) -> Result<IbCmId, CmError> {
         check_private_data(&p.private_data, private_data_len::REQ)?;
         check_param(
             matches!(p.transport, TransportType::Rc | TransportType::Uc),
@@ -140,7 +140,7 @@ impl IbCm {
         c.target_ack_delay = rep.target_ack_delay;
         c.ack_timeout = ack_timeout(rep.target_ack_delay, c.ack_timeout.saturating_sub(1));
         self.cancel(id);
-        self.event(CmEvent::RepReceived {
+        self.event(IbCmEvent::RepReceived {
             id,
             rep: Box::new(RepReceived {
                 remote_ca_guid: rep.local_ca_guid,
@@ -193,7 +193,7 @@ impl IbCm {
     pub fn send_rtu(
         &mut self,
         _now: Instant,
-        id: CmId,
+        id: IbCmId,
         private_data: &[u8],
     ) -> Result<(), CmError> {
         check_private_data(private_data, private_data_len::RTU)?;

@@ -10,7 +10,7 @@ use softrdma_wire::mad::cm::{attr, private_data_len, CmMad, CmMessage, Drep, Dre
 use softrdma_wire::mad::PrivateData;
 
 use super::timers::iba_time;
-use super::{check_private_data, CmDrop, CmError, CmEvent, CmId, CmState, IbCm, Received};
+use super::{check_private_data, CmDrop, CmError, CmState, IbCm, IbCmEvent, IbCmId, Received};
 
 impl IbCm {
     /// Starts a disconnect (`ib_send_cm_dreq`): the DREQ is resent until the DREP comes;
@@ -18,7 +18,7 @@ impl IbCm {
     pub fn disconnect(
         &mut self,
         now: Instant,
-        id: CmId,
+        id: IbCmId,
         private_data: &[u8],
     ) -> Result<(), CmError> {
         check_private_data(private_data, private_data_len::DREQ)?;
@@ -30,7 +30,7 @@ impl IbCm {
         Ok(())
     }
 
-    fn send_dreq(&mut self, now: Instant, id: CmId, private_data: &[u8]) {
+    fn send_dreq(&mut self, now: Instant, id: IbCmId, private_data: &[u8]) {
         let dreq = self.format_dreq(id, private_data);
         let timeout = self.conns[&id].timeout;
         self.conns.get_mut(&id).expect("exists").state = CmState::DreqSent;
@@ -38,7 +38,7 @@ impl IbCm {
     }
 
     /// Our DREQ for connection `id`, under our TID for it.
-    pub(super) fn format_dreq(&self, id: CmId, private_data: &[u8]) -> CmMad {
+    pub(super) fn format_dreq(&self, id: IbCmId, private_data: &[u8]) -> CmMad {
         let c = &self.conns[&id];
         let dreq = Dreq {
             local_comm_id: c.local_comm_id,
@@ -51,7 +51,7 @@ impl IbCm {
 
     /// A new connection request showed that `old` is stale: Linux sends it a DREQ if it is
     /// established (and nothing otherwise).
-    pub(super) fn dreq_stale(&mut self, now: Instant, old: CmId) {
+    pub(super) fn dreq_stale(&mut self, now: Instant, old: IbCmId) {
         if self
             .conns
             .get(&old)
@@ -65,7 +65,7 @@ impl IbCm {
     pub fn send_drep(
         &mut self,
         now: Instant,
-        id: CmId,
+        id: IbCmId,
         private_data: &[u8],
     ) -> Result<(), CmError> {
         check_private_data(private_data, private_data_len::DREP)?;
@@ -81,7 +81,7 @@ impl IbCm {
     }
 
     /// Our DREP for connection `id` with `private_data`, under the DREQ's TID.
-    pub(super) fn format_drep(&self, id: CmId, private_data: &[u8]) -> CmMad {
+    pub(super) fn format_drep(&self, id: IbCmId, private_data: &[u8]) -> CmMad {
         let c = &self.conns[&id];
         let drep = Drep {
             local_comm_id: c.local_comm_id,
@@ -131,7 +131,7 @@ impl IbCm {
         let c = self.conns.get_mut(&id).expect("acquired");
         c.state = CmState::DreqRcvd;
         c.tid = rx.tid;
-        self.event(CmEvent::DreqReceived {
+        self.event(IbCmEvent::DreqReceived {
             id,
             private_data: dreq.private_data,
         });
@@ -147,7 +147,7 @@ impl IbCm {
         }
         self.enter_timewait(now, id);
         self.cancel(id);
-        self.event(CmEvent::DrepReceived {
+        self.event(IbCmEvent::DrepReceived {
             id,
             private_data: drep.private_data,
         });
@@ -155,7 +155,7 @@ impl IbCm {
 
     /// Enters time-wait (`cm_enter_timewait`): out of the duplicate and stale indexes, idle
     /// again after the ACK timeout.
-    pub(super) fn enter_timewait(&mut self, now: Instant, id: CmId) {
+    pub(super) fn enter_timewait(&mut self, now: Instant, id: IbCmId) {
         self.remove_remote(id);
         if let Some(c) = self.conns.get_mut(&id) {
             c.state = CmState::Timewait;

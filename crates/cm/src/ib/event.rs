@@ -6,7 +6,7 @@ use softrdma_wire::mad::cm::{RejectReason, SidrStatus, TransportType};
 use softrdma_wire::mad::{PrivateData, MAD_LEN};
 use softrdma_wire::{Gid, Psn};
 
-use super::id::{CmId, ListenId};
+use super::id::{IbCmId, ListenId};
 use super::params::PathRecord;
 
 /// A MAD to send on the GSI QP: a UD SEND to `dst_qpn` (always 1 here) at the port whose GID
@@ -134,13 +134,16 @@ pub struct SidrRepReceived {
 }
 
 /// Something the consumer must act on (Linux's `enum ib_cm_event_type`), for connection `id`.
+///
+/// Named for its layer: rdma_cm's events are [`crate::rdma::RdmaEvent`], and librdmacm's
+/// `rdma_cm_event` is `softrdma_rdmacm::CmEvent`.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub enum CmEvent {
+pub enum IbCmEvent {
     /// A new connection request; `id` is the passive side's new connection, in REQ_RCVD.
     /// Accept, reject or MRA it.
     ReqReceived {
         /// The new connection.
-        id: CmId,
+        id: IbCmId,
         /// What the REQ said.
         req: Box<ReqReceived>,
     },
@@ -148,7 +151,7 @@ pub enum CmEvent {
     /// send the RTU ([`super::IbCm::send_rtu`]) — or reject.
     RepReceived {
         /// The connection.
-        id: CmId,
+        id: IbCmId,
         /// What the REP said.
         rep: Box<RepReceived>,
     },
@@ -156,12 +159,12 @@ pub enum CmEvent {
     /// established on the passive side.
     Established {
         /// The connection.
-        id: CmId,
+        id: IbCmId,
     },
     /// The other side rejected.
     RejReceived {
         /// The connection.
-        id: CmId,
+        id: IbCmId,
         /// Why.
         reason: RejectReason,
         /// Additional rejection information (its used part).
@@ -172,84 +175,84 @@ pub enum CmEvent {
     /// The other side needs more time (`service_timeout`, IBTA code); retransmissions wait.
     MraReceived {
         /// The connection.
-        id: CmId,
+        id: IbCmId,
         /// Time asked for.
         service_timeout: u8,
     },
     /// Every REQ went unanswered: the connection is back to idle (rdma_cm: UNREACHABLE).
     ReqError {
         /// The connection.
-        id: CmId,
+        id: IbCmId,
     },
     /// Every REP went unanswered: back to idle (rdma_cm: UNREACHABLE).
     RepError {
         /// The connection.
-        id: CmId,
+        id: IbCmId,
     },
     /// Every DREQ went unanswered: the connection is in time-wait anyway.
     DreqError {
         /// The connection.
-        id: CmId,
+        id: IbCmId,
     },
     /// The other side disconnects: move the QP to error and answer with
     /// [`super::IbCm::send_drep`].
     DreqReceived {
         /// The connection.
-        id: CmId,
+        id: IbCmId,
         /// The DREQ's private data (all 220 bytes).
         private_data: PrivateData<{ pd::DREQ }>,
     },
     /// The other side confirmed the disconnect; the connection is in time-wait.
     DrepReceived {
         /// The connection.
-        id: CmId,
+        id: IbCmId,
         /// The DREP's private data (all 224 bytes).
         private_data: PrivateData<{ pd::DREP }>,
     },
     /// Time-wait is over: the QP may be reused.
     TimewaitExit {
         /// The connection (now idle).
-        id: CmId,
+        id: IbCmId,
     },
     /// A SIDR_REQ for a listening service; `id` answers it with [`super::IbCm::sidr_reply`].
     SidrReqReceived {
         /// The new lookup.
-        id: CmId,
+        id: IbCmId,
         /// What it asked.
         req: Box<SidrReqReceived>,
     },
     /// The answer to this side's SIDR_REQ.
     SidrRepReceived {
         /// The lookup.
-        id: CmId,
+        id: IbCmId,
         /// The answer.
         rep: Box<SidrRepReceived>,
     },
     /// Every SIDR_REQ went unanswered.
     SidrReqError {
         /// The lookup.
-        id: CmId,
+        id: IbCmId,
     },
 }
 
-impl CmEvent {
+impl IbCmEvent {
     /// The connection the event is about.
-    pub fn id(&self) -> CmId {
+    pub fn id(&self) -> IbCmId {
         match self {
-            CmEvent::ReqReceived { id, .. }
-            | CmEvent::RepReceived { id, .. }
-            | CmEvent::Established { id }
-            | CmEvent::RejReceived { id, .. }
-            | CmEvent::MraReceived { id, .. }
-            | CmEvent::ReqError { id }
-            | CmEvent::RepError { id }
-            | CmEvent::DreqError { id }
-            | CmEvent::DreqReceived { id, .. }
-            | CmEvent::DrepReceived { id, .. }
-            | CmEvent::TimewaitExit { id }
-            | CmEvent::SidrReqReceived { id, .. }
-            | CmEvent::SidrRepReceived { id, .. }
-            | CmEvent::SidrReqError { id } => *id,
+            IbCmEvent::ReqReceived { id, .. }
+            | IbCmEvent::RepReceived { id, .. }
+            | IbCmEvent::Established { id }
+            | IbCmEvent::RejReceived { id, .. }
+            | IbCmEvent::MraReceived { id, .. }
+            | IbCmEvent::ReqError { id }
+            | IbCmEvent::RepError { id }
+            | IbCmEvent::DreqError { id }
+            | IbCmEvent::DreqReceived { id, .. }
+            | IbCmEvent::DrepReceived { id, .. }
+            | IbCmEvent::TimewaitExit { id }
+            | IbCmEvent::SidrReqReceived { id, .. }
+            | IbCmEvent::SidrRepReceived { id, .. }
+            | IbCmEvent::SidrReqError { id } => *id,
         }
     }
 }

@@ -4,7 +4,7 @@
 //! clock, no threads; the same calls in the same order give the same bytes out (the
 //! communication IDs and PSNs come from [`CmConfig::rng_seed`]).
 //!
-//! One [`IbCm`] serves one port (one GID). Connections are [`CmId`]s, listeners
+//! One [`IbCm`] serves one port (one GID). Connections are [`IbCmId`]s, listeners
 //! [`ListenId`]s. The files follow the protocol's phases: `active.rs` (`connect`: REQ → REP →
 //! RTU), `passive.rs` (`listen`, REQ, `accept` → REP, RTU), `reject.rs` (REJ and MRA both
 //! ways, `destroy`), `disconnect.rs` (DREQ/DREP, time-wait), `sidr.rs` (SIDR_REQ/SIDR_REP),
@@ -26,7 +26,7 @@
 //!    come out of here too; the driver never resends on its own.
 //! 3. **Time.** Wake up at [`IbCm::poll_timeout`] and call [`IbCm::handle_timeout`]; then drain
 //!    again. `now` must not go backwards.
-//! 4. **Events.** Drain [`IbCm::poll_event`] after every call and act on each [`CmEvent`]:
+//! 4. **Events.** Drain [`IbCm::poll_event`] after every call and act on each [`IbCmEvent`]:
 //!    - `ReqReceived` (passive): create a QP, move it RESET→INIT→RTR→RTS with
 //!      [`IbCm::qp_attr`] (`Init`, `Rtr`, `Rts` in turn; the RTR attributes need the
 //!      connection to have received the REQ, which it has), then [`IbCm::accept`] — or
@@ -92,8 +92,8 @@ mod stats;
 mod timers;
 
 pub use conn::ConnInfo;
-pub use event::{CmEvent, OutMad, RepReceived, ReqReceived, SidrRepReceived, SidrReqReceived};
-pub use id::{CmId, ListenId};
+pub use event::{IbCmEvent, OutMad, RepReceived, ReqReceived, SidrRepReceived, SidrReqReceived};
+pub use id::{IbCmId, ListenId};
 pub use params::{
     PathRecord, RepParams, ReqParams, SidrRepParams, SidrReqParams, CMA_CM_RESPONSE_TIMEOUT,
     CMA_MAX_CM_RETRIES, CMA_MRA_SERVICE_TIMEOUT, ROCE_PACKET_LIFE_TIME,
@@ -179,18 +179,18 @@ pub struct IbCm {
     config: CmConfig,
     rng: Rng,
     next_handle: u64,
-    conns: BTreeMap<CmId, Conn>,
-    by_comm_id: HashMap<u32, CmId>,
-    remote_ids: HashMap<(u32, u64), CmId>,
-    remote_qpns: HashMap<(u32, u64), CmId>,
-    remote_sidr: HashMap<(u32, Gid), CmId>,
+    conns: BTreeMap<IbCmId, Conn>,
+    by_comm_id: HashMap<u32, IbCmId>,
+    remote_ids: HashMap<(u32, u64), IbCmId>,
+    remote_qpns: HashMap<(u32, u64), IbCmId>,
+    remote_sidr: HashMap<(u32, Gid), IbCmId>,
     listeners: BTreeMap<ListenId, Listener>,
     deadlines: Deadlines,
     outbox: VecDeque<OutMad>,
-    events: VecDeque<CmEvent>,
+    events: VecDeque<IbCmEvent>,
     stats: CmStats,
     /// What [`IbCm::farewell_changes`] last reported each connection's farewell from.
-    farewell_keys: HashMap<CmId, (CmState, u32, u64)>,
+    farewell_keys: HashMap<IbCmId, (CmState, u32, u64)>,
 }
 
 impl IbCm {
@@ -225,12 +225,12 @@ impl IbCm {
     }
 
     /// A connection's state and negotiated parameters.
-    pub fn info(&self, id: CmId) -> Option<ConnInfo> {
+    pub fn info(&self, id: IbCmId) -> Option<ConnInfo> {
         self.conns.get(&id).map(ConnInfo::from)
     }
 
     /// Connections that exist (in any state), in creation order.
-    pub fn ids(&self) -> impl Iterator<Item = CmId> + '_ {
+    pub fn ids(&self) -> impl Iterator<Item = IbCmId> + '_ {
         self.conns.keys().copied()
     }
 
@@ -240,7 +240,7 @@ impl IbCm {
     }
 
     /// The next event.
-    pub fn poll_event(&mut self) -> Option<CmEvent> {
+    pub fn poll_event(&mut self) -> Option<IbCmEvent> {
         self.events.pop_front()
     }
 
@@ -343,16 +343,16 @@ impl IbCm {
 
     // ---- helpers shared by the phase files ----
 
-    fn conn(&self, id: CmId) -> Result<&Conn, CmError> {
+    fn conn(&self, id: IbCmId) -> Result<&Conn, CmError> {
         self.conns.get(&id).ok_or(CmError::NoSuchId)
     }
 
-    fn conn_mut(&mut self, id: CmId) -> Result<&mut Conn, CmError> {
+    fn conn_mut(&mut self, id: IbCmId) -> Result<&mut Conn, CmError> {
         self.conns.get_mut(&id).ok_or(CmError::NoSuchId)
     }
 
     /// A new connection with a fresh handle and communication ID.
-    fn create(&mut self, peer: Gid, path: PathRecord) -> Result<CmId, CmError> {
+    fn create(&mut self, peer: Gid, path: PathRecord) -> Result<IbCmId, CmError> {
         if self.conns.len() >= self.config.max_connections {
             return Err(CmError::TooManyConnections);
         }
@@ -365,7 +365,7 @@ impl IbCm {
                 break c;
             }
         };
-        let id = CmId(self.next_handle);
+        let id = IbCmId(self.next_handle);
         self.next_handle += 1;
         self.conns.insert(id, Conn::new(comm_id, peer, path));
         self.by_comm_id.insert(comm_id, id);
@@ -379,7 +379,7 @@ impl IbCm {
 
     /// The connection with our comm ID `local` whose remote comm ID is `remote`
     /// (`cm_acquire_id`: both must match; `remote` 0 finds one that has not learnt it yet).
-    fn acquire(&self, local: u32, remote: u32) -> Option<CmId> {
+    fn acquire(&self, local: u32, remote: u32) -> Option<IbCmId> {
         let id = *self.by_comm_id.get(&local)?;
         (self.conns.get(&id)?.remote_comm_id == remote).then_some(id)
     }
@@ -400,7 +400,7 @@ impl IbCm {
     }
 
     /// Queues a MAD of connection `id` that is resent until answered.
-    fn send_and_wait(&mut self, now: Instant, id: CmId, mad: CmMad, timeout: Duration) {
+    fn send_and_wait(&mut self, now: Instant, id: IbCmId, mad: CmMad, timeout: Duration) {
         let Some(c) = self.conns.get_mut(&id) else {
             return;
         };
@@ -425,7 +425,7 @@ impl IbCm {
     }
 
     /// Queues a MAD for connection `id`, to its peer.
-    fn send_to_peer(&mut self, id: CmId, mad: CmMad) {
+    fn send_to_peer(&mut self, id: IbCmId, mad: CmMad) {
         if let Some(c) = self.conns.get(&id) {
             let (dst, qpn) = (c.peer, c.peer_qpn);
             self.send(dst, qpn, mad);
@@ -433,7 +433,7 @@ impl IbCm {
     }
 
     /// Stops retransmitting `id`'s outstanding MAD (`ib_cancel_mad`).
-    fn cancel(&mut self, id: CmId) {
+    fn cancel(&mut self, id: IbCmId) {
         if let Some(c) = self.conns.get_mut(&id) {
             c.pending = None;
         }
@@ -441,14 +441,14 @@ impl IbCm {
     }
 
     /// Recomputes `id`'s place in the deadline index.
-    fn rearm(&mut self, id: CmId) {
+    fn rearm(&mut self, id: IbCmId) {
         let at = self.conns.get(&id).and_then(Conn::deadline);
         self.deadlines.set(id, at);
     }
 
     /// Indexes `id` by (remote comm ID, remote CA GUID); returns the connection already
     /// there, if any (a duplicate).
-    fn insert_remote_id(&mut self, id: CmId) -> Option<CmId> {
+    fn insert_remote_id(&mut self, id: IbCmId) -> Option<IbCmId> {
         let c = self.conns.get(&id)?;
         let key = (c.remote_comm_id, c.remote_ca_guid);
         if let Some(&other) = self.remote_ids.get(&key) {
@@ -461,7 +461,7 @@ impl IbCm {
 
     /// Indexes `id` by (remote QPN, remote CA GUID); returns the connection already there,
     /// if any (a stale connection).
-    fn insert_remote_qpn(&mut self, id: CmId) -> Option<CmId> {
+    fn insert_remote_qpn(&mut self, id: IbCmId) -> Option<IbCmId> {
         let c = self.conns.get(&id)?;
         let key = (c.remote_qpn, c.remote_ca_guid);
         if let Some(&other) = self.remote_qpns.get(&key) {
@@ -473,7 +473,7 @@ impl IbCm {
     }
 
     /// Drops `id` from the duplicate and stale indexes (`cm_remove_remote`).
-    fn remove_remote(&mut self, id: CmId) {
+    fn remove_remote(&mut self, id: IbCmId) {
         let Some(c) = self.conns.get_mut(&id) else {
             return;
         };
@@ -489,7 +489,7 @@ impl IbCm {
     }
 
     /// Back to idle, out of the indexes (`cm_reset_to_idle`).
-    fn reset_to_idle(&mut self, id: CmId) {
+    fn reset_to_idle(&mut self, id: IbCmId) {
         self.remove_remote(id);
         if let Some(c) = self.conns.get_mut(&id) {
             c.state = CmState::Idle;
@@ -497,7 +497,7 @@ impl IbCm {
     }
 
     /// Forgets `id` entirely.
-    fn forget(&mut self, id: CmId) {
+    fn forget(&mut self, id: IbCmId) {
         self.remove_remote(id);
         if let Some(c) = self.conns.remove(&id) {
             self.by_comm_id.remove(&c.local_comm_id);
@@ -508,12 +508,12 @@ impl IbCm {
         self.deadlines.set(id, None);
     }
 
-    fn event(&mut self, e: CmEvent) {
+    fn event(&mut self, e: IbCmEvent) {
         self.events.push_back(e);
     }
 
     /// A deadline of `id` passed: resend, give up, or leave time-wait.
-    fn expire(&mut self, now: Instant, id: CmId) {
+    fn expire(&mut self, now: Instant, id: IbCmId) {
         let Some(c) = self.conns.get_mut(&id) else {
             self.deadlines.set(id, None);
             return;
@@ -522,7 +522,7 @@ impl IbCm {
             c.timewait_until = None;
             if c.state == CmState::Timewait {
                 c.state = CmState::Idle;
-                self.events.push_back(CmEvent::TimewaitExit { id });
+                self.events.push_back(IbCmEvent::TimewaitExit { id });
             }
         }
         let Some(c) = self.conns.get_mut(&id) else {
@@ -552,25 +552,25 @@ impl IbCm {
     }
 
     /// Every attempt of a MAD went unanswered (`cm_process_send_error`).
-    fn send_failed(&mut self, now: Instant, id: CmId, state: CmState) {
+    fn send_failed(&mut self, now: Instant, id: IbCmId, state: CmState) {
         match state {
             CmState::ReqSent | CmState::MraReqRcvd => {
                 self.reset_to_idle(id);
-                self.event(CmEvent::ReqError { id });
+                self.event(IbCmEvent::ReqError { id });
             }
             CmState::RepSent | CmState::MraRepRcvd => {
                 self.reset_to_idle(id);
-                self.event(CmEvent::RepError { id });
+                self.event(IbCmEvent::RepError { id });
             }
             CmState::DreqSent => {
                 self.enter_timewait(now, id);
-                self.event(CmEvent::DreqError { id });
+                self.event(IbCmEvent::DreqError { id });
             }
             CmState::SidrReqSent => {
                 if let Some(c) = self.conns.get_mut(&id) {
                     c.state = CmState::Idle;
                 }
-                self.event(CmEvent::SidrReqError { id });
+                self.event(IbCmEvent::SidrReqError { id });
             }
             _ => {}
         }

@@ -15,7 +15,7 @@ use super::event::ReqReceived;
 use super::params::PathRecord;
 use super::timers::iba_time;
 use super::{
-    check_private_data, CmDrop, CmError, CmEvent, CmId, CmState, IbCm, Received, RepParams,
+    check_private_data, CmDrop, CmError, CmState, IbCm, IbCmEvent, IbCmId, Received, RepParams,
 };
 
 impl IbCm {
@@ -63,7 +63,7 @@ impl IbCm {
         c.listen_id = Some(listen_id);
         self.insert_remote_id(id);
         self.insert_remote_qpn(id);
-        self.event(CmEvent::ReqReceived {
+        self.event(IbCmEvent::ReqReceived {
             id,
             req: Box::new(ReqReceived {
                 listen_id,
@@ -104,7 +104,7 @@ impl IbCm {
     /// A retransmitted REQ (`cm_dup_req_handler`): ignored while the consumer decides, answered
     /// with the MRA if it asked for time. Once a REP is out, the REP's own retransmission
     /// answers.
-    fn on_dup_req(&mut self, rx: Received, id: CmId) {
+    fn on_dup_req(&mut self, rx: Received, id: IbCmId) {
         self.stats.rx_duplicates.bump(attr::REQ);
         let c = &self.conns[&id];
         if c.state != CmState::MraReqSent {
@@ -123,7 +123,7 @@ impl IbCm {
 
     /// Accepts a request (`ib_send_cm_rep`): sends the REP, resent until the RTU (or the
     /// QP's first packet, [`IbCm::established`]) arrives.
-    pub fn accept(&mut self, now: Instant, id: CmId, p: &RepParams) -> Result<(), CmError> {
+    pub fn accept(&mut self, now: Instant, id: IbCmId, p: &RepParams) -> Result<(), CmError> {
         check_private_data(&p.private_data, private_data_len::REP)?;
         if p.qpn > softrdma_wire::QPN_MASK {
             return Err(CmError::InvalidParameter("QPN over 24 bits"));
@@ -179,20 +179,20 @@ impl IbCm {
         }
         c.state = CmState::Established;
         self.cancel(id);
-        self.event(CmEvent::Established { id });
+        self.event(IbCmEvent::Established { id });
     }
 
     /// The QP received its first packet before the RTU (Linux: `ib_cm_notify` with
     /// `IB_EVENT_COMM_EST`): the connection is established; the REP stops. An `Established`
     /// event follows, as for an RTU.
-    pub fn established(&mut self, _now: Instant, id: CmId) -> Result<(), CmError> {
+    pub fn established(&mut self, _now: Instant, id: IbCmId) -> Result<(), CmError> {
         let c = self.conn_mut(id)?;
         if !matches!(c.state, CmState::RepSent | CmState::MraRepRcvd) {
             return Err(CmError::InvalidState(c.state));
         }
         c.state = CmState::Established;
         self.cancel(id);
-        self.event(CmEvent::Established { id });
+        self.event(IbCmEvent::Established { id });
         Ok(())
     }
 }

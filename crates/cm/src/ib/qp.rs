@@ -8,7 +8,7 @@
 use softrdma_proto::{AccessFlags, AddressVector, Mtu, QpAttr, QpState};
 use softrdma_wire::mad::cm::TransportType;
 
-use super::{CmError, CmId, CmState, IbCm};
+use super::{CmError, CmState, IbCm, IbCmId};
 
 impl IbCm {
     /// The attributes that move connection `id`'s QP to `target` (`Init`, `Rtr` or `Rts`), as
@@ -22,7 +22,7 @@ impl IbCm {
     /// - `Rts`: the PSN to send with, retry and RNR retry counts, READ/atomic requests to
     ///   issue, the local ACK timeout. From REQ_RCVD on (the passive side may go to RTS before
     ///   sending the REP).
-    pub fn qp_attr(&self, id: CmId, target: QpState) -> Result<QpAttr, CmError> {
+    pub fn qp_attr(&self, id: IbCmId, target: QpState) -> Result<QpAttr, CmError> {
         let c = self.conn(id)?;
         use CmState::*;
         let handshake = matches!(

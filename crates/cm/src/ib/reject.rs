@@ -13,7 +13,7 @@ use softrdma_wire::mad::PrivateData;
 
 use super::timers::iba_time;
 use super::{
-    check_private_data, CmDrop, CmError, CmEvent, CmId, CmState, IbCm, OutMad, Received,
+    check_private_data, CmDrop, CmError, CmState, IbCm, IbCmEvent, IbCmId, OutMad, Received,
     SidrRepParams,
 };
 
@@ -24,7 +24,7 @@ impl IbCm {
     pub fn reject(
         &mut self,
         now: Instant,
-        id: CmId,
+        id: IbCmId,
         reason: RejectReason,
         ari: &[u8],
         private_data: &[u8],
@@ -57,7 +57,13 @@ impl IbCm {
 
     /// The REJ for connection `id` in its current state (`cm_format_rej`): which message it
     /// rejects, and our comm ID unless we are still deciding on a REQ.
-    fn format_rej(&self, id: CmId, reason: RejectReason, ari: &[u8], private_data: &[u8]) -> CmMad {
+    fn format_rej(
+        &self,
+        id: IbCmId,
+        reason: RejectReason,
+        ari: &[u8],
+        private_data: &[u8],
+    ) -> CmMad {
         let c = &self.conns[&id];
         let (local_comm_id, msg_rejected) = match c.state {
             CmState::ReqRcvd => (0, MsgResponse::Req),
@@ -137,7 +143,7 @@ impl IbCm {
             }
             _ => return self.stats.drop(CmDrop::WrongState),
         }
-        self.event(CmEvent::RejReceived {
+        self.event(IbCmEvent::RejReceived {
             id,
             reason: rej.reason,
             ari: rej.ari().to_vec(),
@@ -152,7 +158,7 @@ impl IbCm {
     pub fn send_mra(
         &mut self,
         _now: Instant,
-        id: CmId,
+        id: IbCmId,
         service_timeout: u8,
         delay: bool,
         private_data: &[u8],
@@ -216,7 +222,7 @@ impl IbCm {
         p.sent_in = next;
         c.state = next;
         self.rearm(id);
-        self.event(CmEvent::MraReceived {
+        self.event(IbCmEvent::MraReceived {
             id,
             service_timeout: mra.service_timeout,
         });
@@ -226,7 +232,7 @@ impl IbCm {
     /// a REJ (timeout, from the active side; consumer-defined from the passive side), one
     /// DREQ if established, the DREP if a DREQ is unanswered, the SIDR_REP "reject" for an
     /// unanswered SIDR_REQ. The connection is gone afterwards, time-wait included.
-    pub fn destroy(&mut self, now: Instant, id: CmId) -> Result<(), CmError> {
+    pub fn destroy(&mut self, now: Instant, id: IbCmId) -> Result<(), CmError> {
         loop {
             match self.conn(id)?.state {
                 CmState::Idle => break,
@@ -280,7 +286,7 @@ impl IbCm {
     /// SIDR). A driver keeps these where another process finds them, so that a process that
     /// is killed still has its connections ended as Linux ends a dead process's (its CM
     /// destroys them: one DREQ, not resent, for an established one).
-    pub fn farewell(&self, id: CmId) -> Option<OutMad> {
+    pub fn farewell(&self, id: IbCmId) -> Option<OutMad> {
         let c = self.conns.get(&id)?;
         let mad = match c.state {
             CmState::Established => self.format_dreq(id, &[]),
@@ -305,7 +311,7 @@ impl IbCm {
     /// The connections whose [`IbCm::farewell`] changed since the last call, each with its
     /// new one (`None`: nothing to say any more, or the connection is gone). Cheap when
     /// nothing changed: one comparison per connection.
-    pub fn farewell_changes(&mut self) -> Vec<(CmId, Option<OutMad>)> {
+    pub fn farewell_changes(&mut self) -> Vec<(IbCmId, Option<OutMad>)> {
         let mut changes = Vec::new();
         // A farewell follows from the state, the peer's comm ID (and QPN, learnt with it)
         // and the exchange's TID; everything else in it is fixed when the connection is made.
@@ -315,14 +321,14 @@ impl IbCm {
                 changes.push(id);
             }
         }
-        let mut out: Vec<(CmId, Option<OutMad>)> = Vec::with_capacity(changes.len());
+        let mut out: Vec<(IbCmId, Option<OutMad>)> = Vec::with_capacity(changes.len());
         for id in changes {
             let c = &self.conns[&id];
             self.farewell_keys
                 .insert(id, (c.state, c.remote_comm_id, c.tid));
             out.push((id, self.farewell(id)));
         }
-        let gone: Vec<CmId> = self
+        let gone: Vec<IbCmId> = self
             .farewell_keys
             .keys()
             .filter(|id| !self.conns.contains_key(id))

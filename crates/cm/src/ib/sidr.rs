@@ -12,14 +12,14 @@ use softrdma_wire::mad::PrivateData;
 
 use super::event::{SidrRepReceived, SidrReqReceived};
 use super::{
-    check_private_data, CmDrop, CmError, CmEvent, CmId, CmState, IbCm, Received, SidrRepParams,
+    check_private_data, CmDrop, CmError, CmState, IbCm, IbCmEvent, IbCmId, Received, SidrRepParams,
     SidrReqParams,
 };
 
 impl IbCm {
     /// Asks which UD QP serves a service ID (`ib_send_cm_sidr_req`); the SIDR_REQ is resent
     /// every `timeout_ms` until answered.
-    pub fn sidr_request(&mut self, now: Instant, p: &SidrReqParams) -> Result<CmId, CmError> {
+    pub fn sidr_request(&mut self, now: Instant, p: &SidrReqParams) -> Result<IbCmId, CmError> {
         check_private_data(&p.private_data, private_data_len::SIDR_REQ)?;
         if p.max_cm_retries > 15 {
             return Err(CmError::InvalidParameter("CM retries over 15"));
@@ -77,7 +77,7 @@ impl IbCm {
         c.listen_id = Some(listen_id);
         c.in_remote_sidr = true;
         self.remote_sidr.insert((req.request_id, rx.src), id);
-        self.event(CmEvent::SidrReqReceived {
+        self.event(IbCmEvent::SidrReqReceived {
             id,
             req: Box::new(SidrReqReceived {
                 listen_id,
@@ -93,7 +93,7 @@ impl IbCm {
     pub fn sidr_reply(
         &mut self,
         _now: Instant,
-        id: CmId,
+        id: IbCmId,
         p: &SidrRepParams,
     ) -> Result<(), CmError> {
         check_private_data(&p.private_data, private_data_len::SIDR_REP)?;
@@ -140,7 +140,7 @@ impl IbCm {
         }
         self.conn_mut(id).expect("acquired").state = CmState::Idle;
         self.cancel(id);
-        self.event(CmEvent::SidrRepReceived {
+        self.event(IbCmEvent::SidrRepReceived {
             id,
             rep: Box::new(SidrRepReceived {
                 status: rep.status,

@@ -8,7 +8,7 @@ use softrdma_proto::{Duration, Instant};
 use softrdma_wire::mad::MAD_LEN;
 use softrdma_wire::Gid;
 
-use super::id::CmId;
+use super::id::IbCmId;
 use super::state::CmState;
 
 /// An IBTA time code (4.096 µs × 2^code) in Linux's approximation (`cm_convert_to_ms`):
@@ -56,13 +56,13 @@ pub(crate) struct Pending {
 /// touches only the connections that are due.
 #[derive(Debug, Default)]
 pub(crate) struct Deadlines {
-    order: BTreeSet<(Instant, CmId)>,
-    by_id: HashMap<CmId, Instant>,
+    order: BTreeSet<(Instant, IbCmId)>,
+    by_id: HashMap<IbCmId, Instant>,
 }
 
 impl Deadlines {
     /// Sets (or clears) `id`'s deadline.
-    pub(crate) fn set(&mut self, id: CmId, at: Option<Instant>) {
+    pub(crate) fn set(&mut self, id: IbCmId, at: Option<Instant>) {
         if let Some(old) = self.by_id.remove(&id) {
             self.order.remove(&(old, id));
         }
@@ -78,7 +78,7 @@ impl Deadlines {
     }
 
     /// The connections whose deadline is at or before `now`, earliest first.
-    pub(crate) fn due(&self, now: Instant) -> Vec<CmId> {
+    pub(crate) fn due(&self, now: Instant) -> Vec<IbCmId> {
         self.order
             .iter()
             .take_while(|&&(at, _)| at <= now)
@@ -119,14 +119,14 @@ mod tests {
     fn test_deadlines() {
         let mut d = Deadlines::default();
         let t = |ms: u64| Instant::from_nanos(ms * 1_000_000);
-        d.set(CmId(1), Some(t(30)));
-        d.set(CmId(2), Some(t(10)));
-        d.set(CmId(3), Some(t(20)));
+        d.set(IbCmId(1), Some(t(30)));
+        d.set(IbCmId(2), Some(t(10)));
+        d.set(IbCmId(3), Some(t(20)));
         assert_eq!(d.next(), Some(t(10)));
-        d.set(CmId(2), Some(t(40)));
-        assert_eq!(d.due(t(30)), vec![CmId(3), CmId(1)]);
-        d.set(CmId(3), None);
-        d.set(CmId(1), None);
+        d.set(IbCmId(2), Some(t(40)));
+        assert_eq!(d.due(t(30)), vec![IbCmId(3), IbCmId(1)]);
+        d.set(IbCmId(3), None);
+        d.set(IbCmId(1), None);
         assert_eq!(d.next(), Some(t(40)));
         assert!(d.due(t(39)).is_empty());
     }

@@ -8,7 +8,7 @@ use softrdma_proto::Instant;
 use softrdma_wire::mad::cm::{SidrStatus, TransportType};
 use softrdma_wire::mad::cma::{PortSpace, CMA_HEADER_LEN};
 
-use crate::ib::{CmEvent, CmId, CMA_MRA_SERVICE_TIMEOUT};
+use crate::ib::{IbCmEvent, IbCmId, CMA_MRA_SERVICE_TIMEOUT};
 
 use super::addr::{listener_matches, read_header};
 use super::{
@@ -25,8 +25,10 @@ impl RdmaCm {
     pub(super) fn pump(&mut self, now: Instant) {
         while let Some(e) = self.ib.poll_event() {
             match e {
-                CmEvent::ReqReceived { id: cm, req } => self.on_request(now, cm, Request::Rc(req)),
-                CmEvent::SidrReqReceived { id: cm, req } => {
+                IbCmEvent::ReqReceived { id: cm, req } => {
+                    self.on_request(now, cm, Request::Rc(req))
+                }
+                IbCmEvent::SidrReqReceived { id: cm, req } => {
                     self.on_request(now, cm, Request::Ud(req))
                 }
                 other => self.on_cm_event(now, other),
@@ -34,7 +36,7 @@ impl RdmaCm {
         }
     }
 
-    fn on_cm_event(&mut self, now: Instant, e: CmEvent) {
+    fn on_cm_event(&mut self, now: Instant, e: IbCmEvent) {
         let cm = e.id();
         let Some(&id) = self.by_cm.get(&cm) else {
             return;
@@ -43,14 +45,14 @@ impl RdmaCm {
         // cma_ib_handler: everything but TIMEWAIT_EXIT only while connecting/connected,
         // TIMEWAIT_EXIT only after the disconnect.
         let wanted = match e {
-            CmEvent::TimewaitExit { .. } => RdmaState::Disconnect,
+            IbCmEvent::TimewaitExit { .. } => RdmaState::Disconnect,
             _ => RdmaState::Connect,
         };
         if state != wanted {
             return;
         }
         let kind = match e {
-            CmEvent::RepReceived { rep, .. } => {
+            IbCmEvent::RepReceived { rep, .. } => {
                 // The consumer readies its QP before the RTU: retransmitted REPs get an MRA.
                 let _ = self
                     .ib
@@ -69,8 +71,8 @@ impl RdmaCm {
                     },
                 }
             }
-            CmEvent::Established { .. } => RdmaEventKind::Established { ud: None },
-            CmEvent::RejReceived {
+            IbCmEvent::Established { .. } => RdmaEventKind::Established { ud: None },
+            IbCmEvent::RejReceived {
                 reason,
                 private_data,
                 ..
@@ -78,17 +80,17 @@ impl RdmaCm {
                 reason,
                 private_data: private_data.to_vec(),
             },
-            CmEvent::ReqError { .. } | CmEvent::RepError { .. } | CmEvent::SidrReqError { .. } => {
-                RdmaEventKind::Unreachable { sidr_status: None }
-            }
-            CmEvent::DreqReceived { .. }
-            | CmEvent::DrepReceived { .. }
-            | CmEvent::DreqError { .. } => {
+            IbCmEvent::ReqError { .. }
+            | IbCmEvent::RepError { .. }
+            | IbCmEvent::SidrReqError { .. } => RdmaEventKind::Unreachable { sidr_status: None },
+            IbCmEvent::DreqReceived { .. }
+            | IbCmEvent::DrepReceived { .. }
+            | IbCmEvent::DreqError { .. } => {
                 self.ids.get_mut(&id).expect("exists").state = RdmaState::Disconnect;
                 RdmaEventKind::Disconnected
             }
-            CmEvent::TimewaitExit { .. } => RdmaEventKind::TimewaitExit,
-            CmEvent::SidrRepReceived { rep, .. } if rep.status == SidrStatus::Success => {
+            IbCmEvent::TimewaitExit { .. } => RdmaEventKind::TimewaitExit,
+            IbCmEvent::SidrRepReceived { rep, .. } if rep.status == SidrStatus::Success => {
                 let peer = self.ids[&id].dst.map(|d| d.ip());
                 RdmaEventKind::Established {
                     ud: Some(UdParam {
@@ -99,11 +101,11 @@ impl RdmaCm {
                     }),
                 }
             }
-            CmEvent::SidrRepReceived { rep, .. } => RdmaEventKind::Unreachable {
+            IbCmEvent::SidrRepReceived { rep, .. } => RdmaEventKind::Unreachable {
                 sidr_status: Some(rep.status),
             },
-            CmEvent::MraReceived { .. } => return,
-            CmEvent::ReqReceived { .. } | CmEvent::SidrReqReceived { .. } => return,
+            IbCmEvent::MraReceived { .. } => return,
+            IbCmEvent::ReqReceived { .. } | IbCmEvent::SidrReqReceived { .. } => return,
         };
         self.event(id, kind);
     }
@@ -111,7 +113,7 @@ impl RdmaCm {
     /// A REQ or SIDR_REQ reached a service ID we listen on: find the rdma listener its IP
     /// header and QP type fit (`cma_ib_id_from_event`, `cma_ib_check_req_qp_type`), or refuse
     /// it as Linux does when a handler fails — REJ 28, SIDR_REP "reject".
-    fn on_request(&mut self, now: Instant, cm: CmId, req: Request) {
+    fn on_request(&mut self, now: Instant, cm: IbCmId, req: Request) {
         let (service_id, private_data) = match &req {
             Request::Rc(r) => (r.service_id, &r.private_data[..]),
             Request::Ud(r) => (r.service_id, &r.private_data[..]),

@@ -101,7 +101,7 @@ use softrdma_proto::{AccessFlags, Instant, QpAttr, QpState};
 use softrdma_wire::mad::cma::{PortSpace, RDMA_UDP_QKEY};
 use softrdma_wire::{Gid, Psn};
 
-use crate::ib::{CmConfig, CmError, CmId, CmStats, IbCm, ListenId, OutMad};
+use crate::ib::{CmConfig, CmError, CmStats, IbCm, IbCmId, ListenId, OutMad};
 
 mod addr;
 mod connect;
@@ -171,7 +171,7 @@ struct Id {
     src: Option<SocketAddr>,
     /// The peer's.
     dst: Option<SocketAddr>,
-    cm: Option<CmId>,
+    cm: Option<IbCmId>,
     /// The listener this id came from.
     listen_id: Option<RdmaId>,
     /// The PSN this side will receive first (`id_priv->seq_num`, drawn at creation): the
@@ -188,7 +188,7 @@ pub struct RdmaCm {
     rng: Rng,
     next_id: u64,
     ids: BTreeMap<RdmaId, Id>,
-    by_cm: HashMap<CmId, RdmaId>,
+    by_cm: HashMap<IbCmId, RdmaId>,
     ports: Ports,
     /// IB listeners per service ID, with how many rdma listeners share each.
     ib_listens: BTreeMap<u64, (ListenId, usize)>,
@@ -231,7 +231,7 @@ impl RdmaCm {
     }
 
     /// The IB connection behind an id.
-    pub fn cm_id(&self, id: RdmaId) -> Option<CmId> {
+    pub fn cm_id(&self, id: RdmaId) -> Option<IbCmId> {
         self.ids.get(&id).and_then(|i| i.cm)
     }
 
@@ -281,7 +281,7 @@ impl RdmaCm {
 
     /// The connections whose last word changed (see [`IbCm::farewell_changes`]): what a
     /// driver keeps for someone to send should its process die.
-    pub fn farewell_changes(&mut self) -> Vec<(CmId, Option<OutMad>)> {
+    pub fn farewell_changes(&mut self) -> Vec<(IbCmId, Option<OutMad>)> {
         self.ib.farewell_changes()
     }
 

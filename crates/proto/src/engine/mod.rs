@@ -32,11 +32,11 @@ use std::net::IpAddr;
 
 use crate::budget::InflightBudget;
 use crate::config::EngineConfig;
-use crate::cq::{CompletionQueue, CqHandle};
+use crate::cq::{CqContext, CqHandle};
 use crate::error::EngineError;
 use crate::event::AsyncEvent;
 use crate::mr::{MrTable, PdHandle};
-use crate::qp::{Ctx, QpAttr, QpCaps, QpState, QpType, QueuePair};
+use crate::qp::{Ctx, QpAttr, QpCaps, QpContext, QpState, QpType};
 use crate::srq::{SharedReceiveQueue, SrqAttr, SrqHandle};
 use crate::stats::Stats;
 use crate::time::Instant;
@@ -47,7 +47,7 @@ use crate::wr::{RecvWr, SendWr, WcStatus, WorkCompletion};
 struct Shared {
     config: EngineConfig,
     mrs: MrTable,
-    cqs: BTreeMap<CqHandle, CompletionQueue>,
+    cqs: BTreeMap<CqHandle, CqContext>,
     srqs: BTreeMap<SrqHandle, SharedReceiveQueue>,
     events: VecDeque<AsyncEvent>,
     overflowed: Vec<u32>,
@@ -99,7 +99,7 @@ pub struct Engine {
     /// Boxed: a lookup among a thousand QPs then walks small nodes of keys and pointers,
     /// not nodes holding eleven whole QPs each (most of a many-QP run's transmit scheduling
     /// went to cache misses in those).
-    qps: BTreeMap<u32, Box<QueuePair>>,
+    qps: BTreeMap<u32, Box<QpContext>>,
     next_qpn: u32,
     /// QPs that may have output, in the order they became ready.
     ready: VecDeque<u32>,
@@ -120,7 +120,7 @@ pub struct Engine {
     /// Request packets in flight over all QPs (the sum of their `counted_inflight`).
     inflight: u32,
     /// QPs that held a packet back for the device budget, to wake when it frees up (each at
-    /// most once: `QueuePair::budget_listed`).
+    /// most once: `QpContext::budget_listed`).
     starved: VecDeque<u32>,
     /// The QP the latest request or READ response was for, and whether it was a request:
     /// whose message the next datagram most likely continues (see
@@ -215,7 +215,7 @@ impl Engine {
     pub fn create_cq(&mut self, capacity: usize) -> CqHandle {
         let cq = CqHandle(self.next_cq);
         self.next_cq += 1;
-        self.shared.cqs.insert(cq, CompletionQueue::new(capacity));
+        self.shared.cqs.insert(cq, CqContext::new(capacity));
         cq
     }
 
@@ -268,7 +268,7 @@ impl Engine {
     }
 
     /// A completion queue, to inspect.
-    pub fn cq(&self, cq: CqHandle) -> Option<&CompletionQueue> {
+    pub fn cq(&self, cq: CqHandle) -> Option<&CqContext> {
         self.shared.cqs.get(&cq)
     }
 
@@ -321,7 +321,7 @@ impl Engine {
             ));
         }
         let qpn = self.alloc_qpn()?;
-        let mut qp = QueuePair::new(qpn, qp_type, pd, send_cq, recv_cq, caps);
+        let mut qp = QpContext::new(qpn, qp_type, pd, send_cq, recv_cq, caps);
         qp.srq = srq;
         Ok(self.insert_qp(qp))
     }
@@ -344,7 +344,7 @@ impl Engine {
     }
 
     /// Files a new QP under its number.
-    fn insert_qp(&mut self, mut qp: QueuePair) -> u32 {
+    fn insert_qp(&mut self, mut qp: QpContext) -> u32 {
         if self.shared.config.peers_use_small_ipv4_ids {
             qp.peer_ids = crate::qp::PeerIpv4Ids::small_only();
         }
@@ -373,7 +373,7 @@ impl Engine {
         if !self.shared.cqs.contains_key(&send_cq) || !self.shared.cqs.contains_key(&recv_cq) {
             return Err(EngineError::NoSuchCq);
         }
-        let qp = QueuePair::new(GSI_QPN, QpType::Ud, pd, send_cq, recv_cq, caps);
+        let qp = QpContext::new(GSI_QPN, QpType::Ud, pd, send_cq, recv_cq, caps);
         self.qps.insert(GSI_QPN, Box::new(qp));
         Ok(GSI_QPN)
     }
@@ -392,7 +392,7 @@ impl Engine {
     }
 
     /// A QP, to inspect.
-    pub fn qp(&self, qpn: u32) -> Option<&QueuePair> {
+    pub fn qp(&self, qpn: u32) -> Option<&QpContext> {
         self.qps.get(&qpn).map(|qp| &**qp)
     }
 
@@ -685,7 +685,7 @@ impl Engine {
 /// state, room in its send queue, and the WR itself.
 fn send_check(
     config: &EngineConfig,
-    qp: &QueuePair,
+    qp: &QpContext,
     wr: &SendWr,
     ahead: usize,
 ) -> Result<(), EngineError> {

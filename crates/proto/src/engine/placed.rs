@@ -11,7 +11,7 @@ use crate::placement::{
     Expected, PlacedPiece, PlacedReceive, PlacementPlan, PlanKind, MAX_DATAGRAM,
 };
 use crate::qp::requester::read_chunk;
-use crate::qp::{Placed, QueuePair};
+use crate::qp::{Placed, QpContext};
 use crate::time::Instant;
 
 /// Most packets one plan expects: what one GRO receive can hold (the kernel's
@@ -57,7 +57,7 @@ impl Engine {
         self.write_plan(qpn, qp).or_else(|| self.read_plan(qpn, qp))
     }
 
-    fn write_plan(&self, qpn: u32, qp: &QueuePair) -> Option<PlacementPlan> {
+    fn write_plan(&self, qpn: u32, qp: &QpContext) -> Option<PlacementPlan> {
         let t = qp.write_placement(&self.shared.mrs)?;
         let mtu = t.mtu as usize;
         let full = Bth::LEN + mtu + ICRC_LEN;
@@ -102,7 +102,7 @@ impl Engine {
         ))
     }
 
-    fn read_plan(&self, qpn: u32, qp: &QueuePair) -> Option<PlacementPlan> {
+    fn read_plan(&self, qpn: u32, qp: &QpContext) -> Option<PlacementPlan> {
         if !self.shared.config.place_read_responses {
             return None;
         }

@@ -4,8 +4,8 @@
 use std::collections::BTreeSet;
 
 use super::Engine;
-use crate::io::Transmit;
-use crate::qp::{turn_goes_on, QpState, QueuePair, TRANSMIT_TURN};
+use crate::io::DatagramOut;
+use crate::qp::{turn_goes_on, QpContext, QpState, TRANSMIT_TURN};
 use crate::time::Instant;
 
 /// Packets a budget-starved QP woken is taken to send, until a turn has run to its end and
@@ -16,7 +16,7 @@ impl Engine {
     /// Writes the next datagram to send into `out` and describes it, or returns `None` when
     /// nothing is ready. Call until `None`. The ICRC assumes the datagram leaves with IPv4
     /// identification 0 (a plain don't-fragment send from an unconnected socket).
-    pub fn poll_transmit(&mut self, now: Instant, out: &mut Vec<u8>) -> Option<Transmit> {
+    pub fn poll_transmit(&mut self, now: Instant, out: &mut Vec<u8>) -> Option<DatagramOut> {
         self.poll_transmit_segment(now, out, 0)
     }
 
@@ -30,7 +30,7 @@ impl Engine {
         now: Instant,
         out: &mut Vec<u8>,
         ipv4_id: u16,
-    ) -> Option<Transmit> {
+    ) -> Option<DatagramOut> {
         let t = self.poll_transmit_at(now, out, 0, ipv4_id);
         if let Some(t) = &t {
             out.truncate(t.len);
@@ -49,7 +49,7 @@ impl Engine {
         out: &mut Vec<u8>,
         at: usize,
         ipv4_id: u16,
-    ) -> Option<Transmit> {
+    ) -> Option<DatagramOut> {
         if self.ready.is_empty() {
             // Nothing else would wake the QPs waiting for the budget if no ACK is to come.
             self.wake_starved(u32::MAX);
@@ -218,7 +218,7 @@ fn sync_qp(
     timers: &mut BTreeSet<(Instant, u32)>,
     inflight: &mut u32,
     qpn: u32,
-    qp: &mut QueuePair,
+    qp: &mut QpContext,
 ) -> u32 {
     let now_inflight = match qp.state {
         QpState::Rts | QpState::Sqd => qp.req.budget_share(),

@@ -4,7 +4,7 @@ use super::Engine;
 use crate::cq::CqHandle;
 use crate::error::EngineError;
 use crate::mr::PdHandle;
-use crate::qp::{QpCaps, QpType, QueuePair};
+use crate::qp::{QpCaps, QpContext, QpType};
 use crate::srq::{SharedReceiveQueue, SrqAttr, SrqHandle};
 use crate::xrc::{XrcSrq, XrcdHandle};
 
@@ -73,7 +73,7 @@ impl Engine {
             max_recv_sge: 0,
             max_inline_data: 0,
         };
-        let mut qp = QueuePair::new(
+        let mut qp = QpContext::new(
             qpn,
             QpType::XrcTgt,
             PdHandle(0),

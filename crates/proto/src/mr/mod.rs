@@ -96,8 +96,11 @@ pub trait RegionMemory: Send + Sync {
 pub struct MemoryFault;
 
 /// The engine's record of one registered memory region.
+///
+/// An entry of the key table [`MrTable`], as a NIC's memory key table entry; the
+/// application's handle is `softrdma::MemoryRegion`.
 #[derive(Clone)]
-pub struct MemoryRegion {
+pub struct MrEntry {
     /// Local key (equal to the remote key, as in rxe).
     pub lkey: u32,
     /// Remote key.
@@ -114,9 +117,9 @@ pub struct MemoryRegion {
     pub memory: Arc<dyn RegionMemory>,
 }
 
-impl fmt::Debug for MemoryRegion {
+impl fmt::Debug for MrEntry {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.debug_struct("MemoryRegion")
+        f.debug_struct("MrEntry")
             .field("lkey", &format_args!("{:#x}", self.lkey))
             .field("pd", &self.pd)
             .field("iova", &format_args!("{:#x}", self.iova))
@@ -126,7 +129,7 @@ impl fmt::Debug for MemoryRegion {
     }
 }
 
-impl MemoryRegion {
+impl MrEntry {
     /// Offset of `[addr, addr + len)` inside the region, if it lies entirely inside.
     pub fn offset_of(&self, addr: u64, len: u64) -> Option<usize> {
         let off = addr.checked_sub(self.iova)?;
@@ -216,7 +219,7 @@ pub(crate) struct MrSlot {
 /// What a key names: regions and windows share one key space, as their rkeys travel in the
 /// same RETH field and must never collide.
 pub(crate) enum KeyObject {
-    Region(MemoryRegion),
+    Region(MrEntry),
     Window(MemoryWindow),
 }
 
@@ -296,7 +299,7 @@ impl MrTable {
         memory: Arc<dyn RegionMemory>,
     ) -> Option<u32> {
         self.insert(|key| {
-            KeyObject::Region(MemoryRegion {
+            KeyObject::Region(MrEntry {
                 lkey: key,
                 rkey: key,
                 pd,
@@ -393,7 +396,7 @@ impl MrTable {
 
     /// The region with this key.
     #[inline]
-    pub fn get(&self, key: u32) -> Option<&MemoryRegion> {
+    pub fn get(&self, key: u32) -> Option<&MrEntry> {
         match self.slots.get(self.slot(key))?.object.as_ref()? {
             KeyObject::Region(r) if r.lkey == key => Some(r),
             _ => None,
@@ -401,7 +404,7 @@ impl MrTable {
     }
 
     /// Every registered region, in slot order (not key order: keys are scrambled).
-    pub fn iter(&self) -> impl Iterator<Item = &MemoryRegion> {
+    pub fn iter(&self) -> impl Iterator<Item = &MrEntry> {
         self.slots.iter().filter_map(|s| match s.object.as_ref()? {
             KeyObject::Region(r) => Some(r),
             KeyObject::Window(_) => None,
@@ -426,7 +429,7 @@ impl MrTable {
         addr: u64,
         len: u64,
         need: AccessFlags,
-    ) -> Result<(&MemoryRegion, usize), AccessError> {
+    ) -> Result<(&MrEntry, usize), AccessError> {
         let mr = self.get(key).ok_or(AccessError::BadKey(key))?;
         if mr.pd != pd {
             return Err(AccessError::WrongPd);
@@ -541,7 +544,7 @@ impl MrTable {
         mut offset: u64,
         len: usize,
         need: AccessFlags,
-        mut f: impl FnMut(&MemoryRegion, usize, usize, usize) -> Result<(), MemoryFault>,
+        mut f: impl FnMut(&MrEntry, usize, usize, usize) -> Result<(), MemoryFault>,
     ) -> Result<(), AccessError> {
         let mut done = 0usize;
         for sge in sgl {

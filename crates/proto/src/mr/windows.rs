@@ -1,7 +1,7 @@
 //! The window operations of the key table: allocation, binds, invalidation, and the check
 //! of an incoming access through a window (the model is in [`crate::mw`]).
 
-use super::{AccessError, KeyObject, MemoryRegion, MrTable, PdHandle};
+use super::{AccessError, KeyObject, MrEntry, MrTable, PdHandle};
 use crate::access::AccessFlags;
 use crate::mw::{Invalidator, MemoryWindow, MwBinding, MwError, MwType};
 use crate::wr::MwBind;
@@ -208,7 +208,7 @@ impl MrTable {
         va: u64,
         len: u64,
         need: AccessFlags,
-    ) -> Result<(&MemoryRegion, usize), AccessError> {
+    ) -> Result<(&MrEntry, usize), AccessError> {
         let Some(window) = self.window(rkey) else {
             return self.check(pd, rkey, va, len, need);
         };
@@ -233,7 +233,7 @@ impl MrTable {
 }
 
 /// The region-side checks of a bind (IBTA C10-73 to C10-75).
-fn check_region_for_window(mr: &MemoryRegion, bind: &MwBind) -> Result<(), MwError> {
+fn check_region_for_window(mr: &MrEntry, bind: &MwBind) -> Result<(), MwError> {
     rights_back_window(mr.access, bind.access)?;
     mr.offset_of(bind.addr, bind.length)
         .map(|_| ())

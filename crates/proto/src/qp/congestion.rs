@@ -5,11 +5,11 @@
 use softrdma_wire::{Bth, ExtHeaders, Opcode, Psn};
 
 use super::timers::Timer;
-use super::{Ctx, QueuePair};
+use super::{Ctx, QpContext};
 use crate::cc::{ACK_BEFORE_PAUSE, ECT0};
-use crate::io::Transmit;
+use crate::io::DatagramOut;
 
-impl QueuePair {
+impl QpContext {
     /// A packet for this QP arrived marked Congestion Experienced.
     pub(crate) fn on_congestion_experienced(&mut self, ctx: &mut Ctx<'_>) {
         ctx.stats.ecn_ce_received += 1;
@@ -20,7 +20,7 @@ impl QueuePair {
 
     /// The CNP due to the peer QP, if one is (RoCEv2 Annex A17: BTH opcode 0x81 with BECN
     /// set and PSN 0, 16 reserved bytes, ICRC — as rxe's and Wireshark's decoders read it).
-    pub(crate) fn poll_cnp(&mut self, ctx: &mut Ctx<'_>, out: &mut Vec<u8>) -> Option<Transmit> {
+    pub(crate) fn poll_cnp(&mut self, ctx: &mut Ctx<'_>, out: &mut Vec<u8>) -> Option<DatagramOut> {
         if !self.np.pending {
             return None;
         }
@@ -68,7 +68,7 @@ impl QueuePair {
         &mut self,
         ctx: &mut Ctx<'_>,
         out: &mut Vec<u8>,
-    ) -> Option<Transmit> {
+    ) -> Option<DatagramOut> {
         if let Some(rp) = &self.rp {
             if !rp.may_send(ctx.now) {
                 if self.req.has_output() {

@@ -16,19 +16,19 @@ use std::net::SocketAddr;
 use softrdma_wire::{crc32_update, Bth, Deth, ExtHeaders, ImmDt, Opcode, PacketRepr, GRH_LEN};
 
 use super::attr::{QpState, GSI_QKEY};
-use super::{Ctx, QueuePair};
-use crate::io::Transmit;
+use super::{Ctx, QpContext};
+use crate::io::DatagramOut;
 use crate::mr::MrTable;
 use crate::stats::DropReason;
 use crate::wr::{SendFlags, SendOp, WcOpcode, WcStatus, WorkCompletion};
 
-impl QueuePair {
+impl QpContext {
     /// The next UD datagram: the WQE at the head of the send queue, sent and completed.
     pub(crate) fn poll_datagram_transmit(
         &mut self,
         ctx: &mut Ctx<'_>,
         out: &mut Vec<u8>,
-    ) -> Option<Transmit> {
+    ) -> Option<DatagramOut> {
         if !matches!(self.state, QpState::Rts) || self.req.waiting_out_rnr() {
             return None;
         }

@@ -4,7 +4,7 @@
 //! The stages live in their own files, as in rxe: `requester` turns send WQEs into request
 //! packets, `completer` consumes ACKs, NAKs, READ responses and atomic ACKs and retires WQEs
 //! in order, `responder` executes incoming requests (one file per operation). They share the
-//! [`QueuePair`] and talk through its fields, all on one thread, driven by the engine.
+//! [`QpContext`] and talk through its fields, all on one thread, driven by the engine.
 
 pub mod attr;
 pub(crate) mod congestion;
@@ -26,9 +26,9 @@ use softrdma_wire::{
 use crate::budget::InflightBudget;
 use crate::cc::{NotificationPoint, ReactionPoint};
 use crate::config::EngineConfig;
-use crate::cq::{CompletionQueue, CqHandle};
+use crate::cq::{CqContext, CqHandle};
 use crate::event::AsyncEvent;
-use crate::io::Transmit;
+use crate::io::DatagramOut;
 use crate::mr::{MrTable, PdHandle};
 use crate::srq::{SharedReceiveQueue, SrqHandle};
 use crate::stats::Stats;
@@ -72,7 +72,7 @@ pub(crate) struct Ctx<'a> {
     pub stamp: Instant,
     pub config: &'a EngineConfig,
     pub mrs: &'a mut MrTable,
-    pub cqs: &'a mut BTreeMap<CqHandle, CompletionQueue>,
+    pub cqs: &'a mut BTreeMap<CqHandle, CqContext>,
     pub srqs: &'a mut BTreeMap<SrqHandle, SharedReceiveQueue>,
     pub events: &'a mut VecDeque<AsyncEvent>,
     /// QPs whose completion did not fit their CQ: the engine moves them to the error state
@@ -167,8 +167,11 @@ impl Ctx<'_> {
     }
 }
 
-/// A queue pair.
-pub struct QueuePair {
+/// A queue pair as the engine keeps it.
+///
+/// The engine's context of a QP, as a NIC's QP context; the application's handle is
+/// `softrdma::QueuePair`.
+pub struct QpContext {
     pub(crate) qpn: u32,
     pub(crate) qp_type: QpType,
     pub(crate) pd: PdHandle,
@@ -269,7 +272,7 @@ impl PeerIpv4Ids {
     }
 }
 
-impl QueuePair {
+impl QpContext {
     pub(crate) fn new(
         qpn: u32,
         qp_type: QpType,
@@ -277,8 +280,8 @@ impl QueuePair {
         send_cq: CqHandle,
         recv_cq: CqHandle,
         caps: QpCaps,
-    ) -> QueuePair {
-        QueuePair {
+    ) -> QpContext {
+        QpContext {
             qpn,
             qp_type,
             pd,
@@ -510,7 +513,7 @@ impl QueuePair {
         ext: &ExtHeaders,
         payload_len: usize,
         fill: impl FnOnce(&MrTable, &mut [u8], u32) -> Option<u32>,
-    ) -> Option<Transmit> {
+    ) -> Option<DatagramOut> {
         let dst = self.peer(ctx)?;
         self.build_packet_to(ctx, out, dst, bth, ext, payload_len, fill)
     }
@@ -526,7 +529,7 @@ impl QueuePair {
         ext: &ExtHeaders,
         payload_len: usize,
         fill: impl FnOnce(&MrTable, &mut [u8], u32) -> Option<u32>,
-    ) -> Option<Transmit> {
+    ) -> Option<DatagramOut> {
         let len = packet_len(bth.opcode, payload_len);
         let end = ctx.out_at + len;
         if out.len() < end {
@@ -550,7 +553,7 @@ impl QueuePair {
         ctx.stats.tx_packets += 1;
         ctx.stats.tx_bytes += len as u64;
         Stats::count_opcode(&mut ctx.stats.tx_by_opcode, bth.opcode.0);
-        Some(Transmit {
+        Some(DatagramOut {
             dst,
             src_port: self.src_port,
             ecn: 0,
@@ -564,7 +567,7 @@ impl QueuePair {
         &mut self,
         ctx: &mut Ctx<'_>,
         out: &mut Vec<u8>,
-    ) -> Option<Transmit> {
+    ) -> Option<DatagramOut> {
         if matches!(self.state, QpState::Reset | QpState::Init | QpState::Err) {
             return None;
         }

@@ -4,7 +4,7 @@
 //! its completion, as on hardware.
 
 use super::attr::QpType;
-use super::QueuePair;
+use super::QpContext;
 use crate::config::EngineConfig;
 use crate::error::EngineError;
 use crate::wr::{SendFlags, SendOp, SendWr, FLUSH_GLOBAL, FLUSH_PERSISTENT};
@@ -12,7 +12,7 @@ use crate::wr::{SendFlags, SendOp, SendWr, FLUSH_GLOBAL, FLUSH_PERSISTENT};
 /// Largest message the engine accepts (rxe's max_msg_sz is 8 MiB; IBTA allows 2^31).
 pub const MAX_MESSAGE_BYTES: u64 = 1 << 31;
 
-impl QueuePair {
+impl QpContext {
     /// Checks `wr` against this QP's transport and capacities.
     pub(crate) fn validate_send(
         &self,

@@ -8,6 +8,8 @@ use softrdma_proto::Mtu;
 use softrdma_udp::ROCEV2_UDP_PORT;
 
 use crate::backend::LocalFabric;
+#[cfg(doc)]
+use crate::Device;
 use crate::faults::FaultConfig;
 
 /// How to open a [`Device`]. `DeviceConfig::new(ip)` gives the defaults.

@@ -16,21 +16,21 @@ use softrdma_wire::{
 };
 
 use crate::config::EngineConfig;
-use crate::io::Transmit;
+use crate::io::DatagramOut;
 use crate::mr::MrTable;
 use crate::qp::attr::{QpState, QpType};
 use crate::qp::timers::Timer;
-use crate::qp::{turn_goes_on, Ctx, QueuePair};
+use crate::qp::{turn_goes_on, Ctx, QpContext};
 use crate::wr::{FlushLevel, SendFlags, SendOp, WcStatus};
 use state::SendWqe;
 
-impl QueuePair {
+impl QpContext {
     /// Produces the next request packet, new or retransmitted.
     pub(crate) fn poll_requester_transmit(
         &mut self,
         ctx: &mut Ctx<'_>,
         out: &mut Vec<u8>,
-    ) -> Option<Transmit> {
+    ) -> Option<DatagramOut> {
         loop {
             if !matches!(self.state, QpState::Rts | QpState::Sqd) || self.req.rnr_wait {
                 return None;
@@ -193,7 +193,12 @@ impl QueuePair {
     /// Resends the single packet `psn` (a selective repeat's repair) with AckReq set, the
     /// cursor left where it was. `None` when there is nothing to send after all (`psn` has been
     /// acknowledged meanwhile) or the QP failed.
-    fn resend_one(&mut self, ctx: &mut Ctx<'_>, out: &mut Vec<u8>, psn: Psn) -> Option<Transmit> {
+    fn resend_one(
+        &mut self,
+        ctx: &mut Ctx<'_>,
+        out: &mut Vec<u8>,
+        psn: Psn,
+    ) -> Option<DatagramOut> {
         if psn.is_before(self.req.unacked_psn) || !psn.is_before(self.req.sent_high) {
             return None;
         }
@@ -219,7 +224,7 @@ impl QueuePair {
         &mut self,
         ctx: &mut Ctx<'_>,
         out: &mut Vec<u8>,
-    ) -> Result<Transmit, RequestBuild> {
+    ) -> Result<DatagramOut, RequestBuild> {
         let idx = self.req.cursor;
         let k = self.req.cursor_pkt;
         let wqe = &self.req.sq[idx];

@@ -7,7 +7,7 @@ use softrdma_wire::{Opcode, Psn};
 
 use crate::access::AccessFlags;
 use crate::mr::{MrTable, RegionMemory};
-use crate::qp::{QpState, QpType, QueuePair};
+use crate::qp::{QpContext, QpState, QpType};
 use crate::wr::SendOp;
 
 /// Where one expected READ response's payload goes.
@@ -25,7 +25,7 @@ pub(crate) struct ReadTarget {
     pub at_message: u64,
 }
 
-impl QueuePair {
+impl QpContext {
     /// The next READ responses this RC QP expects, if they may be received straight into
     /// the READs' local buffers (`crate::placement`): from the oldest unacknowledged PSN on,
     /// through the READ it belongs to and the READs after it whose PSNs follow on, at most
@@ -93,7 +93,7 @@ impl QueuePair {
     }
 
     /// Whether the response this QP expects next is `psn`, `at_message` bytes into the READ
-    /// it answers (see [`QueuePair::read_placement`]).
+    /// it answers (see [`QpContext::read_placement`]).
     pub(crate) fn expects_placed_response(&self, psn: Psn, at_message: u64) -> bool {
         self.qp_type == QpType::Rc
             && matches!(self.state, QpState::Rts | QpState::Sqd)

@@ -130,7 +130,7 @@ pub(crate) struct Requester {
     /// One packet to resend before anything else: the repair of a selective repeat.
     pub(in crate::qp::requester) resend: Option<Psn>,
     /// Further copies of `resend` to send after it: a retransmission after timeouts that
-    /// made no progress goes more than once (see `QueuePair::retry_copies`).
+    /// made no progress goes more than once (see `QpContext::retry_copies`).
     pub(in crate::qp::requester) resend_copies: u32,
     /// The selective repeat under way, if any (see `completer/repair.rs`).
     pub(in crate::qp::requester) repair: Option<Repair>,

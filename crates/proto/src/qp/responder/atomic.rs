@@ -6,9 +6,9 @@ use softrdma_wire::{OpKind, PacketRepr};
 use super::{check_remote, RespError};
 use crate::access::AccessFlags;
 use crate::qp::responder::state::{Output, Resource};
-use crate::qp::{Ctx, QueuePair};
+use crate::qp::{Ctx, QpContext};
 
-impl QueuePair {
+impl QpContext {
     pub(super) fn execute_atomic(
         &mut self,
         ctx: &mut Ctx<'_>,

@@ -15,10 +15,10 @@ use softrdma_wire::{OpKind, PacketRepr, Syndrome};
 
 use super::read::read_packets;
 use crate::qp::responder::state::{Output, Resource};
-use crate::qp::{Ctx, QueuePair};
+use crate::qp::{Ctx, QpContext};
 use crate::stats::DropReason;
 
-impl QueuePair {
+impl QpContext {
     pub(super) fn handle_duplicate(&mut self, ctx: &mut Ctx<'_>, pkt: &PacketRepr<'_>) {
         let Some(info) = pkt.bth.opcode.info() else {
             return;

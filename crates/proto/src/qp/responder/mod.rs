@@ -1,7 +1,7 @@
 //! The responder: executes incoming requests in PSN order and answers them (IBTA 9.7.4–9.7.6).
 //!
 //! Pipeline for each request packet, each step a function that either passes or answers:
-//! 1. [`QueuePair::handle_request`] checks the PSN: the expected one is executed; a later one is
+//! 1. [`QpContext::handle_request`] checks the PSN: the expected one is executed; a later one is
 //!    a sequence error (one NAK per error, IBTA C9-91ish: "NAK once, then silently drop until
 //!    the expected PSN shows up"); an earlier one is a duplicate (see [`duplicate`]).
 //! 2. The opcode must continue the message in progress (FIRST/MIDDLE/LAST order).
@@ -31,10 +31,10 @@ use softrdma_wire::{
 };
 
 use super::attr::QpType;
-use super::{Ctx, QueuePair};
+use super::{Ctx, QpContext};
 use crate::access::AccessFlags;
 use crate::event::AsyncEvent;
-use crate::io::Transmit;
+use crate::io::DatagramOut;
 use crate::stats::{DropReason, NakKind};
 use crate::wr::WcStatus;
 use state::Output;
@@ -93,30 +93,30 @@ impl RespError {
 /// [`crate::mw`]), and `[va, va + len)` lies inside the region or window. Any failure is a
 /// remote access error, whatever the detail: the requester learns nothing more, as on rxe.
 /// (An operation the QP does not take at all was refused before, Invalid Request: see
-/// [`QueuePair::takes_op`]; the QP's rights are checked here again because some callers
+/// [`QpContext::takes_op`]; the QP's rights are checked here again because some callers
 /// need more than the opcode says.)
 pub(super) fn check_remote<'m>(
-    qp: &QueuePair,
+    qp: &QpContext,
     mrs: &'m crate::mr::MrTable,
     rkey: u32,
     va: u64,
     len: u64,
     right: crate::access::AccessFlags,
-) -> Result<(&'m crate::mr::MemoryRegion, usize), RespError> {
+) -> Result<(&'m crate::mr::MrEntry, usize), RespError> {
     check_remote_in(qp, qp.pd, mrs, rkey, va, len, right)
 }
 
 /// [`check_remote`] in protection domain `pd`: where an answer made later (a READ's
 /// response) must use the domain of its request, which an XRC target may have left since.
 pub(super) fn check_remote_in<'m>(
-    qp: &QueuePair,
+    qp: &QpContext,
     pd: crate::mr::PdHandle,
     mrs: &'m crate::mr::MrTable,
     rkey: u32,
     va: u64,
     len: u64,
     right: crate::access::AccessFlags,
-) -> Result<(&'m crate::mr::MemoryRegion, usize), RespError> {
+) -> Result<(&'m crate::mr::MrEntry, usize), RespError> {
     if !qp.cfg.access.contains(right) {
         return Err(RespError::RemoteAccess);
     }
@@ -124,7 +124,7 @@ pub(super) fn check_remote_in<'m>(
         .map_err(|_| RespError::RemoteAccess)
 }
 
-impl QueuePair {
+impl QpContext {
     /// Handles a request packet addressed to this QP (state already checked by the engine).
     pub(crate) fn handle_request(&mut self, ctx: &mut Ctx<'_>, pkt: &PacketRepr<'_>) {
         // A payload placed straight into memory (see `crate::placement`) is for the expected
@@ -348,7 +348,7 @@ impl QueuePair {
         &mut self,
         ctx: &mut Ctx<'_>,
         out: &mut Vec<u8>,
-    ) -> Option<Transmit> {
+    ) -> Option<DatagramOut> {
         loop {
             let job = *self.resp.output.front()?;
             let t = match job {

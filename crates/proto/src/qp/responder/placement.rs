@@ -13,10 +13,10 @@ use softrdma_wire::PacketRepr;
 use super::{check_remote, RespError};
 use crate::access::AccessFlags;
 use crate::qp::responder::state::{Output, Resource};
-use crate::qp::{Ctx, QueuePair};
+use crate::qp::{Ctx, QpContext};
 use crate::wr::{FLUSH_GLOBAL, FLUSH_PERSISTENT};
 
-impl QueuePair {
+impl QpContext {
     pub(super) fn execute_atomic_write(
         &mut self,
         ctx: &mut Ctx<'_>,

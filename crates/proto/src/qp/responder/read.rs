@@ -5,12 +5,12 @@ use softrdma_wire::{Aeth, Bth, ExtHeaders, Opcode, PacketRepr, Psn, Reth, Syndro
 
 use super::{check_remote, check_remote_in, RespError};
 use crate::access::AccessFlags;
-use crate::io::Transmit;
+use crate::io::DatagramOut;
 use crate::qp::responder::state::{Output, Resource};
-use crate::qp::{Ctx, QueuePair};
+use crate::qp::{Ctx, QpContext};
 use crate::stats::DropReason;
 
-impl QueuePair {
+impl QpContext {
     pub(super) fn execute_read(
         &mut self,
         ctx: &mut Ctx<'_>,
@@ -87,7 +87,7 @@ impl QueuePair {
         &mut self,
         ctx: &mut Ctx<'_>,
         out: &mut Vec<u8>,
-    ) -> Option<Transmit> {
+    ) -> Option<DatagramOut> {
         let Some(Output::Read {
             start,
             pd,
@@ -187,7 +187,7 @@ impl QueuePair {
     }
 }
 
-impl QueuePair {
+impl QpContext {
     /// Ends the READ response at the front of the output queue with a remote access NAK at
     /// `psn` in place of its data, which cannot be read: a fatal error for the QP (class C).
     fn nak_read_access(&mut self, ctx: &mut Ctx<'_>, psn: Psn) {

@@ -2,10 +2,10 @@
 //! was created on. The responder stages take, peek at and give back WQEs only through these.
 
 use crate::event::AsyncEvent;
-use crate::qp::{Ctx, QueuePair};
+use crate::qp::{Ctx, QpContext};
 use crate::wr::RecvWr;
 
-impl QueuePair {
+impl QpContext {
     /// Takes the next receive WQE (raising the SRQ limit event if that crosses it).
     pub(crate) fn take_recv(&mut self, ctx: &mut Ctx<'_>) -> Option<RecvWr> {
         match self.srq {

@@ -5,10 +5,10 @@ use softrdma_wire::{PacketRepr, Position};
 
 use super::RespError;
 use crate::qp::responder::state::SendInProgress;
-use crate::qp::{Ctx, QueuePair};
+use crate::qp::{Ctx, QpContext};
 use crate::wr::{WcOpcode, WcStatus, WorkCompletion};
 
-impl QueuePair {
+impl QpContext {
     pub(super) fn execute_send(
         &mut self,
         ctx: &mut Ctx<'_>,

@@ -121,7 +121,7 @@ pub(crate) struct Responder {
     /// Requests that arrived ahead of a missing one, to run once it comes.
     pub(in crate::qp::responder) early: ReorderBuffer,
     /// A request packet of this QP went out ahead of the queued ACK (see
-    /// `QueuePair::poll_transmit`); the ACK goes next.
+    /// `QpContext::poll_transmit`); the ACK goes next.
     pub(in crate::qp::responder) ack_yielded: bool,
 }
 
@@ -144,7 +144,7 @@ impl Responder {
     }
 
     /// Whether a request packet may go ahead of what is queued: one plain ACK that has not
-    /// let one go ahead yet (see `QueuePair::poll_transmit`).
+    /// let one go ahead yet (see `QpContext::poll_transmit`).
     pub(crate) fn ack_may_yield(&self) -> bool {
         !self.ack_yielded && self.only_an_ack()
     }

@@ -22,10 +22,10 @@
 use softrdma_wire::{OpKind, PacketRepr};
 
 use super::RespError;
-use crate::qp::{Ctx, QueuePair};
+use crate::qp::{Ctx, QpContext};
 use crate::stats::DropReason;
 
-impl QueuePair {
+impl QpContext {
     /// Handles a request packet addressed to this UC QP (state already checked by the engine).
     pub(crate) fn handle_uc_request(&mut self, ctx: &mut Ctx<'_>, pkt: &PacketRepr<'_>) {
         let Some(info) = pkt.bth.opcode.info() else {

@@ -11,7 +11,7 @@ use super::{check_remote, RespError};
 use crate::access::AccessFlags;
 use crate::mr::{MrTable, RegionMemory};
 use crate::qp::responder::state::{SendInProgress, WriteInProgress};
-use crate::qp::{Ctx, QpState, QpType, QueuePair};
+use crate::qp::{Ctx, QpContext, QpState, QpType};
 
 /// Where the rest of an RDMA WRITE in progress goes: what direct placement may receive the
 /// next packets into (see [`crate::placement`]).
@@ -30,7 +30,7 @@ pub(crate) struct WriteTarget {
 }
 use crate::wr::{RecvWr, WcStatus};
 
-impl QueuePair {
+impl QpContext {
     pub(super) fn execute_write(
         &mut self,
         ctx: &mut Ctx<'_>,
@@ -149,7 +149,7 @@ impl QueuePair {
     }
 
     /// Whether the packet the QP expects next is `psn`, continuing a WRITE at `va`, and the
-    /// QP may take it placed (see [`QueuePair::write_placement`]).
+    /// QP may take it placed (see [`QpContext::write_placement`]).
     pub(crate) fn expects_placed(&self, psn: Psn, va: u64) -> bool {
         self.takes_placement()
             && self.resp.expected_psn == psn

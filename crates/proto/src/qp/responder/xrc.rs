@@ -6,10 +6,10 @@ use softrdma_wire::{Opcode, PacketRepr};
 
 use super::RespError;
 use crate::qp::requester::XRC_OPCODE_BASE;
-use crate::qp::{Ctx, QpType, QueuePair};
+use crate::qp::{Ctx, QpContext, QpType};
 use crate::srq::SrqHandle;
 
-impl QueuePair {
+impl QpContext {
     /// On an XRC target, makes the SRQ the packet names the QP's for this message: its
     /// WQEs, PD and CQ. The SRQ must be an XRC SRQ of the QP's domain, and a packet that
     /// continues a message must name the SRQ the message began with; anything else is an

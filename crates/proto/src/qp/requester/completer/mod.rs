@@ -17,12 +17,12 @@ use softrdma_wire::{rnr_timer_us, NakCode, OpKind, PacketRepr, Psn, Syndrome};
 
 use crate::qp::requester::state::RepairKind;
 use crate::qp::timers::Timer;
-use crate::qp::{Ctx, QpState, QueuePair};
+use crate::qp::{Ctx, QpContext, QpState};
 use crate::stats::{DropReason, NakKind};
 use crate::time::Duration;
 use crate::wr::{SendFlags, WcStatus};
 
-impl QueuePair {
+impl QpContext {
     /// Handles a response packet (ACK, ATOMIC ACK, READ response) addressed to this QP.
     pub(crate) fn handle_response(&mut self, ctx: &mut Ctx<'_>, pkt: &PacketRepr<'_>) {
         let Some(info) = pkt.bth.opcode.info() else {

@@ -4,9 +4,9 @@
 use softrdma_wire::Psn;
 
 use crate::qp::requester::state::{Repair, RepairKind};
-use crate::qp::{Ctx, QueuePair};
+use crate::qp::{Ctx, QpContext};
 
-impl QueuePair {
+impl QpContext {
     /// Starts a selective repeat of `psn` if it can work: the engine allows it, the peer is not
     /// known to drop what follows a gap, `psn` is where the acknowledgements stopped (no READ
     /// or atomic before it still waits for its response) and no go-back-N is under way.

@@ -4,11 +4,11 @@
 use softrdma_wire::{PacketRepr, Position, Psn};
 
 use crate::access::AccessFlags;
-use crate::qp::{Ctx, QpState, QueuePair};
+use crate::qp::{Ctx, QpContext, QpState};
 use crate::stats::DropReason;
 use crate::wr::{SendOp, WcStatus};
 
-impl QueuePair {
+impl QpContext {
     pub(super) fn handle_read_response(
         &mut self,
         ctx: &mut Ctx<'_>,

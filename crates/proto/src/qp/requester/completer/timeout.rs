@@ -3,11 +3,11 @@
 
 use crate::qp::requester::state::RepairKind;
 use crate::qp::timers::Timer;
-use crate::qp::{Ctx, QpState, QueuePair};
+use crate::qp::{Ctx, QpContext, QpState};
 use crate::time::Duration;
 use crate::wr::WcStatus;
 
-impl QueuePair {
+impl QpContext {
     /// Keeps the retransmit timer armed exactly while request packets are unacknowledged. A
     /// started message whose sent packets are all acknowledged has nothing to time out: its
     /// next packet waits for the QP's turn or the device budget, and arms the timer when it
@@ -34,7 +34,7 @@ impl QueuePair {
     /// hundreds of round trips on a LAN: when the last packets of a burst are lost, or a NAK
     /// or the repair it asked for, nothing more makes the responder answer, and the QP would
     /// sit idle that long. After [`tail_probe_delay`] without an ACK a packet goes once more,
-    /// asking for an ACK (see [`QueuePair::tail_probe`] for which). Each further probe of the
+    /// asking for an ACK (see [`QpContext::tail_probe`] for which). Each further probe of the
     /// same silence waits twice as long as the one before, while that is shorter than the
     /// retransmit timeout: a lost probe (1 % loss loses one in a hundred) does not leave the
     /// QP to the timer. Probes cost no retry and leave the budget alone. Towards responders
@@ -149,7 +149,7 @@ impl QueuePair {
         (1u32 << spent.saturating_sub(1).min(8)).min(MAX_RETRY_COPIES)
     }
 
-    /// Sends the tail-loss probe (see [`QueuePair::arm_tail_probe`]) after a silence: the
+    /// Sends the tail-loss probe (see [`QpContext::arm_tail_probe`]) after a silence: the
     /// repair under way, if any (it or its answer was lost); otherwise, towards a responder
     /// whose kind is known, or when a probe of this silence went unanswered, the oldest
     /// unacknowledged packet as a probe; otherwise the newest packet. A responder NAKs a gap
@@ -203,7 +203,7 @@ impl QueuePair {
 }
 
 /// Most copies one retransmit timeout sends of the packet it resumes from (see
-/// [`QueuePair::retry_copies`]): from the fourth timeout without progress on.
+/// [`QpContext::retry_copies`]): from the fourth timeout without progress on.
 pub(crate) const MAX_RETRY_COPIES: u32 = 8;
 
 /// How long a silence lasts before the tail-loss probe: four smoothed round trips, at least
