@@ -32,14 +32,10 @@ impl QpContext {
         out: &mut Vec<u8>,
     ) -> Option<DatagramOut> {
         loop {
-            if !matches!(self.state, QpState::Rts | QpState::Sqd) || self.req.rnr_wait {
+            if !matches!(self.state, QpState::Rts | QpState::Sqd) || self.req.waiting_out_rnr() {
                 return None;
             }
-            if let Some(psn) = self.req.resend.take() {
-                if self.req.resend_copies > 0 {
-                    self.req.resend_copies -= 1;
-                    self.req.resend = Some(psn);
-                }
+            if let Some(psn) = self.req.take_resend() {
                 match self.resend_one(ctx, out, psn) {
                     Some(t) => return Some(t),
                     None => continue,
@@ -206,7 +202,7 @@ impl QpContext {
         let k = psn.distance(self.req.sq[idx].first_psn) as u32;
         let saved = (self.req.cursor, self.req.cursor_pkt);
         (self.req.cursor, self.req.cursor_pkt) = (idx, k);
-        self.req.force_ack_req = true;
+        self.req.ask_for_ack();
         let built = self.build_request(ctx, out);
         (self.req.cursor, self.req.cursor_pkt) = saved;
         match built {
@@ -287,15 +283,17 @@ impl QpContext {
             }
             _ => {}
         }
+        let read_or_atomic = wqe.wr.op.is_read_or_atomic();
+        let solicited = ends_message && wqe.wr.flags.contains(SendFlags::SOLICITED);
         self.req.pkts_since_ackreq += 1;
-        let forced = std::mem::take(&mut self.req.force_ack_req);
+        let forced = self.req.take_ack_request();
         // Ask for an ACK at a message's end, every `ack_req_every` packets, and on the last
         // packet the window or the device budget lets out: the ACK that reopens them must not
         // wait for the retransmit timer.
         let fills = room == Some(0);
         bth.ack_req = reliable
             && (ends_message
-                || wqe.wr.op.is_read_or_atomic()
+                || read_or_atomic
                 || fills
                 || (fresh && turn_ends(ctx, packet_len(bth.opcode, payload), tail))
                 || forced
@@ -303,10 +301,10 @@ impl QpContext {
         if bth.ack_req {
             self.req.pkts_since_ackreq = 0;
             if fresh && reliable {
-                self.req.rtt.on_send(psn, ctx.now);
+                self.req.time_send(psn, ctx.now);
             }
         }
-        bth.solicited = ends_message && wqe.wr.flags.contains(SendFlags::SOLICITED);
+        bth.solicited = solicited;
 
         let offset = u64::from(k) * u64::from(mtu);
         let (pd, wr) = (self.pd, &self.req.sq[idx].wr);

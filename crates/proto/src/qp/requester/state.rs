@@ -12,6 +12,7 @@ use softrdma_wire::Psn;
 
 use super::rtt::RttEstimator;
 use crate::qp::attr::{Mtu, QpConfig};
+use crate::time::{Duration, Instant};
 use crate::wr::{SendWr, WcStatus, WorkCompletion};
 
 /// A send WQE and its progress.
@@ -100,7 +101,7 @@ pub(crate) struct Requester {
     /// The highest PSN the responder has acknowledged, even past a READ or atomic whose
     /// response is still missing (which holds `unacked_psn` back): the measure of forward
     /// progress that refills the retry counters.
-    pub(in crate::qp::requester) peer_acked: Psn,
+    peer_acked: Psn,
     /// One past the highest PSN ever sent: packets below it are retransmissions.
     pub(in crate::qp::requester) sent_high: Psn,
     /// READ and atomic requests outstanding, what the responder's resources hold: one per
@@ -108,39 +109,39 @@ pub(crate) struct Requester {
     /// `requester::read_chunk`) until the chunk before it is answered.
     pub(in crate::qp::requester) rd_atomic_inflight: u32,
     /// Transport retries left before RETRY_EXC_ERR.
-    pub(in crate::qp::requester) retry_left: u8,
+    retry_left: u8,
     /// RNR retries left (7 = infinite).
-    pub(in crate::qp::requester) rnr_left: u8,
+    rnr_left: u8,
     /// Waiting out an RNR NAK's timer: send nothing.
-    pub(in crate::qp::requester) rnr_wait: bool,
+    rnr_wait: bool,
     /// The retransmit timer expired and no ACK has shown progress since: what is in flight
     /// is presumed lost, and the QP counts as one packet in the device's in-flight budget
     /// (TCP's "pipe" after an RTO), so a dead peer's QP does not hold the budget that live
     /// QPs need while it spends its retries.
-    pub(in crate::qp::requester) timed_out: bool,
+    timed_out: bool,
     /// Tail-loss probes sent since an ACK last showed progress (each waits twice as long as
     /// the one before).
-    pub(in crate::qp::requester) tail_probes: u8,
+    tail_probes: u8,
     /// Packets since the last AckReq.
     pub(in crate::qp::requester) pkts_since_ackreq: u32,
     /// The next packet built asks for an ACK whatever its place (a repair).
-    pub(in crate::qp::requester) force_ack_req: bool,
+    force_ack_req: bool,
     /// The READ-response gap already acted on (one retry per gap, not one per packet).
-    pub(in crate::qp::requester) gap_retry_at: Option<Psn>,
+    gap_retry_at: Option<Psn>,
     /// One packet to resend before anything else: the repair of a selective repeat.
-    pub(in crate::qp::requester) resend: Option<Psn>,
+    resend: Option<Psn>,
     /// Further copies of `resend` to send after it: a retransmission after timeouts that
     /// made no progress goes more than once (see `QpContext::retry_copies`).
-    pub(in crate::qp::requester) resend_copies: u32,
+    resend_copies: u32,
     /// The selective repeat under way, if any (see `completer/repair.rs`).
-    pub(in crate::qp::requester) repair: Option<Repair>,
+    repair: Option<Repair>,
     /// Whether the responder keeps packets that arrive after a gap, as softrdma's does
     /// (`None` until a repair shows it).
-    pub(in crate::qp::requester) peer_reorders: Option<bool>,
+    peer_reorders: Option<bool>,
     /// The last send was refused for the device's in-flight budget, not the QP's window:
     /// the engine wakes the QP when other QPs' packets are acknowledged.
     pub(in crate::qp::requester) starved: bool,
-    pub(in crate::qp::requester) rtt: RttEstimator,
+    rtt: RttEstimator,
 }
 
 /// A selective repeat: only `psn` is resent, and new packets keep flowing from `horizon` (one
@@ -312,8 +313,6 @@ impl Requester {
         self.sent_high.distance(self.unacked_psn).max(0) as u32
     }
 
-    /// Moves the cursor back so that transmission resumes at `psn` (go-back-N), abandoning
-    /// any selective repeat.
     /// What holds between any two events, checked in debug builds after each (the
     /// completer's response, the requester's packet): acknowledged ≤ sent ≤ assigned PSNs,
     /// the cursor within the queue, a repair's horizon no later than what was sent.
@@ -345,6 +344,8 @@ impl Requester {
         }
     }
 
+    /// Moves the cursor back so that transmission resumes at `psn` (go-back-N), abandoning
+    /// any selective repeat.
     pub(crate) fn go_back(&mut self, psn: Psn) {
         self.resend = None;
         self.resend_copies = 0;
@@ -364,5 +365,269 @@ impl Requester {
         }
         self.cursor = self.sq.len();
         self.cursor_pkt = 0;
+    }
+}
+
+/// What the requester's packet building reads and consumes of the state the completer hands
+/// it (see the hand-offs below).
+impl Requester {
+    /// The selective repeat under way, if any.
+    pub(in crate::qp::requester) fn repair(&self) -> Option<Repair> {
+        self.repair
+    }
+
+    /// The round-trip estimate, which the retransmit timeout and the tail probe's delay
+    /// follow.
+    pub(in crate::qp::requester) fn rtt(&self) -> &RttEstimator {
+        &self.rtt
+    }
+
+    /// Tail-loss probes sent since an ACK last showed progress.
+    pub(in crate::qp::requester) fn tail_probes(&self) -> u8 {
+        self.tail_probes
+    }
+
+    /// Whether a packet waits to be resent before anything else.
+    pub(in crate::qp::requester) fn resend_pending(&self) -> bool {
+        self.resend.is_some()
+    }
+
+    /// The packet to resend before anything else, if any; it stays for its further copies.
+    pub(in crate::qp::requester) fn take_resend(&mut self) -> Option<Psn> {
+        let psn = self.resend.take()?;
+        if self.resend_copies > 0 {
+            self.resend_copies -= 1;
+            self.resend = Some(psn);
+        }
+        Some(psn)
+    }
+
+    /// Whether the packet being built must ask for an ACK whatever its place; clears it.
+    pub(in crate::qp::requester) fn take_ack_request(&mut self) -> bool {
+        std::mem::take(&mut self.force_ack_req)
+    }
+
+    /// `psn` leaves for the first time at `now` asking for an ACK: the round trip is timed on
+    /// it unless another packet is being timed.
+    pub(in crate::qp::requester) fn time_send(&mut self, psn: Psn, now: Instant) {
+        self.rtt.on_send(psn, now);
+    }
+}
+
+/// The completer's hand-offs: what it learned from a response or a timer and the requester
+/// must act on when it next builds a packet (IBTA 9.7.5; rxe's completer sets the same state
+/// in its `qp->req` and `qp->comp`). With [`go_back`](Requester::go_back) and
+/// [`reset_retry_counters`](Requester::reset_retry_counters) they are how the completer changes
+/// the send queue's state: it writes none of its fields.
+impl Requester {
+    /// An RNR NAK came: send nothing until its timer runs out ([`rnr_wait_over`]), since the
+    /// responder has no receive WQE for what would go.
+    ///
+    /// [`rnr_wait_over`]: Self::rnr_wait_over
+    pub(in crate::qp::requester) fn wait_for_rnr(&mut self) {
+        self.rnr_wait = true;
+    }
+
+    /// The RNR NAK's timer ran out: the requester may send again.
+    pub(in crate::qp::requester) fn rnr_wait_over(&mut self) {
+        self.rnr_wait = false;
+    }
+
+    /// Spends one RNR retry on an RNR NAK (none when the count is 7, infinite); `false`, and
+    /// nothing spent, when none is left: the WQE fails with RNR_RETRY_EXC_ERR.
+    pub(in crate::qp::requester) fn spend_rnr_retry(&mut self) -> bool {
+        if self.rnr_left == 0 {
+            return false;
+        }
+        if self.rnr_left != 7 {
+            self.rnr_left -= 1;
+        }
+        true
+    }
+
+    /// Spends one transport retry (a retransmit timeout, or a sequence NAK that found nothing
+    /// acknowledged); `false`, and nothing spent, when none is left: the WQE fails with
+    /// RETRY_EXC_ERR. What was spent since the last progress backs the retransmit timer off.
+    pub(in crate::qp::requester) fn spend_retry(&mut self) -> bool {
+        if self.retry_left == 0 {
+            return false;
+        }
+        self.retry_left -= 1;
+        true
+    }
+
+    /// The retransmit timer expired: what is in flight is presumed lost, and until an ACK
+    /// shows progress the QP counts as one packet in the device's in-flight budget
+    /// ([`budget_share`](Self::budget_share)).
+    pub(in crate::qp::requester) fn time_out(&mut self) {
+        self.timed_out = true;
+    }
+
+    /// The responder executed every PSN through `psn` (acknowledged it, maybe past a READ or
+    /// atomic whose response is still missing). Returns whether that is further than it had
+    /// shown: forward progress, which refills the retry counters.
+    pub(in crate::qp::requester) fn responder_executed_through(&mut self, psn: Psn) -> bool {
+        if !psn.is_after(self.peer_acked) {
+            return false;
+        }
+        self.peer_acked = psn;
+        true
+    }
+
+    /// Every PSN before `next` is acknowledged (`next` after the oldest unacknowledged one):
+    /// the window opens, and what the cursor would resend below `next` is not needed.
+    /// Returns how many PSNs were newly acknowledged.
+    pub(in crate::qp::requester) fn acknowledged_before(&mut self, next: Psn) -> u32 {
+        let acked = next.distance(self.unacked_psn).max(0).unsigned_abs();
+        self.unacked_psn = next;
+        acked
+    }
+
+    /// The acknowledgement of everything before the oldest unacknowledged PSN arrived at
+    /// `now`: the round trip it completes, if the packet being timed is among them (see
+    /// [`RttEstimator::on_ack`]).
+    pub(in crate::qp::requester) fn time_ack(&mut self, now: Instant) -> Option<Duration> {
+        self.rtt.on_ack(self.unacked_psn, now)
+    }
+
+    /// An acknowledgement overtook the cursor inside a SEND or WRITE: it skips the packets
+    /// acknowledged meanwhile instead of resending them. (A READ's or atomic's cursor stays:
+    /// its request is what asks for the rest of its answer.)
+    pub(in crate::qp::requester) fn skip_acknowledged(&mut self) {
+        let Some(wqe) = self.sq.get(self.cursor) else {
+            return;
+        };
+        if wqe.started && !wqe.wr.op.is_read_or_atomic() {
+            let cursor_psn = wqe.first_psn.add(self.cursor_pkt);
+            if cursor_psn.is_before(self.unacked_psn)
+                && self.unacked_psn.in_window(wqe.first_psn, wqe.npkts)
+            {
+                self.cursor_pkt = self.unacked_psn.distance(wqe.first_psn) as u32;
+            }
+        }
+    }
+
+    /// WQE `idx` succeeded (acknowledged, or answered in full): it completes when every older
+    /// one has ([`retire_front`](Self::retire_front)).
+    pub(in crate::qp::requester) fn wqe_succeeded(&mut self, idx: usize) {
+        self.sq[idx].status = Some(WcStatus::Success);
+    }
+
+    /// READ WQE `idx` has its response bytes placed up to `done`: a request sent again for
+    /// it asks only for the rest, from the first missing response.
+    pub(in crate::qp::requester) fn read_placed(&mut self, idx: usize, done: u32) {
+        self.sq[idx].read_done = done;
+    }
+
+    /// A chunk of a long READ was answered in full: its responder resource is free, and the
+    /// next chunk's request (or another READ or atomic) may take it.
+    pub(in crate::qp::requester) fn release_rd_atomic(&mut self) {
+        self.rd_atomic_inflight = self.rd_atomic_inflight.saturating_sub(1);
+    }
+
+    /// Takes the oldest WQE out of the queue (it succeeded, and every older one has gone): a
+    /// READ or atomic frees its responder resource, and the cursor keeps pointing at the same
+    /// packet.
+    pub(in crate::qp::requester) fn retire_front(&mut self) -> Option<SendWqe> {
+        let wqe = self.sq.pop_front()?;
+        if wqe.wr.op.is_read_or_atomic() {
+            self.release_rd_atomic();
+        }
+        if self.cursor == 0 {
+            self.cursor_pkt = 0;
+        } else {
+            self.cursor -= 1;
+        }
+        Some(wqe)
+    }
+
+    /// A READ response or atomic ACK is missing at `psn` (a later one came): the requester
+    /// goes back to `psn` to ask again — once per gap, not once per packet behind it, since
+    /// the responses still draining show the same gap. Returns whether this gap is new (and
+    /// acted on).
+    pub(in crate::qp::requester) fn retry_gap_at(&mut self, psn: Psn) -> bool {
+        if self.gap_retry_at == Some(psn) {
+            return false;
+        }
+        self.resume_from(psn);
+        true
+    }
+
+    /// The READ response awaited arrived in sequence: the next gap is a new loss.
+    pub(in crate::qp::requester) fn gap_filled(&mut self) {
+        self.gap_retry_at = None;
+    }
+
+    /// Transmission resumes at `psn` (go-back-N after a NAK or a retransmit timeout), and a
+    /// response gap at `psn` seen before the resent request's answer is the old answer still
+    /// draining, not a new loss ([`retry_gap_at`](Self::retry_gap_at) leaves it alone).
+    pub(in crate::qp::requester) fn resume_from(&mut self, psn: Psn) {
+        self.gap_retry_at = Some(psn);
+        self.go_back(psn);
+    }
+
+    /// Starts a selective repeat of `psn` (see [`RepairKind`]): it goes next, alone and
+    /// asking for an ACK, while new packets keep flowing from the highest sent.
+    pub(in crate::qp::requester) fn start_repair(&mut self, psn: Psn, kind: RepairKind) {
+        self.repair = Some(Repair {
+            psn,
+            horizon: self.sent_high,
+            kind,
+        });
+        self.resend = Some(psn);
+        self.resend_copies = 0;
+    }
+
+    /// Repairs `psn`, a READ or atomic request, without sending it ([`RepairKind::Await`]):
+    /// the responder may be answering it already.
+    pub(in crate::qp::requester) fn await_repair(&mut self, psn: Psn) {
+        self.repair = Some(Repair {
+            psn,
+            horizon: self.sent_high,
+            kind: RepairKind::Await,
+        });
+    }
+
+    /// The selective repeat is over: its answer came, and nothing more needs to go again.
+    pub(in crate::qp::requester) fn end_repair(&mut self) {
+        self.repair = None;
+    }
+
+    /// A retransmission is under way: no round trip can be timed on what is in flight
+    /// (Karn's rule).
+    pub(in crate::qp::requester) fn drop_rtt_sample(&mut self) {
+        self.rtt.on_retransmit();
+    }
+
+    /// The packet about to be resent goes `extra` more times after it: a retransmission
+    /// after timeouts that made no progress (see `QpContext::retry_copies`).
+    pub(in crate::qp::requester) fn repeat_resend(&mut self, extra: u32) {
+        self.resend_copies = extra;
+    }
+
+    /// `psn` goes again before anything else, then `extra` more times, the cursor left where
+    /// it is (no repair: its answer teaches nothing about the responder).
+    pub(in crate::qp::requester) fn resend_next(&mut self, psn: Psn, extra: u32) {
+        self.resend = Some(psn);
+        self.resend_copies = extra;
+    }
+
+    /// A tail-loss probe went: the round trip being timed is marked probed (see
+    /// [`RttEstimator::on_probe`]), and the next probe of this silence waits twice as long.
+    pub(in crate::qp::requester) fn tail_probe_sent(&mut self) {
+        self.rtt.on_probe();
+        self.tail_probes = self.tail_probes.saturating_add(1);
+    }
+
+    /// An answer showed that the responder keeps packets that arrive after a gap, as
+    /// softrdma's does: a gap is repaired by resending one packet, not going back N.
+    pub(in crate::qp::requester) fn peer_keeps_early_packets(&mut self) {
+        self.peer_reorders = Some(true);
+    }
+
+    /// An answer showed that the responder drops packets that arrive after a gap (IBTA
+    /// C9-92, Linux rxe): gaps go back N from now on.
+    pub(in crate::qp::requester) fn peer_drops_early_packets(&mut self) {
+        self.peer_reorders = Some(false);
     }
 }

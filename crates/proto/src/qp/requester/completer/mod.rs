@@ -94,16 +94,13 @@ impl QpContext {
                 if self.state == QpState::Err {
                     return;
                 }
-                if self.req.rnr_left == 0 {
+                if !self.req.spend_rnr_retry() {
                     let idx = self.wqe_index(psn).unwrap_or(0);
                     self.fail_wqe(ctx, idx, WcStatus::RnrRetryExcErr);
                     return;
                 }
-                if self.req.rnr_left != 7 {
-                    self.req.rnr_left -= 1;
-                }
                 self.resume_after_nak();
-                self.req.rnr_wait = true;
+                self.req.wait_for_rnr();
                 self.timers.stop(Timer::Retransmit);
                 let wait = Duration::from_micros(u64::from(rnr_timer_us(timer)));
                 self.timers.set(Timer::RnrWait, ctx.now + wait);
@@ -134,21 +131,20 @@ impl QpContext {
                         // PSN sequence error: resend from the PSN the responder expects.
                         if self
                             .req
-                            .repair
+                            .repair()
                             .is_some_and(|r| r.psn == psn && r.kind != RepairKind::Await)
                         {
                             return; // the repair is on its way
                         }
-                        if self.req.retry_left == 0 {
+                        if !self.req.spend_retry() {
                             let idx = self.wqe_index(psn).unwrap_or(0);
                             self.fail_wqe(ctx, idx, WcStatus::RetryExcErr);
                             return;
                         }
-                        self.req.retry_left -= 1;
-                        if let Some(r) = self.req.repair {
+                        if let Some(r) = self.req.repair() {
                             if psn.is_after(r.psn) {
                                 // It ran what it kept past the repaired packet: it reorders.
-                                self.req.peer_reorders = Some(true);
+                                self.req.peer_keeps_early_packets();
                             }
                         }
                         if !self.start_repair(ctx, psn) {
@@ -178,17 +174,17 @@ impl QpContext {
         if !psn.is_after(self.req.unacked_psn.sub(1)) {
             return;
         }
-        if psn.is_after(self.req.peer_acked) {
+        if self.req.responder_executed_through(psn) {
             // The responder executed further than before: the connection is alive, whatever
             // is still missing. Sequence NAKs of a busy, lossy path must not drain the retry
             // budget meant for a peer that answers nothing (IBTA: retries count attempts
             // without forward progress).
-            self.req.peer_acked = psn;
             let cfg = self.cfg;
             self.req.reset_retry_counters(&cfg);
         }
         let mut new_unacked = self.req.unacked_psn;
-        for wqe in self.req.sq.iter_mut() {
+        for idx in 0..self.req.sq.len() {
+            let wqe = &self.req.sq[idx];
             if !wqe.started || wqe.first_psn.is_after(psn) {
                 break;
             }
@@ -198,10 +194,7 @@ impl QpContext {
             if wqe.wr.op.is_read_or_atomic() {
                 // Implicit NAK: the response for this WQE never arrived.
                 let resume = wqe.first_psn.add(wqe.read_done / wqe.mtu.max(1));
-                if self.req.gap_retry_at != Some(resume) {
-                    self.req.gap_retry_at = Some(resume);
-                    self.req.go_back(resume);
-                }
+                self.req.retry_gap_at(resume);
                 break;
             }
             let last = wqe.last_psn();
@@ -210,7 +203,7 @@ impl QpContext {
                 new_unacked = psn.next();
                 break;
             }
-            wqe.status = Some(WcStatus::Success);
+            self.req.wqe_succeeded(idx);
             new_unacked = last.next();
         }
         if new_unacked != self.req.unacked_psn && new_unacked.is_after(self.req.unacked_psn) {
@@ -224,8 +217,7 @@ impl QpContext {
     /// way — a UC message completed on send, a flush, a timeout giving up on a window — say
     /// nothing about the path, and must not grow it.)
     fn acknowledge_to(&mut self, ctx: &mut Ctx<'_>, next: Psn) {
-        let acked = next.distance(self.req.unacked_psn).max(0).unsigned_abs();
-        self.req.unacked_psn = next;
+        let acked = self.req.acknowledged_before(next);
         ctx.budget.on_acked(acked);
         self.progress(ctx);
     }
@@ -233,26 +225,15 @@ impl QpContext {
     /// Forward progress: the retry counters start over and the cursor skips acknowledged
     /// packets it might have been about to resend.
     fn progress(&mut self, ctx: &mut Ctx<'_>) {
-        if let Some(rtt) = self.req.rtt.on_ack(self.req.unacked_psn, ctx.now) {
+        if let Some(rtt) = self.req.time_ack(ctx.now) {
             ctx.budget.on_rtt(ctx.now, rtt, self.cfg.ack_timeout());
             self.on_rtt_sample(ctx, rtt);
         }
         let cfg = self.cfg;
         self.req.reset_retry_counters(&cfg);
         let acked = self.req.unacked_psn.sub(1);
-        if acked.is_after(self.req.peer_acked) {
-            self.req.peer_acked = acked;
-        }
-        if let Some(wqe) = self.req.sq.get(self.req.cursor) {
-            if wqe.started && !wqe.wr.op.is_read_or_atomic() {
-                let cursor_psn = wqe.first_psn.add(self.req.cursor_pkt);
-                if cursor_psn.is_before(self.req.unacked_psn)
-                    && self.req.unacked_psn.in_window(wqe.first_psn, wqe.npkts)
-                {
-                    self.req.cursor_pkt = self.req.unacked_psn.distance(wqe.first_psn) as u32;
-                }
-            }
-        }
+        self.req.responder_executed_through(acked);
+        self.req.skip_acknowledged();
         // Both timers measure a silence: it ended (the caller re-arms them from now).
         self.timers.stop(Timer::Retransmit);
         self.timers.stop(Timer::TailProbe);
@@ -265,17 +246,9 @@ impl QpContext {
             if status != WcStatus::Success {
                 break; // errors retire through enter_error's flush
             }
-            let wqe = self.req.sq.pop_front().expect("front exists");
-            if wqe.wr.op.is_read_or_atomic() {
-                self.req.rd_atomic_inflight = self.req.rd_atomic_inflight.saturating_sub(1);
-            }
+            let wqe = self.req.retire_front().expect("front exists");
             if wqe.wr.flags.contains(SendFlags::SIGNALED) {
                 ctx.complete(self.send_cq, wqe.completion(self.qpn, WcStatus::Success));
-            }
-            if self.req.cursor == 0 {
-                self.req.cursor_pkt = 0;
-            } else {
-                self.req.cursor -= 1;
             }
         }
     }

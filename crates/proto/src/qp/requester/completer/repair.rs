@@ -3,7 +3,7 @@
 
 use softrdma_wire::Psn;
 
-use crate::qp::requester::state::{Repair, RepairKind};
+use crate::qp::requester::state::RepairKind;
 use crate::qp::{Ctx, QpContext};
 
 impl QpContext {
@@ -21,7 +21,7 @@ impl QpContext {
     pub(super) fn start_repair(&mut self, ctx: &mut Ctx<'_>, psn: Psn) -> bool {
         let req = &self.req;
         if !ctx.config.selective_repeat
-            || req.peer_reorders == Some(false)
+            || req.peer_reorders() == Some(false)
             || req.unacked_psn != psn
         {
             return false;
@@ -43,18 +43,12 @@ impl QpContext {
 
     pub(super) fn repair(&mut self, psn: Psn, kind: RepairKind) {
         self.repair_keeping_sample(psn, kind);
-        self.req.rtt.on_retransmit();
+        self.req.drop_rtt_sample();
     }
 
     /// [`repair`](Self::repair) without dropping the round-trip sample (see `tail_probe`).
     pub(super) fn repair_keeping_sample(&mut self, psn: Psn, kind: RepairKind) {
-        self.req.repair = Some(Repair {
-            psn,
-            horizon: self.req.sent_high,
-            kind,
-        });
-        self.req.resend = Some(psn);
-        self.req.resend_copies = 0;
+        self.req.start_repair(psn, kind);
     }
 
     /// A READ response or atomic ACK moved the oldest unacknowledged PSN past the packet under
@@ -71,23 +65,23 @@ impl QpContext {
     /// tail probe finds it): resending the next packet at once duplicated the WRITE after a
     /// repaired READ every time, its ACK one packet behind the READ's last response.
     pub(super) fn response_answers_repair(&mut self) {
-        let Some(r) = self.req.repair else {
+        let Some(r) = self.req.repair() else {
             return;
         };
         let unacked = self.req.unacked_psn;
         if !r.psn.is_before(unacked) {
             return;
         }
-        if r.kind == RepairKind::Await && self.req.peer_reorders.is_none() {
+        if r.kind == RepairKind::Await && self.req.peer_reorders().is_none() {
             // The awaited request was not sent again: the responder kept it.
-            self.req.peer_reorders = Some(true);
+            self.req.peer_keeps_early_packets();
         }
         let at = self.req.wqe_at(unacked);
         if at.is_some_and(|w| w.started && w.first_psn != unacked) {
             return; // the middle of a READ's responses
         }
-        if !unacked.is_before(r.horizon) || self.req.peer_reorders == Some(true) {
-            self.req.repair = None;
+        if !unacked.is_before(r.horizon) || self.req.peer_reorders() == Some(true) {
+            self.req.end_repair();
         } else {
             self.req.go_back(unacked);
         }
@@ -103,7 +97,7 @@ impl QpContext {
     /// nothing was kept. Going back at once resent a whole window (127 packets, 7 of them
     /// lost) each time the NAK of a second gap was lost under 1 % loss.
     pub(super) fn repair_answered(&mut self, psn: Psn) {
-        let Some(r) = self.req.repair else {
+        let Some(r) = self.req.repair() else {
             return;
         };
         if psn.is_before(r.psn) {
@@ -120,19 +114,19 @@ impl QpContext {
         match r.kind {
             // What follows a probe may all have been lost; an awaited request was not resent.
             RepairKind::Probe | RepairKind::Await => {}
-            _ if psn.is_after(r.psn) => self.req.peer_reorders = Some(true),
-            RepairKind::Gap if self.req.peer_reorders.is_none() && !request_next => {
-                self.req.peer_reorders = Some(false);
+            _ if psn.is_after(r.psn) => self.req.peer_keeps_early_packets(),
+            RepairKind::Gap if self.req.peer_reorders().is_none() && !request_next => {
+                self.req.peer_drops_early_packets();
             }
             _ => {}
         }
         if !psn.next().is_before(r.horizon) {
-            self.req.repair = None;
+            self.req.end_repair();
             return;
         }
         // Packets between the answer and the horizon are missing at the responder.
         let nothing_kept = r.kind == RepairKind::Next && psn == r.psn && !request_next;
-        let kept = match self.req.peer_reorders {
+        let kept = match self.req.peer_reorders() {
             Some(true) => !nothing_kept,
             None => request_next,
             Some(false) => false,
@@ -154,11 +148,7 @@ impl QpContext {
         if self.req.resendable_alone(psn) {
             self.repair(psn, RepairKind::Next);
         } else {
-            self.req.repair = Some(Repair {
-                psn,
-                horizon: self.req.sent_high,
-                kind: RepairKind::Await,
-            });
+            self.req.await_repair(psn);
         }
     }
 
@@ -168,7 +158,6 @@ impl QpContext {
     /// must go again to have it replayed.
     pub(super) fn resume_after_nak(&mut self) {
         let resume = self.req.unacked_psn;
-        self.req.gap_retry_at = Some(resume);
-        self.req.go_back(resume);
+        self.req.resume_from(resume);
     }
 }

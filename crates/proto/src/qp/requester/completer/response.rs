@@ -44,9 +44,7 @@ impl QpContext {
         if psn != expected {
             if psn.is_after(expected) && self.wqe_index(expected).is_some() {
                 // A response packet was lost: ask again from the first missing one, once.
-                if self.req.gap_retry_at != Some(expected) {
-                    self.req.gap_retry_at = Some(expected);
-                    self.req.go_back(expected);
+                if self.req.retry_gap_at(expected) {
                     ctx.stats.drop(DropReason::OutOfSequence);
                     return;
                 }
@@ -55,7 +53,7 @@ impl QpContext {
             return;
         }
         let pd = self.pd;
-        let wqe = &mut self.req.sq[idx];
+        let wqe = &self.req.sq[idx];
         let k = psn.distance(wqe.first_psn) as u32;
         let offset = u64::from(k) * u64::from(wqe.mtu);
         let expect_len =
@@ -91,14 +89,15 @@ impl QpContext {
             self.fail_wqe(ctx, idx, WcStatus::LocProtErr);
             return;
         }
-        wqe.read_done = (offset as u32) + expect_len as u32;
-        self.req.gap_retry_at = None;
+        let done = (offset as u32) + expect_len as u32;
+        self.req.read_placed(idx, done);
+        self.req.gap_filled();
         self.acknowledge_to(ctx, psn.next());
         if ends {
-            self.req.sq[idx].status = Some(WcStatus::Success);
+            self.req.wqe_succeeded(idx);
         } else if request_ends {
             // A chunk answered: its responder resource is free for the next chunk's request.
-            self.req.rd_atomic_inflight = self.req.rd_atomic_inflight.saturating_sub(1);
+            self.req.release_rd_atomic();
         }
     }
 
@@ -119,7 +118,7 @@ impl QpContext {
             self.fail_wqe(ctx, idx, WcStatus::BadRespErr);
             return;
         }
-        self.req.sq[idx].status = Some(WcStatus::Success);
+        self.req.wqe_succeeded(idx);
         self.acknowledge_to(ctx, psn.next());
     }
 
@@ -159,7 +158,7 @@ impl QpContext {
             self.fail_wqe(ctx, idx, WcStatus::LocProtErr);
             return;
         }
-        self.req.sq[idx].status = Some(WcStatus::Success);
+        self.req.wqe_succeeded(idx);
         self.acknowledge_to(ctx, psn.next());
     }
 }

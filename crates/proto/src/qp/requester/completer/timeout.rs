@@ -16,7 +16,7 @@ impl QpContext {
     /// everything.)
     pub(super) fn rearm_retransmit(&mut self, ctx: &mut Ctx<'_>) {
         let outstanding = self.req.outstanding() > 0;
-        if !outstanding || self.req.rnr_wait {
+        if !outstanding || self.req.waiting_out_rnr() {
             self.timers.stop(Timer::Retransmit);
             self.timers.stop(Timer::TailProbe);
         } else {
@@ -51,8 +51,8 @@ impl QpContext {
             return;
         };
         // Before the first round trip is measured (the first ACKs lost), the floor alone.
-        let first = tail_probe_delay(self.req.rtt.srtt().unwrap_or_default());
-        let delay = first * (1u32 << self.req.tail_probes.min(16));
+        let first = tail_probe_delay(self.req.srtt().unwrap_or_default());
+        let delay = first * (1u32 << self.req.tail_probes().min(16));
         if delay < rto {
             self.timers.set(Timer::TailProbe, ctx.now + delay);
         }
@@ -62,20 +62,20 @@ impl QpContext {
     /// for each retry since the last progress, within the 4T IBTA allows.
     pub(crate) fn retransmit_timeout(&self) -> Option<Duration> {
         let backoff = self.req.retries_without_progress(&self.cfg);
-        self.req.rtt.rto(self.cfg.ack_timeout(), backoff)
+        self.req.rtt().rto(self.cfg.ack_timeout(), backoff)
     }
 
     /// Runs expired timers.
     pub(crate) fn handle_timeout(&mut self, ctx: &mut Ctx<'_>) {
         self.handle_cc_timeout(ctx);
         if self.timers.take_expired(Timer::RnrWait, ctx.now) {
-            self.req.rnr_wait = false;
+            self.req.rnr_wait_over();
             // The retransmit timer was stopped for the wait; outstanding work needs it again.
             self.rearm_retransmit(ctx);
         }
         if self.timers.take_expired(Timer::TailProbe, ctx.now)
             && self.req.outstanding() > 0
-            && self.req.resend.is_none()
+            && !self.req.resend_pending()
             && self.state != QpState::Err
         {
             self.tail_probe(ctx);
@@ -86,15 +86,14 @@ impl QpContext {
                 return;
             }
             ctx.stats.retransmit_timeouts += 1;
-            self.req.timed_out = true;
+            self.req.time_out();
             if let Some(rto) = self.retransmit_timeout() {
                 ctx.budget.on_timeout(ctx.now, rto);
             }
-            if self.req.retry_left == 0 {
+            if !self.req.spend_retry() {
                 self.fail_wqe(ctx, 0, WcStatus::RetryExcErr);
                 return;
             }
-            self.req.retry_left -= 1;
             let copies = self.retry_copies();
             let front_is_read = self
                 .req
@@ -108,7 +107,7 @@ impl QpContext {
                 // again it may arrive as a duplicate, which teaches nothing about the
                 // responder's kind either.)
                 self.repair(self.req.unacked_psn, RepairKind::Probe);
-                self.req.resend_copies = copies - 1;
+                self.req.repeat_resend(copies - 1);
                 return;
             }
             let resume = match self.req.sq.front() {
@@ -121,12 +120,10 @@ impl QpContext {
             // seen before its replay arrives is the old response still draining, not a new
             // loss (rxe's `started_retry`). Asking again for it made a slow responder run
             // several replays of a long READ at once, and lose packets of all of them.
-            self.req.gap_retry_at = Some(resume);
-            self.req.go_back(resume);
+            self.req.resume_from(resume);
             if copies > 1 {
                 // The cursor sends `resume` once more, then what follows it.
-                self.req.resend = Some(resume);
-                self.req.resend_copies = copies - 2;
+                self.req.resend_next(resume, copies - 2);
             }
         }
     }
@@ -178,26 +175,24 @@ impl QpContext {
         // is about). Dropping it left a path slower than the probe's delay unmeasured for
         // ever, every message probed (a 10 ms round trip: each of 20 WRITEs sent twice). It
         // is marked, so that only the estimate takes it (`RttEstimator::on_ack`).
-        match self.req.repair {
+        match self.req.repair() {
             // Sent again, the repair may arrive as a duplicate, whose answer says where the
             // responder's run stopped but not what it kept: a probe.
             Some(r) if !r.psn.is_before(unacked) => {
                 self.repair_keeping_sample(r.psn, RepairKind::Probe);
             }
             _ if self.req.answered_by_response(unacked)
-                || ((self.req.peer_reorders.is_some() || self.req.tail_probes > 0)
+                || ((self.req.peer_reorders().is_some() || self.req.tail_probes() > 0)
                     && self.req.resendable_alone(unacked)) =>
             {
                 self.repair_keeping_sample(unacked, RepairKind::Probe);
             }
             _ if self.req.resendable_alone(newest) => {
-                self.req.resend = Some(newest);
-                self.req.resend_copies = 0;
+                self.req.resend_next(newest, 0);
             }
             _ => return,
         }
-        self.req.rtt.on_probe();
-        self.req.tail_probes = self.req.tail_probes.saturating_add(1);
+        self.req.tail_probe_sent();
         ctx.stats.tail_probes += 1;
     }
 }
