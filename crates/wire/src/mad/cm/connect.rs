@@ -237,44 +237,11 @@ impl Rep {
     }
 }
 
-/// ReadyToUse: the active side has its QP in RTS; the passive side may send.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
-pub struct Rtu {
-    /// The active side's communication ID (0).
-    pub local_comm_id: u32,
-    /// The passive side's communication ID (4).
-    pub remote_comm_id: u32,
-    /// Private data (8).
-    pub private_data: PrivateData<{ private_data_len::RTU }>,
-}
-
-impl Rtu {
-    /// Bytes of MAD data the message occupies.
-    pub const LEN: usize = MAD_DATA_LEN;
-
-    /// Parses the 232 data bytes of an RTU.
-    pub fn parse(b: &[u8]) -> Result<Rtu, MadError> {
-        let (local_comm_id, remote_comm_id, private_data) =
-            crate::mad::cm::fields::parse_ids_and_data(b)?;
-        Ok(Rtu {
-            local_comm_id,
-            remote_comm_id,
-            private_data,
-        })
-    }
-
-    /// Writes the 232 data bytes.
-    ///
-    /// # Panics
-    /// If `b` is shorter than [`Rtu::LEN`].
-    pub fn emit(&self, b: &mut [u8]) {
-        crate::mad::cm::fields::emit_ids_and_data(
-            b,
-            self.local_comm_id,
-            self.remote_comm_id,
-            &self.private_data,
-        );
-    }
+crate::mad::cm::fields::ids_and_data_message! {
+    /// ReadyToUse: the active side has its QP in RTS; the passive side may send.
+    Rtu, "an RTU", private data private_data_len::RTU,
+    local: "The active side's communication ID (0).",
+    remote: "The passive side's communication ID (4)."
 }
 
 #[cfg(test)]

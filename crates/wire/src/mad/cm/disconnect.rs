@@ -47,44 +47,11 @@ impl Dreq {
     }
 }
 
-/// DisconnectReply.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
-pub struct Drep {
-    /// The sender's communication ID (0).
-    pub local_comm_id: u32,
-    /// The receiver's communication ID (4).
-    pub remote_comm_id: u32,
-    /// Private data (8).
-    pub private_data: PrivateData<{ private_data_len::DREP }>,
-}
-
-impl Drep {
-    /// Bytes of MAD data the message occupies.
-    pub const LEN: usize = MAD_DATA_LEN;
-
-    /// Parses the 232 data bytes of a DREP (the RTU's layout).
-    pub fn parse(b: &[u8]) -> Result<Drep, MadError> {
-        let (local_comm_id, remote_comm_id, private_data) =
-            crate::mad::cm::fields::parse_ids_and_data(b)?;
-        Ok(Drep {
-            local_comm_id,
-            remote_comm_id,
-            private_data,
-        })
-    }
-
-    /// Writes the 232 data bytes.
-    ///
-    /// # Panics
-    /// If `b` is shorter than [`Drep::LEN`].
-    pub fn emit(&self, b: &mut [u8]) {
-        crate::mad::cm::fields::emit_ids_and_data(
-            b,
-            self.local_comm_id,
-            self.remote_comm_id,
-            &self.private_data,
-        );
-    }
+crate::mad::cm::fields::ids_and_data_message! {
+    /// DisconnectReply (the RTU's layout).
+    Drep, "a DREP", private data private_data_len::DREP,
+    local: "The sender's communication ID (0).",
+    remote: "The receiver's communication ID (4)."
 }
 
 #[cfg(test)]

@@ -3,8 +3,6 @@
 
 use core::fmt;
 
-use crate::mad::header::{MadError, PrivateData, MAD_DATA_LEN};
-
 /// CM attribute IDs (IBTA Table 104).
 pub mod attr {
     /// ClassPortInfo.
@@ -145,28 +143,55 @@ impl TransportType {
     }
 }
 
-/// The layout RTU and DREP share: the two communication IDs, then 224 bytes of private data.
-pub(crate) fn parse_ids_and_data(
-    b: &[u8],
-) -> Result<(u32, u32, PrivateData<{ private_data_len::RTU }>), MadError> {
-    if b.len() < MAD_DATA_LEN {
-        return Err(MadError::Truncated);
-    }
-    let ids = (crate::bytes::be32(b, 0), crate::bytes::be32(b, 4));
-    Ok((ids.0, ids.1, PrivateData::read(&b[8..])))
-}
+/// Defines a message of the layout RTU and DREP share — the two communication IDs, then 224
+/// bytes of private data — as a type of its own: an RTU is not a DREP, though their bytes
+/// look alike, so each is a struct, and the layout is written once, here.
+macro_rules! ids_and_data_message {
+    (
+        $(#[$doc:meta])*
+        $name:ident, $a_name:literal, private data $len:path,
+        local: $local:literal, remote: $remote:literal
+    ) => {
+        $(#[$doc])*
+        #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+        pub struct $name {
+            #[doc = $local]
+            pub local_comm_id: u32,
+            #[doc = $remote]
+            pub remote_comm_id: u32,
+            /// Private data (8).
+            pub private_data: $crate::mad::header::PrivateData<{ $len }>,
+        }
 
-/// Writes the RTU/DREP layout.
-pub(crate) fn emit_ids_and_data(
-    b: &mut [u8],
-    local: u32,
-    remote: u32,
-    data: &PrivateData<{ private_data_len::RTU }>,
-) {
-    crate::bytes::put32(b, 0, local);
-    crate::bytes::put32(b, 4, remote);
-    b[8..MAD_DATA_LEN].copy_from_slice(data.as_bytes());
+        impl $name {
+            /// Bytes of MAD data the message occupies.
+            pub const LEN: usize = $crate::mad::header::MAD_DATA_LEN;
+
+            #[doc = concat!("Parses the 232 data bytes of ", $a_name, ".")]
+            pub fn parse(b: &[u8]) -> Result<$name, $crate::mad::header::MadError> {
+                if b.len() < Self::LEN {
+                    return Err($crate::mad::header::MadError::Truncated);
+                }
+                Ok($name {
+                    local_comm_id: $crate::bytes::be32(b, 0),
+                    remote_comm_id: $crate::bytes::be32(b, 4),
+                    private_data: $crate::mad::header::PrivateData::read(&b[8..]),
+                })
+            }
+
+            /// Writes the 232 data bytes.
+            ///
+            /// # Panics
+            #[doc = concat!("If `b` is shorter than [`", stringify!($name), "::LEN`].")]
+            pub fn emit(&self, b: &mut [u8]) {
+                $crate::bytes::put32(b, 0, self.local_comm_id);
+                $crate::bytes::put32(b, 4, self.remote_comm_id);
+                b[8..Self::LEN].copy_from_slice(self.private_data.as_bytes());
+            }
+        }
+    };
 }
+pub(crate) use ids_and_data_message;
 
 impl fmt::Display for MsgResponse {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
