@@ -8,9 +8,9 @@ use softrdma_proto::Mtu;
 use softrdma_udp::ROCEV2_UDP_PORT;
 
 use crate::backend::LocalFabric;
+use crate::faults::FaultConfig;
 #[cfg(doc)]
 use crate::Device;
-use crate::faults::FaultConfig;
 
 /// How to open a [`Device`]. `DeviceConfig::new(ip)` gives the defaults.
 #[derive(Debug, Clone, PartialEq)]

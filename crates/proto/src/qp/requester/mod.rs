@@ -41,32 +41,27 @@ impl QpContext {
                     None => continue,
                 }
             }
-            let cursor = self.req.cursor;
-            let wqe = self.req.sq.get(cursor)?;
+            let (cursor, pkt) = self.req.cursor();
+            let wqe = self.req.wqes().get(cursor)?;
             if !wqe.started && !self.may_start(wqe) {
                 return None;
             }
             if wqe.wr.op.is_local() {
                 if wqe.started {
                     // Go-back-N rewound the cursor over it: done once, it is passed over.
-                    self.req.cursor += 1;
-                    self.req.cursor_pkt = 0;
+                    self.req.pass_wqe();
                 } else if !self.execute_local(ctx, cursor) {
                     return None;
                 }
                 continue;
             }
             // UC has no acknowledgements to open a window with.
-            let psn = if wqe.started {
-                wqe.first_psn.add(self.req.cursor_pkt)
-            } else {
-                self.req.next_psn
-            };
+            let psn = self.req.cursor_psn();
             // A READ request's responses are in flight with it: its last response PSN must
             // fit in the window too.
             let last = match wqe.wr.op {
                 SendOp::RdmaRead { .. } => {
-                    let k = if wqe.started { self.req.cursor_pkt } else { 0 };
+                    let k = if wqe.started { pkt } else { 0 };
                     psn.add(read_request_pkts(ctx.config, k, wqe.npkts) - 1)
                 }
                 _ => psn,
@@ -85,13 +80,7 @@ impl QpContext {
                     self.fail_wqe(ctx, cursor, WcStatus::LocProtErr);
                     return None;
                 }
-                let wqe = &mut self.req.sq[cursor];
-                wqe.first_psn = self.req.next_psn;
-                wqe.started = true;
-                self.req.next_psn = self.req.next_psn.add(wqe.npkts);
-                if wqe.wr.op.is_read_or_atomic() {
-                    self.req.rd_atomic_inflight += 1;
-                }
+                self.req.start_wqe(cursor);
             }
             if !self.may_send_next(ctx) {
                 return None;
@@ -117,7 +106,7 @@ impl QpContext {
         if self.state == QpState::Sqd {
             return false;
         }
-        let rd = self.req.rd_atomic_inflight;
+        let rd = self.req.rd_atomic_inflight();
         if wqe.wr.flags.contains(SendFlags::FENCE) && rd > 0 {
             return false;
         }
@@ -138,17 +127,16 @@ impl QpContext {
         if !self.qp_type.is_reliable() {
             return true;
         }
-        let wqe = &self.req.sq[self.req.cursor];
-        let psn = wqe.first_psn.add(self.req.cursor_pkt);
-        if psn.is_before(self.req.sent_high) {
+        let (idx, k) = self.req.cursor();
+        let wqe = self.req.wqe(idx);
+        let psn = wqe.first_psn.add(k);
+        if psn.is_before(self.req.sent_high()) {
             return true;
         }
         let own = self.req.budget_share();
         // A READ request brings its responses: it costs what it asks for.
         let cost = match wqe.wr.op {
-            SendOp::RdmaRead { .. } => {
-                read_request_pkts(ctx.config, self.req.cursor_pkt, wqe.npkts)
-            }
+            SendOp::RdmaRead { .. } => read_request_pkts(ctx.config, k, wqe.npkts),
             _ => 1,
         };
         if own == 0
@@ -158,7 +146,7 @@ impl QpContext {
             return true;
         }
         if ctx.others_inflight.saturating_add(own) >= ctx.budget.limit() {
-            self.req.starved = true;
+            self.req.starve();
             ctx.stats.budget_waits += 1;
             return false;
         }
@@ -170,20 +158,17 @@ impl QpContext {
     /// own, so the QP's READ/atomic credit must allow one more (counted here, returned when the
     /// chunk before it is answered).
     fn may_request_next_chunk(&mut self, config: &EngineConfig) -> bool {
-        let wqe = &self.req.sq[self.req.cursor];
-        let k = self.req.cursor_pkt;
+        let (idx, k) = self.req.cursor();
+        let wqe = self.req.wqe(idx);
         if k == 0 || !matches!(wqe.wr.op, SendOp::RdmaRead { .. }) {
             return true;
         }
         let psn = wqe.first_psn.add(k);
-        if psn.is_before(self.req.sent_high) || k % read_chunk(config) != 0 {
+        if psn.is_before(self.req.sent_high()) || k % read_chunk(config) != 0 {
             return true;
         }
-        if self.req.rd_atomic_inflight >= u32::from(self.cfg.max_rd_atomic.max(1)) {
-            return false;
-        }
-        self.req.rd_atomic_inflight += 1;
-        true
+        let limit = u32::from(self.cfg.max_rd_atomic.max(1));
+        self.req.take_rd_atomic(limit)
     }
 
     /// Resends the single packet `psn` (a selective repeat's repair) with AckReq set, the
@@ -195,16 +180,15 @@ impl QpContext {
         out: &mut Vec<u8>,
         psn: Psn,
     ) -> Option<DatagramOut> {
-        if psn.is_before(self.req.unacked_psn) || !psn.is_before(self.req.sent_high) {
+        if psn.is_before(self.req.unacked_psn()) || !psn.is_before(self.req.sent_high()) {
             return None;
         }
-        let idx = self.req.sq.iter().position(|w| w.contains(psn))?;
-        let k = psn.distance(self.req.sq[idx].first_psn) as u32;
-        let saved = (self.req.cursor, self.req.cursor_pkt);
-        (self.req.cursor, self.req.cursor_pkt) = (idx, k);
+        let idx = self.wqe_index(psn)?;
+        let k = psn.distance(self.req.wqe(idx).first_psn) as u32;
+        let saved = self.req.point_cursor_at(idx, k);
         self.req.ask_for_ack();
         let built = self.build_request(ctx, out);
-        (self.req.cursor, self.req.cursor_pkt) = saved;
+        self.req.restore_cursor(saved);
         match built {
             Ok(t) => Some(t),
             Err(RequestBuild::Skip) => None,
@@ -221,12 +205,10 @@ impl QpContext {
         ctx: &mut Ctx<'_>,
         out: &mut Vec<u8>,
     ) -> Result<DatagramOut, RequestBuild> {
-        let idx = self.req.cursor;
-        let k = self.req.cursor_pkt;
-        let wqe = &self.req.sq[idx];
+        let (idx, k) = self.req.cursor();
+        let wqe = self.req.wqe(idx);
         if k >= wqe.npkts {
-            self.req.cursor += 1;
-            self.req.cursor_pkt = 0;
+            self.req.pass_wqe();
             return Err(RequestBuild::Skip);
         }
         let psn = wqe.first_psn.add(k);
@@ -253,7 +235,7 @@ impl QpContext {
         // rest of its message), and only if the window and the device budget let all of it
         // out now: a turn drawn out into a refusal would only cost the QP a wait for the
         // budget.
-        let fresh = !psn.is_before(self.req.sent_high);
+        let fresh = !psn.is_before(self.req.sent_high());
         // Packets the window and the device budget let out after this one (a new packet's).
         let room = fresh.then(|| {
             let window = ctx.config.max_inflight_packets;
@@ -285,7 +267,7 @@ impl QpContext {
         }
         let read_or_atomic = wqe.wr.op.is_read_or_atomic();
         let solicited = ends_message && wqe.wr.flags.contains(SendFlags::SOLICITED);
-        self.req.pkts_since_ackreq += 1;
+        let since_ack_req = self.req.count_packet();
         let forced = self.req.take_ack_request();
         // Ask for an ACK at a message's end, every `ack_req_every` packets, and on the last
         // packet the window or the device budget lets out: the ACK that reopens them must not
@@ -297,9 +279,9 @@ impl QpContext {
                 || fills
                 || (fresh && turn_ends(ctx, packet_len(bth.opcode, payload), tail))
                 || forced
-                || self.req.pkts_since_ackreq >= ack_req_interval(ctx.config));
+                || since_ack_req >= ack_req_interval(ctx.config));
         if bth.ack_req {
-            self.req.pkts_since_ackreq = 0;
+            self.req.ack_req_sent();
             if fresh && reliable {
                 self.req.time_send(psn, ctx.now);
             }
@@ -307,7 +289,7 @@ impl QpContext {
         bth.solicited = solicited;
 
         let offset = u64::from(k) * u64::from(mtu);
-        let (pd, wr) = (self.pd, &self.req.sq[idx].wr);
+        let (pd, wr) = (self.pd, &self.req.wqe(idx).wr);
         let fill = |mrs: &MrTable, buf: &mut [u8], crc: u32| match &wr.inline_data {
             Some(data) => {
                 let start = offset as usize;
@@ -322,23 +304,14 @@ impl QpContext {
             .ok_or(RequestBuild::Failed)?;
 
         let next_k = request_end.unwrap_or(k + 1);
-        if next_k >= self.req.sq[idx].npkts {
-            self.req.cursor += 1;
-            self.req.cursor_pkt = 0;
-        } else {
-            self.req.cursor_pkt = next_k;
-        }
-        if psn.is_before(self.req.sent_high) {
+        if self.req.packet_sent(idx, psn, next_k) {
             ctx.stats.retransmitted_packets += 1;
-        } else {
-            self.req.sent_high = self.req.sq[idx].first_psn.add(next_k);
         }
         if !reliable {
             if last {
                 // UC completes a WQE once its last packet is on the wire: nothing will ever
                 // acknowledge it (IBTA 9.7.7; rxe does the same).
-                self.req.sq[idx].status = Some(WcStatus::Success);
-                self.req.unacked_psn = psn.next();
+                self.req.unreliable_message_sent(idx, psn);
                 self.retire_completed(ctx);
             }
             return Ok(t);
@@ -359,7 +332,7 @@ impl QpContext {
     /// state (rxe: `IB_WC_MW_BIND_ERR` for a bind, `IB_WC_LOC_QP_OP_ERR` for an
     /// invalidation). Returns whether it succeeded.
     fn execute_local(&mut self, ctx: &mut Ctx<'_>, idx: usize) -> bool {
-        let result = match self.req.sq[idx].wr.op {
+        let result = match self.req.wqe(idx).wr.op {
             SendOp::BindMw(bind) => ctx
                 .mrs
                 .bind_window(self.pd, self.qpn, &bind)
@@ -376,12 +349,7 @@ impl QpContext {
             self.fail_wqe(ctx, idx, status);
             return false;
         }
-        let wqe = &mut self.req.sq[idx];
-        wqe.started = true;
-        wqe.first_psn = self.req.next_psn;
-        wqe.status = Some(WcStatus::Success);
-        self.req.cursor += 1;
-        self.req.cursor_pkt = 0;
+        self.req.local_op_done(idx);
         self.retire_completed(ctx);
         true
     }
@@ -392,13 +360,7 @@ impl QpContext {
     /// bind or invalidation after it too, though done already (rxe's completer reaches it
     /// only after the failure, and flushes it).
     pub(crate) fn fail_wqe(&mut self, ctx: &mut Ctx<'_>, idx: usize, status: WcStatus) {
-        for (i, wqe) in self.req.sq.iter_mut().enumerate() {
-            if i == idx {
-                wqe.status = Some(status);
-            } else if i > idx || wqe.status.is_none() {
-                wqe.status = Some(WcStatus::WrFlushErr);
-            }
-        }
+        self.req.fail_wqe_at(idx, status);
         self.enter_error(ctx);
     }
 }

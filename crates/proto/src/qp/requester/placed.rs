@@ -41,9 +41,9 @@ impl QpContext {
         if self.qp_type != QpType::Rc || !matches!(self.state, QpState::Rts | QpState::Sqd) {
             return None;
         }
-        let psn = self.req.unacked_psn;
+        let psn = self.req.unacked_psn();
         let idx = self.wqe_index(psn)?;
-        let first = &self.req.sq[idx];
+        let first = self.req.wqe(idx);
         if !matches!(first.wr.op, SendOp::RdmaRead { .. }) {
             return None;
         }
@@ -53,7 +53,7 @@ impl QpContext {
         let mut out = Vec::new();
         // This READ's responses, then those of the READs posted after it, as long as their
         // PSNs follow on: a GRO batch may hold one READ's LAST and the next one's FIRST.
-        'reads: for wqe in self.req.sq.iter().skip(idx) {
+        'reads: for wqe in self.req.wqes().iter().skip(idx) {
             let is_read = matches!(wqe.wr.op, SendOp::RdmaRead { .. });
             if !is_read || !wqe.started || wqe.first_psn != next || wqe.len == 0 {
                 break;
@@ -97,9 +97,9 @@ impl QpContext {
     pub(crate) fn expects_placed_response(&self, psn: Psn, at_message: u64) -> bool {
         self.qp_type == QpType::Rc
             && matches!(self.state, QpState::Rts | QpState::Sqd)
-            && self.req.unacked_psn == psn
+            && self.req.unacked_psn() == psn
             && self.wqe_index(psn).is_some_and(|i| {
-                let w = &self.req.sq[i];
+                let w = self.req.wqe(i);
                 matches!(w.wr.op, SendOp::RdmaRead { .. })
                     && u64::try_from(psn.distance(w.first_psn))
                         .is_ok_and(|k| k * u64::from(w.mtu) == at_message)

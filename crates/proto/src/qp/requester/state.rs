@@ -4,7 +4,8 @@
 //! one per expected response packet for READ (the request itself is a single packet), one for
 //! an atomic. A cursor (`cursor`, `cursor_pkt`) says which packet goes out next; going back N
 //! for a retransmission is just moving the cursor back (see [`Requester::go_back`]). This file
-//! holds only the state; the requester (`mod.rs` beside it) and the completer (`completer/`) move it.
+//! holds only the state; the requester (`mod.rs` beside it) and the completer (`completer/`) move
+//! it, through the named methods below: no field is visible outside this file.
 
 use std::collections::VecDeque;
 
@@ -89,25 +90,25 @@ impl SendWqe {
 #[derive(Debug, Default)]
 pub(crate) struct Requester {
     /// WQEs not yet completed, oldest first.
-    pub(in crate::qp::requester) sq: VecDeque<SendWqe>,
+    sq: VecDeque<SendWqe>,
     /// Index in `sq` of the WQE whose packet goes out next.
-    pub(in crate::qp::requester) cursor: usize,
+    cursor: usize,
     /// Packet index within that WQE.
-    pub(in crate::qp::requester) cursor_pkt: u32,
+    cursor_pkt: u32,
     /// PSN of the next new WQE's first packet.
-    pub(in crate::qp::requester) next_psn: Psn,
+    next_psn: Psn,
     /// Every PSN before this one has been acknowledged (explicitly or by a response).
-    pub(in crate::qp::requester) unacked_psn: Psn,
+    unacked_psn: Psn,
     /// The highest PSN the responder has acknowledged, even past a READ or atomic whose
     /// response is still missing (which holds `unacked_psn` back): the measure of forward
     /// progress that refills the retry counters.
     peer_acked: Psn,
     /// One past the highest PSN ever sent: packets below it are retransmissions.
-    pub(in crate::qp::requester) sent_high: Psn,
+    sent_high: Psn,
     /// READ and atomic requests outstanding, what the responder's resources hold: one per
     /// READ/atomic WQE started, plus one per further chunk of a long READ (see
     /// `requester::read_chunk`) until the chunk before it is answered.
-    pub(in crate::qp::requester) rd_atomic_inflight: u32,
+    rd_atomic_inflight: u32,
     /// Transport retries left before RETRY_EXC_ERR.
     retry_left: u8,
     /// RNR retries left (7 = infinite).
@@ -123,7 +124,7 @@ pub(crate) struct Requester {
     /// the one before).
     tail_probes: u8,
     /// Packets since the last AckReq.
-    pub(in crate::qp::requester) pkts_since_ackreq: u32,
+    pkts_since_ackreq: u32,
     /// The next packet built asks for an ACK whatever its place (a repair).
     force_ack_req: bool,
     /// The READ-response gap already acted on (one retry per gap, not one per packet).
@@ -140,7 +141,7 @@ pub(crate) struct Requester {
     peer_reorders: Option<bool>,
     /// The last send was refused for the device's in-flight budget, not the QP's window:
     /// the engine wakes the QP when other QPs' packets are acknowledged.
-    pub(in crate::qp::requester) starved: bool,
+    starved: bool,
     rtt: RttEstimator,
 }
 
@@ -365,6 +366,188 @@ impl Requester {
         }
         self.cursor = self.sq.len();
         self.cursor_pkt = 0;
+    }
+}
+
+/// Reads of the send queue's position, for the requester's packet building and the completer.
+impl Requester {
+    /// The WQE at index `idx` in the queue (oldest first); panics past the end, as indexing
+    /// does.
+    pub(in crate::qp::requester) fn wqe(&self, idx: usize) -> &SendWqe {
+        &self.sq[idx]
+    }
+
+    /// The oldest WQE not yet completed, if any.
+    pub(in crate::qp::requester) fn front(&self) -> Option<&SendWqe> {
+        self.sq.front()
+    }
+
+    /// Every PSN before this one has been acknowledged: the oldest unacknowledged PSN, where
+    /// the window starts.
+    pub(in crate::qp::requester) fn unacked_psn(&self) -> Psn {
+        self.unacked_psn
+    }
+
+    /// One past the highest PSN ever sent: packets below it are retransmissions.
+    pub(in crate::qp::requester) fn sent_high(&self) -> Psn {
+        self.sent_high
+    }
+
+    /// Where the cursor is: the index in the queue of the WQE whose packet goes out next (the
+    /// queue's length when none waits), and the packet's index within that WQE.
+    pub(in crate::qp::requester) fn cursor(&self) -> (usize, u32) {
+        (self.cursor, self.cursor_pkt)
+    }
+
+    /// The PSN of the packet at the cursor: its packet's in a started WQE; otherwise the one
+    /// the next WQE to start takes, [`next_psn`](Self::next_psn).
+    pub(in crate::qp::requester) fn cursor_psn(&self) -> Psn {
+        match self.sq.get(self.cursor) {
+            Some(w) if w.started => w.first_psn.add(self.cursor_pkt),
+            _ => self.next_psn,
+        }
+    }
+
+    /// READ and atomic requests outstanding at the responder (see the field's note): what the
+    /// QP's `max_rd_atomic` credit limits.
+    pub(in crate::qp::requester) fn rd_atomic_inflight(&self) -> u32 {
+        self.rd_atomic_inflight
+    }
+}
+
+/// The requester's own moves: what building and sending a request packet does to the send
+/// queue's state (IBTA 9.7.4; rxe's requester: `update_wqe_psn`, `update_state`,
+/// `save_state`/`rollback_state`).
+impl Requester {
+    /// WQE `idx` starts, its first packet about to be built: it takes its PSNs, from
+    /// [`next_psn`](Self::next_psn) on (none for a local operation), and a READ or atomic one
+    /// of the responder's resources, which its answer returns
+    /// ([`release_rd_atomic`](Self::release_rd_atomic)).
+    pub(in crate::qp::requester) fn start_wqe(&mut self, idx: usize) {
+        let wqe = &mut self.sq[idx];
+        wqe.first_psn = self.next_psn;
+        wqe.started = true;
+        self.next_psn = self.next_psn.add(wqe.npkts);
+        if wqe.wr.op.is_read_or_atomic() {
+            self.rd_atomic_inflight += 1;
+        }
+    }
+
+    /// The local operation (BIND_MW, LOCAL_INV) `idx`, at the cursor, was executed: it is
+    /// started at [`next_psn`](Self::next_psn), taking none, has succeeded, and the cursor
+    /// passes it. It completes when every older WQE has.
+    pub(in crate::qp::requester) fn local_op_done(&mut self, idx: usize) {
+        let wqe = &mut self.sq[idx];
+        wqe.started = true;
+        wqe.first_psn = self.next_psn;
+        wqe.status = Some(WcStatus::Success);
+        self.cursor += 1;
+        self.cursor_pkt = 0;
+    }
+
+    /// The cursor passes over the WQE it points at, to the next one's first packet: a local
+    /// operation done already (go-back-N rewound the cursor over it), or a WQE whose packets
+    /// have all gone.
+    pub(in crate::qp::requester) fn pass_wqe(&mut self) {
+        self.cursor += 1;
+        self.cursor_pkt = 0;
+    }
+
+    /// The request of a further chunk of a long READ, sent for the first time, takes a
+    /// responder resource like a READ of its own — if the QP's credit (`limit`) allows one
+    /// more; the chunk before it returns one when answered. Returns whether it took one.
+    pub(in crate::qp::requester) fn take_rd_atomic(&mut self, limit: u32) -> bool {
+        if self.rd_atomic_inflight >= limit {
+            return false;
+        }
+        self.rd_atomic_inflight += 1;
+        true
+    }
+
+    /// A new packet was refused for the device's in-flight budget (not the QP's window): the
+    /// engine is to wake the QP when other QPs' packets are acknowledged
+    /// ([`take_starved`](Self::take_starved)).
+    pub(in crate::qp::requester) fn starve(&mut self) {
+        self.starved = true;
+    }
+
+    /// One more packet is being built since the last one that asked for an ACK; returns how
+    /// many that makes (with it). A long message asks for one every so many packets, since a
+    /// responder acknowledges only what asks.
+    pub(in crate::qp::requester) fn count_packet(&mut self) -> u32 {
+        self.pkts_since_ackreq += 1;
+        self.pkts_since_ackreq
+    }
+
+    /// The packet being built asks for an ACK (AckReq set): the count of packets since one
+    /// did ([`count_packet`](Self::count_packet)) starts over.
+    pub(in crate::qp::requester) fn ack_req_sent(&mut self) {
+        self.pkts_since_ackreq = 0;
+    }
+
+    /// Packet `psn` of WQE `idx`, at the cursor, went out; the packet after it is `next_pkt`
+    /// (a READ request covers its chunk's response PSNs). The cursor moves there, or to the
+    /// next WQE past the WQE's end; a new packet moves [`sent_high`](Self::sent_high) past
+    /// what it covers. Returns whether `psn` was a retransmission.
+    pub(in crate::qp::requester) fn packet_sent(
+        &mut self,
+        idx: usize,
+        psn: Psn,
+        next_pkt: u32,
+    ) -> bool {
+        if next_pkt >= self.sq[idx].npkts {
+            self.cursor += 1;
+            self.cursor_pkt = 0;
+        } else {
+            self.cursor_pkt = next_pkt;
+        }
+        if psn.is_before(self.sent_high) {
+            return true;
+        }
+        self.sent_high = self.sq[idx].first_psn.add(next_pkt);
+        false
+    }
+
+    /// UC: the last packet `psn` of WQE `idx` is on the wire, which completes it, since
+    /// nothing will ever acknowledge it (IBTA 9.7.7; rxe does the same): it has succeeded,
+    /// and every PSN through `psn` counts as done.
+    pub(in crate::qp::requester) fn unreliable_message_sent(&mut self, idx: usize, psn: Psn) {
+        self.sq[idx].status = Some(WcStatus::Success);
+        self.unacked_psn = psn.next();
+    }
+
+    /// Points the cursor at packet `pkt` of WQE `idx`, where a selective repeat's packet is
+    /// built, and returns where it was: sending the repair must not move the cursor, so it
+    /// goes back there afterwards ([`restore_cursor`](Self::restore_cursor); rxe's
+    /// `save_state`).
+    pub(in crate::qp::requester) fn point_cursor_at(
+        &mut self,
+        idx: usize,
+        pkt: u32,
+    ) -> (usize, u32) {
+        let saved = (self.cursor, self.cursor_pkt);
+        (self.cursor, self.cursor_pkt) = (idx, pkt);
+        saved
+    }
+
+    /// Puts the cursor back where [`point_cursor_at`](Self::point_cursor_at) found it, once
+    /// the repair was built (rxe's `rollback_state`).
+    pub(in crate::qp::requester) fn restore_cursor(&mut self, saved: (usize, u32)) {
+        (self.cursor, self.cursor_pkt) = saved;
+    }
+
+    /// WQE `idx` failed with `status` (the QP is going to the error state): WQEs before it
+    /// already known to have succeeded still complete successfully; unfinished ones before
+    /// it, and all after it, are flushed (WR_FLUSH_ERR) — a local operation after it too,
+    /// though done already (rxe's completer reaches it only after the failure).
+    pub(in crate::qp::requester) fn fail_wqe_at(&mut self, idx: usize, status: WcStatus) {
+        for (i, wqe) in self.sq.iter_mut().enumerate() {
+            if i == idx {
+                wqe.status = Some(status);
+            } else if i > idx || wqe.status.is_none() {
+                wqe.status = Some(WcStatus::WrFlushErr);
+            }
+        }
     }
 }
 

@@ -30,8 +30,8 @@ impl QpContext {
         };
         let psn = pkt.bth.psn;
         // A response must acknowledge something sent: within [unacked - 1, sent_high).
-        let oldest = self.req.unacked_psn.sub(1);
-        if psn.is_before(oldest) || !psn.is_before(self.req.sent_high) {
+        let oldest = self.req.unacked_psn().sub(1);
+        if psn.is_before(oldest) || !psn.is_before(self.req.sent_high()) {
             ctx.stats.drop(if psn.is_before(oldest) {
                 DropReason::Duplicate
             } else {
@@ -79,7 +79,7 @@ impl QpContext {
         // A NAK names the first PSN the responder has not executed. One for a PSN already
         // acknowledged is stale (duplicated or overtaken in the network): acting on it would
         // rewind to a PSN no WQE owns any more.
-        if !matches!(syndrome, Syndrome::Ack { .. }) && psn.is_before(self.req.unacked_psn) {
+        if !matches!(syndrome, Syndrome::Ack { .. }) && psn.is_before(self.req.unacked_psn()) {
             ctx.stats.drop(DropReason::Duplicate);
             return;
         }
@@ -164,14 +164,14 @@ impl QpContext {
 
     /// Index in the send queue of the started WQE that owns `psn`.
     pub(in crate::qp) fn wqe_index(&self, psn: Psn) -> Option<usize> {
-        self.req.sq.iter().position(|w| w.contains(psn))
+        self.req.wqes().iter().position(|w| w.contains(psn))
     }
 
     /// Acknowledges every PSN up to and including `psn`: SEND and WRITE WQEs entirely at or
     /// before it are done. A READ or atomic still waiting for its response at or before `psn`
     /// lost that response: resend it (the responder answers from its resources).
     pub(crate) fn ack_through(&mut self, ctx: &mut Ctx<'_>, psn: Psn) {
-        if !psn.is_after(self.req.unacked_psn.sub(1)) {
+        if !psn.is_after(self.req.unacked_psn().sub(1)) {
             return;
         }
         if self.req.responder_executed_through(psn) {
@@ -182,9 +182,9 @@ impl QpContext {
             let cfg = self.cfg;
             self.req.reset_retry_counters(&cfg);
         }
-        let mut new_unacked = self.req.unacked_psn;
-        for idx in 0..self.req.sq.len() {
-            let wqe = &self.req.sq[idx];
+        let mut new_unacked = self.req.unacked_psn();
+        for idx in 0..self.req.wqes().len() {
+            let wqe = self.req.wqe(idx);
             if !wqe.started || wqe.first_psn.is_after(psn) {
                 break;
             }
@@ -206,7 +206,7 @@ impl QpContext {
             self.req.wqe_succeeded(idx);
             new_unacked = last.next();
         }
-        if new_unacked != self.req.unacked_psn && new_unacked.is_after(self.req.unacked_psn) {
+        if new_unacked != self.req.unacked_psn() && new_unacked.is_after(self.req.unacked_psn()) {
             self.acknowledge_to(ctx, new_unacked);
         }
     }
@@ -231,7 +231,7 @@ impl QpContext {
         }
         let cfg = self.cfg;
         self.req.reset_retry_counters(&cfg);
-        let acked = self.req.unacked_psn.sub(1);
+        let acked = self.req.unacked_psn().sub(1);
         self.req.responder_executed_through(acked);
         self.req.skip_acknowledged();
         // Both timers measure a silence: it ended (the caller re-arms them from now).
@@ -241,7 +241,7 @@ impl QpContext {
 
     /// Pops finished WQEs off the front of the send queue and reports them, in order.
     pub(crate) fn retire_completed(&mut self, ctx: &mut Ctx<'_>) {
-        while let Some(wqe) = self.req.sq.front() {
+        while let Some(wqe) = self.req.front() {
             let Some(status) = wqe.status else { break };
             if status != WcStatus::Success {
                 break; // errors retire through enter_error's flush

@@ -22,15 +22,11 @@ impl QpContext {
         let req = &self.req;
         if !ctx.config.selective_repeat
             || req.peer_reorders() == Some(false)
-            || req.unacked_psn != psn
+            || req.unacked_psn() != psn
         {
             return false;
         }
-        let cursor_psn = match req.sq.get(req.cursor) {
-            Some(w) if w.started => w.first_psn.add(req.cursor_pkt),
-            _ => req.next_psn,
-        };
-        if cursor_psn.is_before(req.sent_high) {
+        if req.cursor_psn().is_before(req.sent_high()) {
             return false;
         }
         if self.wqe_index(psn).is_none() {
@@ -68,7 +64,7 @@ impl QpContext {
         let Some(r) = self.req.repair() else {
             return;
         };
-        let unacked = self.req.unacked_psn;
+        let unacked = self.req.unacked_psn();
         if !r.psn.is_before(unacked) {
             return;
         }
@@ -157,7 +153,7 @@ impl QpContext {
     /// responder executed it (it NAKed a later PSN), so the response was lost, and the request
     /// must go again to have it replayed.
     pub(super) fn resume_after_nak(&mut self) {
-        let resume = self.req.unacked_psn;
+        let resume = self.req.unacked_psn();
         self.req.resume_from(resume);
     }
 }

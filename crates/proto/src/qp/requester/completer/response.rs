@@ -23,7 +23,7 @@ impl QpContext {
             ctx.stats.drop(DropReason::UnexpectedResponse);
             return;
         };
-        match self.req.sq[idx].wr.op {
+        match self.req.wqe(idx).wr.op {
             SendOp::RdmaRead { .. } => {}
             SendOp::AtomicWrite { .. } | SendOp::Flush { .. } => {
                 self.handle_placement_ack(ctx, idx, psn, position, pkt.payload.len());
@@ -35,12 +35,12 @@ impl QpContext {
             }
         }
         // Everything before this READ is implicitly acknowledged.
-        let first = self.req.sq[idx].first_psn;
+        let first = self.req.wqe(idx).first_psn;
         self.ack_through(ctx, first.sub(1));
         if self.state == QpState::Err {
             return;
         }
-        let expected = self.req.unacked_psn;
+        let expected = self.req.unacked_psn();
         if psn != expected {
             if psn.is_after(expected) && self.wqe_index(expected).is_some() {
                 // A response packet was lost: ask again from the first missing one, once.
@@ -53,7 +53,7 @@ impl QpContext {
             return;
         }
         let pd = self.pd;
-        let wqe = &self.req.sq[idx];
+        let wqe = self.req.wqe(idx);
         let k = psn.distance(wqe.first_psn) as u32;
         let offset = u64::from(k) * u64::from(wqe.mtu);
         let expect_len =
@@ -130,7 +130,7 @@ impl QpContext {
         if self.state == QpState::Err {
             return false;
         }
-        if psn != self.req.unacked_psn {
+        if psn != self.req.unacked_psn() {
             ctx.stats.drop(DropReason::Duplicate);
             return false;
         }
@@ -142,14 +142,14 @@ impl QpContext {
             ctx.stats.drop(DropReason::UnexpectedResponse);
             return;
         };
-        if !self.req.sq[idx].wr.op.is_atomic() {
+        if !self.req.wqe(idx).wr.op.is_atomic() {
             ctx.stats.drop(DropReason::UnexpectedResponse);
             return;
         }
         if !self.ack_before(ctx, psn) {
             return;
         }
-        let wqe = &self.req.sq[idx];
+        let wqe = self.req.wqe(idx);
         if ctx
             .mrs
             .scatter(self.pd, &wqe.wr.sg_list, 0, &orig.to_ne_bytes())

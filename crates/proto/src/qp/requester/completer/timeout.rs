@@ -97,7 +97,6 @@ impl QpContext {
             let copies = self.retry_copies();
             let front_is_read = self
                 .req
-                .sq
                 .front()
                 .is_some_and(|w| w.wr.op.is_read_or_atomic());
             if ctx.config.selective_repeat && !front_is_read {
@@ -106,15 +105,15 @@ impl QpContext {
                 // (A repair under way is that packet: it or its answer was lost, and sent
                 // again it may arrive as a duplicate, which teaches nothing about the
                 // responder's kind either.)
-                self.repair(self.req.unacked_psn, RepairKind::Probe);
+                self.repair(self.req.unacked_psn(), RepairKind::Probe);
                 self.req.repeat_resend(copies - 1);
                 return;
             }
-            let resume = match self.req.sq.front() {
+            let resume = match self.req.front() {
                 Some(w) if w.wr.op.is_read_or_atomic() => {
                     w.first_psn.add(w.read_done / w.mtu.max(1))
                 }
-                _ => self.req.unacked_psn,
+                _ => self.req.unacked_psn(),
             };
             // The request just resent asks for everything from `resume`: a gap at `resume`
             // seen before its replay arrives is the old response still draining, not a new
@@ -168,8 +167,8 @@ impl QpContext {
     /// request goes again for the rest (from the first missing response PSN) — the timer
     /// took T, 2.1 s at the timeout rdma_cm gives RoCE, for each lost last response.
     fn tail_probe(&mut self, ctx: &mut Ctx<'_>) {
-        let unacked = self.req.unacked_psn;
-        let newest = self.req.sent_high.sub(1);
+        let unacked = self.req.unacked_psn();
+        let newest = self.req.sent_high().sub(1);
         // The round-trip sample stays: an ACK covering it is timed from the packet's first
         // transmission, so a probe can make the sample longer, never shorter (what Karn's rule
         // is about). Dropping it left a path slower than the probe's delay unmeasured for
