@@ -1,7 +1,10 @@
 //! Host and target over real RoCEv2 on loopback, one softrdma device per 127.0.38.x: every
 //! admin and I/O command the issue lists, in-capsule data and keyed SGLs with remote
 //! invalidation, rejections (NVMe-oF RDMA reject codes, Connect statuses), several hosts and
-//! queues at once, malformed capsules, a host that stops sending keep alives.
+//! queues at once, malformed capsules, a host that stops sending keep alives. Again over the
+//! in-process fabric, duplicating and reordering, in `over_fabric.rs`.
+
+mod common;
 
 use std::net::SocketAddr;
 use std::sync::Arc;
@@ -35,13 +38,13 @@ fn subsystem(namespaces: u32, size: u64, hosts: Vec<String>) -> Subsystem {
 }
 
 fn target_with(ip: &str, s: Subsystem) -> Target {
-    let addr: SocketAddr = format!("{ip}:4420").parse().unwrap();
+    let addr: SocketAddr = common::addr(&format!("{ip}:4420"));
     Target::start(TargetConfig::new(addr, vec![s])).unwrap()
 }
 
 fn host(target: &Target, src: &str) -> HostConfig {
     let mut c = HostConfig::new(target.local_addr());
-    c.source = Some(src.parse().unwrap());
+    c.source = Some(common::ip(src));
     c.timeout = Duration::from_secs(10);
     c
 }
@@ -387,7 +390,7 @@ fn wrong_nqn_wrong_host_and_bad_private_data_are_rejected() {
     for (private_data, ird, want) in cases {
         let ch = EventChannel::new();
         let id = CmId::new(&ch, PortSpace::Tcp, RdmaQpType::Rc);
-        id.resolve_addr(Some("127.0.38.6:0".parse().unwrap()), at)
+        id.resolve_addr(Some(common::addr("127.0.38.6:0")), at)
             .unwrap();
         assert_eq!(
             ch.get_event(Some(Duration::from_secs(5))).unwrap().kind,
@@ -619,7 +622,8 @@ fn io_under_loss_with_remote_invalidation() {
             seed,
             ..FaultConfig::NONE
         };
-        Device::open(DeviceConfig::new(ip.parse().unwrap()).faults(faults)).unwrap()
+        Device::open(common::on_network(DeviceConfig::new(ip.parse().unwrap())).faults(faults))
+            .unwrap()
     };
     let mut tc = TargetConfig::new(
         "127.0.38.15:4420".parse().unwrap(),

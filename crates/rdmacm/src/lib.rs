@@ -50,12 +50,14 @@
 
 mod error;
 mod event;
+mod fabric;
 mod id;
 mod service;
 mod simple;
 
 pub use error::CmError;
 pub use event::CmEventKind;
+pub use fabric::FabricHosts;
 pub use id::{CmEvent, CmId, EventChannel};
 pub use service::CmService;
 pub use simple::{connect, Connection, Listener};
