@@ -1,4 +1,4 @@
-//! The NVMe-oF host and target tests once more, every device on one in-process `LocalFabric`
+//! The NVMe-oF host and target tests once more, every device on an in-process `LocalFabric`
 //! that duplicates and reorders datagrams (see `common/mod.rs`): connect, every admin and I/O
 //! command, rejections, several hosts, a lossy run with remote invalidation — through the
 //! same rdma_cm and verbs, without a socket.

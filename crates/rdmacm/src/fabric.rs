@@ -45,7 +45,9 @@ impl FabricHosts {
         &self.fabric
     }
 
-    /// The device at `ip`, opened with its connection manager if it is the first time.
+    /// The device at `ip`, opened with its connection manager if it is the first time. Fails
+    /// when the device cannot open, or when rdma_cm already runs at `ip` on another device
+    /// (one rdma_cm opened on a UDP socket before the address was first named here).
     pub fn host(&self, ip: IpAddr) -> Result<Device, CmError> {
         let mut hosts = self.hosts.lock().unwrap_or_else(|e| e.into_inner());
         if let Some((device, _)) = hosts.get(&ip) {
@@ -64,6 +66,12 @@ impl FabricHosts {
         let device = Device::open(DeviceConfig::new(ip).fabric(&self.fabric).faults(faults))
             .map_err(CmError::Device)?;
         let cm = CmService::start(&device)?;
+        if !cm.runs_on(&device) {
+            // rdma_cm would go on using that device, off the fabric.
+            return Err(CmError::Setup(format!(
+                "{ip} already has a connection manager on a device that is not on the fabric"
+            )));
+        }
         hosts.insert(ip, (device.clone(), cm));
         Ok(device)
     }
@@ -76,5 +84,26 @@ impl std::fmt::Debug for FabricHosts {
             .field("fabric", &self.fabric)
             .field("hosts", &hosts.len())
             .finish()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn an_address_rdma_cm_already_serves_off_the_fabric_is_refused() {
+        // rdma_cm's own device (a UDP socket) at the address first.
+        let ip: IpAddr = "127.0.62.1".parse().unwrap();
+        let udp = Device::open(DeviceConfig::new(ip)).unwrap();
+        let _cm = CmService::start(&udp).unwrap();
+        let hosts = FabricHosts::new(&LocalFabric::new(), FaultConfig::NONE);
+        assert!(matches!(hosts.host(ip), Err(CmError::Setup(_))));
+        // Another address is hosted, once.
+        let other: IpAddr = "127.0.62.2".parse().unwrap();
+        let a = hosts.host(other).unwrap();
+        let b = hosts.host(other).unwrap();
+        assert_eq!(a.name(), b.name());
+        assert_eq!(a.ip(), other);
     }
 }

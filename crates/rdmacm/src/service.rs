@@ -569,6 +569,12 @@ impl CmService {
             _service: Service::for_device(device)?,
         })
     }
+
+    /// Whether the manager runs on `device` (joining one that runs at the address on another
+    /// device returns that one).
+    pub(crate) fn runs_on(&self, device: &Device) -> bool {
+        self._service.device.name() == device.name()
+    }
 }
 
 impl std::fmt::Debug for CmService {

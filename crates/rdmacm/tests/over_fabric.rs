@@ -1,4 +1,4 @@
-//! rdma_cm's loopback tests once more, every address they name a device on one in-process
+//! rdma_cm's loopback tests once more, every address they name a device on an in-process
 //! `LocalFabric` that duplicates and reorders datagrams (see `common/mod.rs`): the connection
 //! manager's exchanges (REQ, REP, RTU, REJ, DREQ, DREP) and the data after them must come
 //! through duplicates and overtaking.

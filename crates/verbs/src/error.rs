@@ -18,6 +18,13 @@ pub enum OpenDeviceError {
         /// The address.
         addr: std::net::SocketAddr,
     },
+    /// Port 0 was asked for on a [`LocalFabric`](crate::LocalFabric) and every port of the
+    /// ephemeral range (49152–65535) is taken at the address.
+    #[error("no free port at {ip} on the local fabric")]
+    FabricPortsExhausted {
+        /// The address.
+        ip: std::net::IpAddr,
+    },
     /// A wildcard address was given; the ICRC covers the source address, so a device needs a
     /// specific one.
     #[error("a device must be bound to a specific IP address, not a wildcard")]

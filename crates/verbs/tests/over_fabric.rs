@@ -1,4 +1,4 @@
-//! The verbs-level integration tests once more, every device they open on one in-process
+//! The verbs-level integration tests once more, every device they open on an in-process
 //! `LocalFabric` instead of UDP sockets (see `common/mod.rs`): the same assertions — bytes in
 //! memory, completion statuses, counters — must hold over the simulated network.
 // Each test file declares `mod common;` for its own binary; here they are modules of one

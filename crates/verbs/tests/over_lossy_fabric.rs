@@ -1,4 +1,4 @@
-//! The reliable-transport integration tests once more, every device on one in-process
+//! The reliable-transport integration tests once more, every device on an in-process
 //! `LocalFabric` that loses, duplicates and reorders datagrams (`common::LOSSY`, each device
 //! drawing from a seed of its own): every RC operation must still complete exactly once, in
 //! order, with the right bytes in memory.

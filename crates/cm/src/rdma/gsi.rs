@@ -9,7 +9,7 @@ use std::net::IpAddr;
 
 use softrdma_proto::Instant;
 use softrdma_wire::mad::MAD_LEN;
-use softrdma_wire::GRH_LEN;
+use softrdma_wire::{GrhArea, GRH_LEN};
 
 use super::{RdmaCm, RdmaEvent};
 use crate::ib::OutMad;
@@ -72,21 +72,14 @@ impl GsiBuffers {
     }
 
     /// The sender of a received slot's bytes and its MAD: the sender's address is in the GRH
-    /// area — an IPv4 header in its last 20 bytes (RoCEv2 over IPv4), or the IPv6 header.
-    /// `None` for a slot too short, or with neither.
+    /// area — an IPv4 header in its last 20 bytes behind 20 zero bytes (RoCEv2 over IPv4), or
+    /// the IPv6 header ([`GrhArea::parse`]). `None` for a slot too short, or with neither.
     pub fn received(slot: &[u8]) -> Option<(IpAddr, &[u8])> {
         if slot.len() < Self::RECV_SLOT_LEN {
             return None;
         }
         let (grh, mad) = slot.split_at(GRH_LEN);
-        let src = if grh[20] >> 4 == 4 {
-            IpAddr::from(<[u8; 4]>::try_from(&grh[32..36]).ok()?)
-        } else if grh[0] >> 4 == 6 {
-            IpAddr::from(<[u8; 16]>::try_from(&grh[8..24]).ok()?)
-        } else {
-            return None;
-        };
-        Some((src, &mad[..MAD_LEN]))
+        Some((GrhArea::parse(grh)?.src, &mad[..MAD_LEN]))
     }
 }
 
@@ -168,6 +161,17 @@ mod tests {
         assert_eq!(
             GsiBuffers::received(&v6).unwrap().0,
             "fd00::9".parse::<IpAddr>().unwrap()
+        );
+        // An IPv6 source whose 13th byte (the GRH area's byte 20) reads as IPv4's version.
+        v6[8..24].copy_from_slice(
+            &"fd00::4a00:1"
+                .parse::<std::net::Ipv6Addr>()
+                .unwrap()
+                .octets(),
+        );
+        assert_eq!(
+            GsiBuffers::received(&v6).unwrap().0,
+            "fd00::4a00:1".parse::<IpAddr>().unwrap()
         );
         assert!(GsiBuffers::received(&vec![0u8; GsiBuffers::RECV_SLOT_LEN]).is_none());
         assert!(GsiBuffers::received(&slot[..GsiBuffers::RECV_SLOT_LEN - 1]).is_none());

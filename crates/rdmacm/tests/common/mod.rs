@@ -1,7 +1,7 @@
 //! What the rdma_cm integration tests share: the network their devices use. Compiled as their
 //! own binaries they use UDP sockets on loopback, one device per 127.0.x.y address, opened by
 //! rdma_cm itself; compiled into `over_fabric` (`tests/over_fabric.rs`) every address they
-//! name is a device on one in-process `LocalFabric` that duplicates and reorders datagrams,
+//! name is a device on an in-process `LocalFabric` that duplicates and reorders datagrams,
 //! with its connection manager running, before rdma_cm looks for it
 //! (`softrdma_rdmacm::FabricHosts`).
 #![allow(dead_code, unreachable_pub)]

@@ -32,6 +32,21 @@ use softrdma_udp::{
 use super::network::Backend;
 use crate::wake::WakeFd;
 
+/// The kernel's ephemeral port range, which port 0 picks from.
+const EPHEMERAL_FIRST: u16 = 49152;
+const EPHEMERAL_PORTS: u16 = 16384;
+
+/// Why a port could not be attached.
+#[derive(Debug)]
+pub(crate) enum AttachError {
+    /// Another port is attached at the address.
+    InUse(SocketAddr),
+    /// Port 0 was asked for and every ephemeral port of the address is taken.
+    NoEphemeralPort(IpAddr),
+    /// The port's readiness descriptor could not be made.
+    Wake(std::io::Error),
+}
+
 /// An in-process network for devices (see the module docs). Clones are handles to the same
 /// network; attach a device with [`DeviceConfig::fabric`](crate::DeviceConfig::fabric).
 #[derive(Clone, Default)]
@@ -119,27 +134,25 @@ impl LocalFabric {
         self.shared.lock().unwrap_or_else(|e| e.into_inner())
     }
 
-    /// A port on `addr` (port 0: one the fabric picks); fails when one is attached there.
-    pub(crate) fn attach(&self, addr: SocketAddr) -> Result<FabricPort, SocketAddr> {
+    /// A port on `addr` (port 0: one the fabric picks from the kernel's ephemeral range).
+    pub(crate) fn attach(&self, addr: SocketAddr) -> Result<FabricPort, AttachError> {
         let mut s = self.lock();
         let mut addr = addr;
         if addr.port() == 0 {
-            // The kernel's ephemeral range.
-            loop {
+            let free = (0..EPHEMERAL_PORTS).find_map(|_| {
                 s.next_ephemeral = s.next_ephemeral.wrapping_add(1);
-                let port = 49152 + s.next_ephemeral % 16384;
-                addr.set_port(port);
-                if !s.ports.contains_key(&addr) {
-                    break;
-                }
-            }
+                let port = EPHEMERAL_FIRST + s.next_ephemeral % EPHEMERAL_PORTS;
+                let at = SocketAddr::new(addr.ip(), port);
+                (!s.ports.contains_key(&at)).then_some(at)
+            });
+            addr = free.ok_or(AttachError::NoEphemeralPort(addr.ip()))?;
         }
         if s.ports.contains_key(&addr) {
-            return Err(addr);
+            return Err(AttachError::InUse(addr));
         }
         let queue = Arc::new(PortQueue {
             queue: Mutex::new(Waiting::default()),
-            ready: WakeFd::new().map_err(|_| addr)?,
+            ready: WakeFd::new().map_err(AttachError::Wake)?,
         });
         s.ports.insert(addr, queue.clone());
         Ok(FabricPort {
@@ -421,10 +434,10 @@ mod tests {
     fn an_address_is_taken_once_and_freed_when_its_port_drops() {
         let fabric = LocalFabric::new();
         let a = fabric.attach(addr("10.0.0.1:4791")).unwrap();
-        assert_eq!(
-            fabric.attach(addr("10.0.0.1:4791")).unwrap_err(),
-            addr("10.0.0.1:4791")
-        );
+        assert!(matches!(
+            fabric.attach(addr("10.0.0.1:4791")),
+            Err(AttachError::InUse(a)) if a == addr("10.0.0.1:4791")
+        ));
         let eph = fabric.attach(addr("10.0.0.1:0")).unwrap();
         assert!(eph.local_addr().port() >= 49152);
         drop(a);

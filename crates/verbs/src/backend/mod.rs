@@ -11,5 +11,6 @@ mod fabric;
 mod network;
 mod udp;
 
+pub(crate) use fabric::AttachError;
 pub use fabric::{FabricStats, LocalFabric};
 pub(crate) use network::Backend;

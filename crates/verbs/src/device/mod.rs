@@ -8,7 +8,7 @@ use std::thread::{JoinHandle, ThreadId};
 use softrdma_proto::{Engine, EngineConfig, Mtu};
 use softrdma_udp::{Config as UdpConfig, RecvArena, RoceSocket, MAX_UDP_PAYLOAD};
 
-use crate::backend::Backend;
+use crate::backend::{AttachError, Backend};
 use crate::cq::CompletionQueue;
 use crate::error::{CreateCqError, OpenDeviceError, QueryError};
 use crate::event::AsyncEvents;
@@ -134,9 +134,13 @@ impl Device {
         let (mut share, backend, arena): (_, Box<dyn Backend>, _) = match &config.fabric {
             Some(fabric) => {
                 let at = SocketAddr::new(config.ip, config.port);
-                let port = fabric
-                    .attach(at)
-                    .map_err(|addr| OpenDeviceError::FabricAddressInUse { addr })?;
+                let port = fabric.attach(at).map_err(|e| match e {
+                    AttachError::InUse(addr) => OpenDeviceError::FabricAddressInUse { addr },
+                    AttachError::NoEphemeralPort(ip) => {
+                        OpenDeviceError::FabricPortsExhausted { ip }
+                    }
+                    AttachError::Wake(e) => OpenDeviceError::Wake(e),
+                })?;
                 let arena = RecvArena::new(config.recv_batch.max(1), MAX_UDP_PAYLOAD);
                 (None, Box::new(port), arena)
             }

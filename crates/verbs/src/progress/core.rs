@@ -100,6 +100,8 @@ impl Core {
     ) -> Core {
         let gso = gso && backend.max_gso_segments() > 1;
         let local_ip = backend.local_addr().ip();
+        // A backend that cannot receive in place never starts a placed receive: batches.
+        let placing = backend.scatters();
         Core {
             engine,
             backend,
@@ -123,7 +125,7 @@ impl Core {
             probes: None,
             placement: true,
             placement_off: None,
-            placing: true,
+            placing,
             recv_batch: usize::MAX,
         }
     }

@@ -4,9 +4,10 @@
 //! The same test files run over two networks. Compiled as their own binaries they use the
 //! kernel's UDP stack on loopback. Compiled into `over_fabric` and `over_lossy_fabric`
 //! (`tests/over_fabric.rs`, `tests/over_lossy_fabric.rs`), every device they open through
-//! these helpers sits on one in-process [`LocalFabric`] instead — clean, or losing,
-//! duplicating and reordering datagrams from a seed per device — so the same assertions hold
-//! the stack to them over the simulated network too.
+//! these helpers sits on an in-process [`LocalFabric`] instead (one per test file: each file
+//! compiles its own `common`) — clean, or losing, duplicating and reordering datagrams from a
+//! seed per device — so the same assertions hold the stack to them over the simulated network
+//! too.
 #![allow(dead_code, unreachable_pub)]
 
 use std::net::{IpAddr, SocketAddr, UdpSocket};
