@@ -402,10 +402,25 @@ impl CmWorkload {
                 let Some(c) = self.conns.iter().position(|c| {
                     c.active.0 == a && c.sides[0].qpn == param.qp_num && c.passive.is_none()
                 }) else {
-                    self.diverge(
-                        now,
-                        format!("node {n}: an unexpected request from node {a}"),
-                    );
+                    // A copy of a REQ the fabric duplicated and held back until after its
+                    // connection was disconnected on this side: the CM dropped the REQ's
+                    // identity when it entered time-wait (as Linux's `cm_enter_timewait`
+                    // does), so the copy reads as a new request. The listener refuses it, as
+                    // a program whose connection is gone would; anything else is a divergence.
+                    let stale = self.conns.iter().any(|c| {
+                        c.active.0 == a
+                            && c.sides[0].qpn == param.qp_num
+                            && c.passive.is_some_and(|(p, _)| p == n)
+                            && c.sides[1].disconnected > 0
+                    });
+                    if stale {
+                        let _ = self.nodes[n].cm.reject(now, id, &[]);
+                    } else {
+                        self.diverge(
+                            now,
+                            format!("node {n}: an unexpected request from node {a}"),
+                        );
+                    }
                     return;
                 };
                 let Ok(qpn) = self.create_rc_qp(fabric, n) else {
