@@ -19,7 +19,9 @@ pub(crate) fn put_hex(
         return Err(FormatError { field, value, max });
     }
     for i in (0..width).rev() {
-        out.push(hex_digit((value >> (4 * i)) as u8));
+        // Lowercase, as the tools' `%06x` prints.
+        let digit = char::from_digit(((value >> (4 * i)) & 0xf) as u32, 16).unwrap_or('0');
+        out.push(digit as u8);
     }
     Ok(())
 }
@@ -32,7 +34,9 @@ pub(crate) fn parse_hex(s: &[u8], max: u64, field: &'static str) -> Result<u64, 
     }
     let mut v: u64 = 0;
     for &c in s {
-        let d = hex_value(c).ok_or(ParseError::BadHex { field })?;
+        let d = char::from(c)
+            .to_digit(16)
+            .ok_or(ParseError::BadHex { field })?;
         v = v
             .checked_mul(16)
             .and_then(|v| v.checked_add(u64::from(d)))
@@ -55,19 +59,6 @@ pub(crate) fn c_str(msg: &[u8]) -> Result<&[u8], ParseError> {
         return Err(ParseError::NotAscii);
     }
     Ok(text)
-}
-
-fn hex_digit(v: u8) -> u8 {
-    b"0123456789abcdef"[usize::from(v & 0xf)]
-}
-
-fn hex_value(c: u8) -> Option<u8> {
-    match c {
-        b'0'..=b'9' => Some(c - b'0'),
-        b'a'..=b'f' => Some(c - b'a' + 10),
-        b'A'..=b'F' => Some(c - b'A' + 10),
-        _ => None,
-    }
 }
 
 #[cfg(test)]
